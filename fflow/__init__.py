@@ -1,0 +1,76 @@
+"""fflow: JAX-style functional transformations with OneFlow's SBP sharding.
+
+Example:
+    >>> import fflow, fflow.numpy as jnp
+    >>> f = fflow.jit(fflow.grad(lambda w: jnp.sum(jnp.tanh(w) ** 2)))
+    >>> f(jnp.zeros(3)).tolist()
+    [0.0, 0.0, 0.0]
+"""
+
+import importlib as _importlib
+
+from fflow import array as _array  # installs the root trace
+from fflow import core, dtypes, errors
+from fflow.array import Array
+from fflow.core import ShapedArray, Tracer, install_array_methods
+
+install_array_methods(Array)
+install_array_methods(Tracer)
+
+from fflow import lax, numpy, tree_util  # noqa: E402
+from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
+from fflow.transforms.ad_api import (  # noqa: E402
+    grad,
+    hessian,
+    jacfwd,
+    jacrev,
+    jvp,
+    linearize,
+    value_and_grad,
+    vjp,
+)
+from fflow.transforms.jit import jit, make_jaxpr  # noqa: E402
+
+__version__ = "0.1.0"
+
+# Names provided by modules that load on first use (keeps `import fflow` fast and
+# keeps optional parts optional).
+_LAZY = {
+    "vmap": ("fflow.transforms.vmap", "vmap"),
+    "custom_jvp": ("fflow.transforms.custom", "custom_jvp"),
+    "custom_vjp": ("fflow.transforms.custom", "custom_vjp"),
+    "checkpoint": ("fflow.transforms.custom", "checkpoint"),
+    "remat": ("fflow.transforms.custom", "checkpoint"),
+    "nn": ("fflow.nn", None),
+    "random": ("fflow.random", None),
+    "config": ("fflow.config", "config"),
+    "debug": ("fflow.debug", None),
+    "explain": ("fflow.explain", "explain"),
+    "shard": ("fflow.transforms.shard", "shard"),
+    "with_sbp": ("fflow.transforms.shard", "with_sbp"),
+    "placement": ("fflow.sharding", "placement"),
+    "to_global": ("fflow.sharding", "to_global"),
+    "sbp": ("fflow.sharding", "sbp"),
+    "amp": ("fflow.transforms.amp", "amp"),
+    "devices": ("fflow.device", "devices"),
+    "device_put": ("fflow.device", "device_put"),
+    "eval_shape": ("fflow.transforms.ad_api", "eval_shape"),
+}
+
+
+def __getattr__(name):
+    entry = _LAZY.get(name)
+    if entry is None:
+        raise AttributeError(f"module 'fflow' has no attribute {name!r}")
+    module = _importlib.import_module(entry[0])
+    value = module if entry[1] is None else getattr(module, entry[1])
+    globals()[name] = value
+    return value
+
+
+def block_until_ready(x):
+    return x
+
+
+def stop_gradient(x):
+    return lax.stop_gradient(x)

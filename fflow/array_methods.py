@@ -1,0 +1,231 @@
+"""NumPy-style operators and methods, shared by `Array` and every `Tracer`.
+
+On concrete arrays outside any transformation, the arithmetic operators take a
+fast path straight to NumPy when the result is the same as the primitive's
+(a float array with a Python scalar, or two arrays of one dtype and shape): this
+keeps eager fflow close to NumPy's per-op cost.
+"""
+
+import numpy as np
+
+from fflow import core
+
+
+def _jnp():
+    import fflow.numpy as jnp
+
+    return jnp
+
+
+def _binop(name, ufunc, reflected=False):
+    def method(self, other):
+        jnp = _jnp()
+        fn = getattr(jnp, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    return method
+
+
+def _fast_binop(name, ufunc, reflected=False):
+    """An operator with an eager fast path for same-dtype operands."""
+    from fflow.array import Array, root_trace
+
+    state = core._state
+
+    def method(self, other):
+        if state.trace is root_trace and type(self) is Array and self._sharding is None:
+            v = self._value
+            t = type(other)
+            if t is float or t is int:
+                if v.dtype.kind == "f" and type(v) is np.ndarray:
+                    out = ufunc(other, v) if reflected else ufunc(v, other)
+                    return Array(out if type(out) is np.ndarray else np.asarray(out, v.dtype))
+            elif t is Array and other._sharding is None:
+                w = other._value
+                if (
+                    type(v) is np.ndarray
+                    and type(w) is np.ndarray
+                    and v.dtype == w.dtype
+                    and v.shape == w.shape
+                    and v.dtype.kind == "f"
+                ):
+                    out = ufunc(w, v) if reflected else ufunc(v, w)
+                    return Array(out if type(out) is np.ndarray else np.asarray(out, v.dtype))
+        jnp = _jnp()
+        fn = getattr(jnp, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    return method
+
+
+class _AtProperty:
+    def __get__(self, obj, objtype=None):
+        from fflow.numpy.indexing import _IndexUpdateHelper
+
+        return _IndexUpdateHelper(obj)
+
+
+def _getitem(self, idx):
+    from fflow.numpy.indexing import getitem
+
+    return getitem(self, idx)
+
+
+def _setitem(self, idx, value):
+    raise TypeError(
+        "fflow arrays are immutable: x[idx] = v is not supported. Use x = x.at[idx].set(v) instead."
+    )
+
+
+def _method(name):
+    def method(self, *args, **kwargs):
+        return getattr(_jnp(), name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _astype(self, dtype, copy=False):
+    from fflow import dtypes, lax
+
+    return lax.convert_element_type(self, dtypes.canonicalize(dtype))
+
+
+def _reshape(self, *shape, order="C"):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return _jnp().reshape(self, shape, order=order)
+
+
+def _transpose(self, *axes):
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = axes[0]
+    return _jnp().transpose(self, axes or None)
+
+
+def _T(self):
+    return _jnp().transpose(self)
+
+
+def _mT(self):
+    return _jnp().matrix_transpose(self)
+
+
+def _flatten(self, order="C"):
+    return _jnp().ravel(self, order)
+
+
+def _squeeze(self, axis=None):
+    return _jnp().squeeze(self, axis)
+
+
+def _real(self):
+    return self
+
+
+def _conj(self):
+    return self
+
+
+def _neg(self):
+    from fflow import array as array_mod
+
+    if (
+        core._state.trace is array_mod.root_trace
+        and type(self) is array_mod.Array
+        and type(self._value) is np.ndarray
+        and self._sharding is None
+    ):
+        return array_mod.Array(np.negative(self._value))
+    return _jnp().negative(self)
+
+
+def install(cls):
+    ops = {
+        "__add__": ("add", np.add, False),
+        "__radd__": ("add", np.add, True),
+        "__sub__": ("subtract", np.subtract, False),
+        "__rsub__": ("subtract", np.subtract, True),
+        "__mul__": ("multiply", np.multiply, False),
+        "__rmul__": ("multiply", np.multiply, True),
+        "__truediv__": ("true_divide", np.true_divide, False),
+        "__rtruediv__": ("true_divide", np.true_divide, True),
+    }
+    for dunder, (name, ufunc, reflected) in ops.items():
+        setattr(cls, dunder, _fast_binop(name, ufunc, reflected))
+    slow = {
+        "__floordiv__": ("floor_divide", False),
+        "__rfloordiv__": ("floor_divide", True),
+        "__mod__": ("remainder", False),
+        "__rmod__": ("remainder", True),
+        "__pow__": ("power", False),
+        "__rpow__": ("power", True),
+        "__matmul__": ("matmul", False),
+        "__rmatmul__": ("matmul", True),
+        "__lt__": ("less", False),
+        "__le__": ("less_equal", False),
+        "__gt__": ("greater", False),
+        "__ge__": ("greater_equal", False),
+        "__eq__": ("equal", False),
+        "__ne__": ("not_equal", False),
+        "__and__": ("bitwise_and", False),
+        "__rand__": ("bitwise_and", True),
+        "__or__": ("bitwise_or", False),
+        "__ror__": ("bitwise_or", True),
+        "__xor__": ("bitwise_xor", False),
+        "__rxor__": ("bitwise_xor", True),
+        "__lshift__": ("left_shift", False),
+        "__rlshift__": ("left_shift", True),
+    }
+    for dunder, (name, reflected) in slow.items():
+        setattr(cls, dunder, _binop(name, None, reflected))
+    cls.__neg__ = _neg
+    cls.__pos__ = lambda self: self
+    cls.__abs__ = _method("absolute")
+    cls.__invert__ = _method("invert")
+    cls.__getitem__ = _getitem
+    cls.__setitem__ = _setitem
+    cls.__divmod__ = lambda self, other: _jnp().divmod(self, other)
+    cls.__rdivmod__ = lambda self, other: _jnp().divmod(other, self)
+    cls.at = _AtProperty()
+    cls.astype = _astype
+    cls.reshape = _reshape
+    cls.transpose = _transpose
+    cls.T = property(_T)
+    cls.mT = property(_mT)
+    cls.flatten = _flatten
+    cls.ravel = _flatten
+    cls.squeeze = _squeeze
+    cls.real = property(_real)
+    cls.conj = _conj
+    cls.conjugate = _conj
+    for name in (
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "max",
+        "min",
+        "prod",
+        "argmax",
+        "argmin",
+        "all",
+        "any",
+        "cumsum",
+        "cumprod",
+        "clip",
+        "round",
+        "dot",
+        "swapaxes",
+        "take",
+        "repeat",
+        "sort",
+        "argsort",
+        "trace",
+        "diagonal",
+        "nonzero",
+        "ptp",
+    ):
+        setattr(cls, name, _method(name))
+    # the method named `round` on arrays maps to jnp.round
+    return cls

@@ -1,0 +1,117 @@
+"""Errors a user can cause, and finding the user's own source line for them."""
+
+import os
+import sys
+
+_internal_dirs = None
+_SKIP_FILES = ("contextlib.py", "functools.py", "threading.py")
+
+
+def _internal_roots():
+    global _internal_dirs
+    if _internal_dirs is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        root = os.path.dirname(here)
+        roots = [here]
+        for name in ("primitives", "transforms", "lowering"):
+            roots.append(os.path.join(root, name))
+        # an installed (non-editable) layout puts them inside fflow/ already
+        _internal_dirs = tuple(r + os.sep for r in roots)
+    return _internal_dirs
+
+
+def _is_internal(filename):
+    if filename.endswith(_SKIP_FILES) or filename.startswith("<frozen"):
+        return True
+    return os.path.abspath(filename).startswith(_internal_roots())
+
+
+class SourceInfo:
+    """A user's file:line (and function name), attached to equations and errors."""
+
+    __slots__ = ("filename", "lineno", "function")
+
+    def __init__(self, filename, lineno, function):
+        self.filename = filename
+        self.lineno = lineno
+        self.function = function
+
+    def __str__(self):
+        return f"{self.filename}:{self.lineno} ({self.function})"
+
+    def short(self):
+        return f"{os.path.basename(self.filename)}:{self.lineno}"
+
+    def line_text(self):
+        import linecache
+
+        return linecache.getline(self.filename, self.lineno).strip()
+
+
+# Set while a staged equation is re-bound, so derived equations keep its user line.
+forced_source_info = None
+
+
+def user_source_info(depth_limit=60):
+    """The innermost stack frame outside fflow itself, or None."""
+    if forced_source_info is not None:
+        return forced_source_info
+    frame = sys._getframe(1)
+    for _ in range(depth_limit):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if not _is_internal(code.co_filename):
+            return SourceInfo(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def _where(info):
+    if info is None:
+        return ""
+    text = info.line_text()
+    return f"\n  at {info}" + (f"\n    {text}" if text else "")
+
+
+class FflowError(Exception):
+    """Base class of fflow's user-facing errors."""
+
+
+class ShapeError(FflowError, ValueError):
+    """Shapes that do not fit an operation."""
+
+
+class DtypeError(FflowError, TypeError):
+    """Dtypes that do not fit an operation."""
+
+
+class UnexpectedTracerError(FflowError):
+    """A tracer used outside the transformation that created it."""
+
+
+class ConcretizationError(FflowError, TypeError):
+    """A traced value used where Python needs a concrete one (bool, int, index)."""
+
+    def __init__(self, tracer, what):
+        info = user_source_info()
+        fixes = {
+            "bool": "use fflow.lax.cond / fflow.lax.while_loop / fflow.numpy.where for "
+            "value-dependent control flow, or mark the argument static with "
+            "static_argnums / static_argnames",
+            "int": "mark the argument static with static_argnums / static_argnames, "
+            "or keep the value an array",
+            "index": "use fflow.lax.dynamic_slice / x.at[i] / fflow.numpy.take for traced "
+            "indices, or mark the argument static with static_argnums",
+        }
+        fix = fixes.get(what, fixes["int"])
+        super().__init__(
+            f"A traced {tracer.aval.str_short()} value was used as a Python {what} inside "
+            f"a transformation that does not know its value (such as jit).{_where(info)}\n"
+            f"Fix: {fix}."
+        )
+
+
+def user_error(cls, message):
+    """Build an error of class `cls` whose message ends with the user's line."""
+    return cls(message + _where(user_source_info()))

@@ -1,0 +1,176 @@
+"""Operand handling for fflow.numpy: dtype promotion (JAX's lattice, weak Python
+scalars) and NumPy broadcasting made explicit with `broadcast_in_dim`."""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.array import Array
+from fflow.core import Tracer
+from fflow.errors import ShapeError, user_error
+
+_SCALARS = (int, float, bool, complex)
+
+
+def info(x):
+    """(dtype, weak, shape) of an operand without converting it."""
+    t = type(x)
+    if t is Array:
+        v = x._value
+        return v.dtype, x._weak, v.shape
+    if isinstance(x, Tracer):
+        a = x.aval
+        return a.dtype, a.weak_type, a.shape
+    if t in _SCALARS:
+        return dtypes.python_scalar_dtype(x), True, ()
+    if t is np.ndarray:
+        return x.dtype, False, x.shape
+    if isinstance(x, np.generic):
+        return x.dtype, False, ()
+    if isinstance(x, Array):
+        return x.dtype, x._weak, x.shape
+    arr = asarray_value(x)
+    return arr.dtype, False, arr.shape
+
+
+def asarray_value(x):
+    """A plain NumPy array for list/tuple input, with JAX's 32-bit defaults."""
+    if isinstance(x, (list, tuple)):
+        if any(isinstance(e, (Tracer, Array)) for e in _flat(x)):
+            raise TypeError("nested sequences of arrays: use fflow.numpy.stack")
+        arr = np.asarray(x)
+    else:
+        arr = np.asarray(x)
+    return default_dtype_array(arr)
+
+
+def _flat(x):
+    for e in x:
+        if isinstance(e, (list, tuple)):
+            yield from _flat(e)
+        else:
+            yield e
+
+
+def default_dtype_array(arr):
+    """Values without a dtype of their own get JAX's defaults (f64 -> f32 for lists)."""
+    if arr.dtype == np.float64:
+        return arr.astype(np.float32)
+    if arr.dtype == np.int64:
+        return arr.astype(np.int32)
+    if arr.dtype == np.complex128:
+        return arr.astype(np.complex64)
+    return arr
+
+
+def operand(x):
+    """Make `x` something a primitive accepts (Array, Tracer, ndarray)."""
+    t = type(x)
+    if t is Array or t is np.ndarray or isinstance(x, Tracer):
+        return x
+    if t in _SCALARS:
+        return np.asarray(x, dtypes.python_scalar_dtype(x))
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    if isinstance(x, Array):
+        return x
+    return asarray_value(x)
+
+
+def convert(x, dtype):
+    """`x` as `dtype` (a cast primitive for traced/array values)."""
+    t = type(x)
+    if t in _SCALARS:
+        return np.asarray(x, dtype)
+    if t is np.ndarray or isinstance(x, np.generic):
+        return x if x.dtype == dtype else np.asarray(x, dtype)
+    x = operand(x)
+    if info(x)[0] == dtype:
+        return x
+    return lax.convert_element_type(x, dtype)
+
+
+def broadcast_shapes(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise user_error(
+            ShapeError,
+            "operands could not be broadcast together with shapes "
+            + " ".join(str(tuple(s)) for s in shapes)
+            + ". Fix: reshape or transpose one operand so trailing dimensions match.",
+        ) from None
+
+
+def broadcast_to_shape(x, shape):
+    """NumPy-broadcast `x` (already converted) to `shape` with broadcast_in_dim."""
+    _, _, xs = info(x)
+    if tuple(xs) == tuple(shape):
+        return x
+    nd = len(shape)
+    dims = tuple(range(nd - len(xs), nd))
+    if isinstance(x, np.ndarray):
+        return np.broadcast_to(x, shape)
+    return lax.broadcast_in_dim(x, shape, dims)
+
+
+def promote_dtypes(*args):
+    """The common (dtype, weak) of operands under JAX's promotion rules."""
+    infos = [info(a) for a in args]
+    first = infos[0][0]
+    if all(i[0] == first for i in infos):
+        return first, all(i[1] for i in infos)
+    return dtypes.result_type(*[(i[0], i[1]) for i in infos])
+
+
+def promote(*args, to_inexact=False):
+    """Convert operands to their common dtype and broadcast them to one shape."""
+    infos = [info(a) for a in args]
+    first = infos[0][0]
+    if all(i[0] == first for i in infos):
+        dtype = first
+    else:
+        dtype, _ = dtypes.result_type(*[(i[0], i[1]) for i in infos])
+    if to_inexact and not dtypes.is_inexact(dtype):
+        dtype = dtypes.float_
+    shapes = [i[2] for i in infos]
+    shape = shapes[0]
+    if any(s != shape for s in shapes[1:]):
+        shape = broadcast_shapes(*shapes)
+    out = []
+    for a, (d, _, s) in zip(args, infos):
+        a = convert(a, dtype) if d != dtype or type(a) in _SCALARS else a
+        if s != shape:
+            a = broadcast_to_shape(a, shape)
+        out.append(a)
+    return out
+
+
+def weak_result(x, weak):
+    """Mark an eager result weakly typed (results of Python-scalar-only ops)."""
+    if weak and type(x) is Array:
+        x._weak = True
+    return x
+
+
+def canonical_axis(axis, ndim, what="axis"):
+    if not -ndim <= axis < max(ndim, 1):
+        raise user_error(
+            ShapeError, f"{what} {axis} is out of bounds for an array of dimension {ndim}"
+        )
+    return axis % max(ndim, 1)
+
+
+def canonical_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        return tuple(sorted(canonical_axis(int(a), ndim) for a in axis))
+    return (canonical_axis(int(axis), ndim),)
+
+
+def shape_of(x):
+    return info(x)[2]
+
+
+def dtype_of(x):
+    return info(x)[0]

@@ -1,0 +1,186 @@
+"""Array creation: array, asarray, zeros, ones, full, *_like, arange, linspace, eye..."""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.array import Array
+from fflow.core import Tracer
+from fflow.numpy._util import default_dtype_array, info
+
+
+def _dtype(dtype):
+    return None if dtype is None else dtypes.canonicalize(dtype)
+
+
+def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
+    """Create an array. Python values get JAX's defaults (float32, int32); a NumPy
+    array keeps its dtype (a float64 array stays float64).
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> jnp.array([1.0, 2.0]).dtype
+        dtype('float32')
+    """
+    dtype = _dtype(dtype)
+    if isinstance(object, (Array, Tracer)):
+        out = object if dtype is None else lax.convert_element_type(object, dtype)
+        if copy and isinstance(out, Array) and out is object:
+            out = Array(np.array(object._value), object._weak)
+    elif isinstance(object, (list, tuple)) and _contains_traced(object):
+        from fflow.numpy.shapes import stack
+
+        out = stack([array(o) for o in object])
+        if dtype is not None:
+            out = lax.convert_element_type(out, dtype)
+    else:
+        weak = isinstance(object, (int, float, complex)) and not isinstance(object, np.generic)
+        if isinstance(object, np.ndarray) or isinstance(object, np.generic):
+            value = np.array(object, dtype=dtype, copy=True)
+        else:
+            value = np.array(object, dtype=dtype)
+            if dtype is None:
+                value = default_dtype_array(value)
+        out = Array(value, weak_type=weak and dtype is None)
+    if ndmin and info(out)[2].__len__() < ndmin:
+        shape = info(out)[2]
+        out = lax.reshape(out, (1,) * (ndmin - len(shape)) + tuple(shape))
+    return out
+
+
+def _contains_traced(seq):
+    for e in seq:
+        if isinstance(e, (Tracer, Array)):
+            return True
+        if isinstance(e, (list, tuple)) and _contains_traced(e):
+            return True
+    return False
+
+
+def asarray(a, dtype=None, order=None, copy=None):
+    """Like `array`, without copying an fflow array that already fits."""
+    if isinstance(a, (Array, Tracer)) and (dtype is None or info(a)[0] == _dtype(dtype)):
+        return a
+    if isinstance(a, np.ndarray) and (dtype is None or a.dtype == _dtype(dtype)):
+        return Array(a if copy is not True else a.copy())
+    return array(a, dtype=dtype, copy=False)
+
+
+def _shape(shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(s) for s in shape)
+
+
+def zeros(shape, dtype=None):
+    return full(shape, 0, dtype or dtypes.float_)
+
+
+def ones(shape, dtype=None):
+    return full(shape, 1, dtype or dtypes.float_)
+
+
+def empty(shape, dtype=None):
+    return zeros(shape, dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    dtype = _dtype(dtype)
+    if isinstance(fill_value, (Array, Tracer)):
+        from fflow.numpy.shapes import broadcast_to
+
+        out = broadcast_to(fill_value, _shape(shape))
+        return out if dtype is None else lax.convert_element_type(out, dtype)
+    if dtype is None:
+        dtype = default_dtype_array(np.asarray(fill_value)).dtype
+    # a broadcast of a scalar: staged as one equation under jit, a view eagerly
+    return lax.full(_shape(shape), np.asarray(fill_value, dtype), dtype)
+
+
+def zeros_like(a, dtype=None, shape=None):
+    return full_like(a, 0, dtype, shape)
+
+
+def ones_like(a, dtype=None, shape=None):
+    return full_like(a, 1, dtype, shape)
+
+
+def empty_like(a, dtype=None, shape=None):
+    return full_like(a, 0, dtype, shape)
+
+
+def full_like(a, fill_value, dtype=None, shape=None):
+    d, _, s = info(a)
+    dtype = _dtype(dtype) or d
+    shape = s if shape is None else _shape(shape)
+    if not isinstance(fill_value, (Tracer, Array)):
+        fill_value = np.asarray(fill_value, dtype)
+    return lax.full(shape, fill_value, dtype)
+
+
+def arange(start, stop=None, step=None, dtype=None):
+    """Evenly spaced values (static bounds). Int bounds give int32, floats float32."""
+    for v in (start, stop, step):
+        if isinstance(v, Tracer):
+            from fflow.errors import ConcretizationError
+
+            raise ConcretizationError(v, "int")
+    if stop is None:
+        start, stop = 0, start
+    if step is None:
+        step = 1
+    value = np.arange(start, stop, step)
+    value = value.astype(_dtype(dtype)) if dtype is not None else default_dtype_array(value)
+    return Array(value)
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    if isinstance(start, (Tracer, Array)) or isinstance(stop, (Tracer, Array)):
+        from fflow.numpy.elementwise import add, multiply
+
+        t = np.linspace(0.0, 1.0, num, endpoint=endpoint, dtype=np.float32)
+        out = add(start, multiply(t, stop - start))
+        return (out, (stop - start) / max(num - 1, 1)) if retstep else out
+    value, step = np.linspace(start, stop, num, endpoint=endpoint, retstep=True, axis=axis)
+    value = value.astype(_dtype(dtype) or dtypes.float_)
+    out = Array(value)
+    return (out, step) if retstep else out
+
+
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    value = np.logspace(start, stop, num, endpoint=endpoint, base=base, axis=axis)
+    return Array(value.astype(_dtype(dtype) or dtypes.float_))
+
+
+def eye(N, M=None, k=0, dtype=None):
+    return Array(np.eye(N, M, k, dtype=_dtype(dtype) or dtypes.float_))
+
+
+def identity(n, dtype=None):
+    return eye(n, dtype=dtype)
+
+
+def tri(N, M=None, k=0, dtype=None):
+    return Array(np.tri(N, M, k, dtype=_dtype(dtype) or dtypes.float_))
+
+
+def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
+    from fflow.numpy.shapes import broadcast_to, reshape
+
+    n = len(xi)
+    shapes = [info(x)[2][0] for x in xi]
+    outs = []
+    for i, x in enumerate(xi):
+        shape = [1] * n
+        shape[i] = shapes[i]
+        if indexing == "xy" and n >= 2 and i < 2:
+            shape[0], shape[1] = shape[1], shape[0]
+        full_shape = list(shapes)
+        if indexing == "xy" and n >= 2:
+            full_shape[0], full_shape[1] = full_shape[1], full_shape[0]
+        r = reshape(x, shape)
+        outs.append(r if sparse else broadcast_to(r, full_shape))
+    return outs
+
+
+def from_numpy(x):
+    return Array(np.asarray(x))

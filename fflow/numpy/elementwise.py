@@ -1,0 +1,435 @@
+"""Elementwise functions with NumPy broadcasting and JAX type promotion."""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.numpy._util import convert, info, operand, promote
+
+
+def _unary_inexact(lax_fn, name):
+    def fn(x, /):
+        x = operand(x)
+        d = info(x)[0]
+        if not dtypes.is_inexact(d):
+            x = convert(x, dtypes.float_)
+        return lax_fn(x)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name} (NumPy semantics; integers promote to float32)."
+    return fn
+
+
+def _unary_any(lax_fn, name):
+    def fn(x, /):
+        return lax_fn(operand(x))
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name}."
+    return fn
+
+
+def _binary(lax_fn, name, to_inexact=False):
+    def fn(x, y, /):
+        x, y = promote(x, y, to_inexact=to_inexact)
+        return lax_fn(x, y)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name} with broadcasting and type promotion."
+    return fn
+
+
+sin = _unary_inexact(lax.sin, "sin")
+cos = _unary_inexact(lax.cos, "cos")
+tan = _unary_inexact(lax.tan, "tan")
+arcsin = _unary_inexact(lax.asin, "arcsin")
+arccos = _unary_inexact(lax.acos, "arccos")
+arctan = _unary_inexact(lax.atan, "arctan")
+sinh = _unary_inexact(lax.sinh, "sinh")
+cosh = _unary_inexact(lax.cosh, "cosh")
+tanh = _unary_inexact(lax.tanh, "tanh")
+arcsinh = _unary_inexact(lax.asinh, "arcsinh")
+arccosh = _unary_inexact(lax.acosh, "arccosh")
+arctanh = _unary_inexact(lax.atanh, "arctanh")
+exp = _unary_inexact(lax.exp, "exp")
+exp2 = _unary_inexact(lax.exp2, "exp2")
+expm1 = _unary_inexact(lax.expm1, "expm1")
+log = _unary_inexact(lax.log, "log")
+log1p = _unary_inexact(lax.log1p, "log1p")
+sqrt = _unary_inexact(lax.sqrt, "sqrt")
+cbrt = _unary_inexact(lax.cbrt, "cbrt")
+asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
+
+
+def log2(x, /):
+    x = _float(x)
+    return lax.div(lax.log(x), lax.full_like(x, np.log(2)))
+
+
+def log10(x, /):
+    x = _float(x)
+    return lax.div(lax.log(x), lax.full_like(x, np.log(10)))
+
+
+def _float(x):
+    x = operand(x)
+    return x if dtypes.is_inexact(info(x)[0]) else convert(x, dtypes.float_)
+
+
+def negative(x, /):
+    return lax.neg(operand(x))
+
+
+def positive(x, /):
+    return operand(x)
+
+
+def absolute(x, /):
+    x = operand(x)
+    if info(x)[0] == np.bool_:
+        return x
+    return lax.abs(x)
+
+
+abs = absolute  # noqa: A001
+fabs = absolute
+
+
+def sign(x, /):
+    return lax.sign(operand(x))
+
+
+def floor(x, /):
+    x = operand(x)
+    return x if dtypes.is_int(info(x)[0]) else lax.floor(x)
+
+
+def ceil(x, /):
+    x = operand(x)
+    return x if dtypes.is_int(info(x)[0]) else lax.ceil(x)
+
+
+def trunc(x, /):
+    x = operand(x)
+    if dtypes.is_int(info(x)[0]):
+        return x
+    return lax.select_n(lax.lt(x, lax.full_like(x, 0)), lax.floor(x), lax.ceil(x))
+
+
+fix = trunc
+
+
+def rint(x, /):
+    x = operand(x)
+    return x if dtypes.is_int(info(x)[0]) else lax.round(x, 1)
+
+
+def round(a, decimals=0, out=None):  # noqa: A001
+    """Round half to even, as NumPy (and jnp.round) do."""
+    a = operand(a)
+    if dtypes.is_int(info(a)[0]):
+        return a
+    if decimals == 0:
+        return lax.round(a, 1)
+    factor = lax.full_like(a, 10.0**decimals)
+    return lax.div(lax.round(lax.mul(a, factor), 1), factor)
+
+
+around = round
+
+
+def square(x, /):
+    return lax.square(operand(x))
+
+
+def reciprocal(x, /):
+    x = operand(x)
+    return lax.div(lax.full_like(x, 1), x)
+
+
+def isfinite(x, /):
+    x = operand(x)
+    if not dtypes.is_inexact(info(x)[0]):
+        return lax.full(info(x)[2], True, np.bool_)
+    return lax.is_finite(x)
+
+
+def isnan(x, /):
+    x = operand(x)
+    if not dtypes.is_inexact(info(x)[0]):
+        return lax.full(info(x)[2], False, np.bool_)
+    return lax.ne(x, x)
+
+
+def isinf(x, /):
+    x = operand(x)
+    if not dtypes.is_inexact(info(x)[0]):
+        return lax.full(info(x)[2], False, np.bool_)
+    return lax.eq(lax.abs(x), lax.full_like(x, np.inf))
+
+
+def isposinf(x, /):
+    x = operand(x)
+    return lax.eq(x, lax.full_like(x, np.inf))
+
+
+def isneginf(x, /):
+    x = operand(x)
+    return lax.eq(x, lax.full_like(x, -np.inf))
+
+
+def signbit(x, /):
+    x = _float(x)
+    return lax.lt(x, lax.full_like(x, 0))
+
+
+add = _binary(lax.add, "add")
+subtract = _binary(lax.sub, "subtract")
+multiply = _binary(lax.mul, "multiply")
+maximum = _binary(lax.max, "maximum")
+minimum = _binary(lax.min, "minimum")
+arctan2 = _binary(lax.atan2, "arctan2", to_inexact=True)
+atan2 = arctan2
+nextafter = _binary(lax.nextafter, "nextafter", to_inexact=True)
+equal = _binary(lax.eq, "equal")
+not_equal = _binary(lax.ne, "not_equal")
+less = _binary(lax.lt, "less")
+less_equal = _binary(lax.le, "less_equal")
+greater = _binary(lax.gt, "greater")
+greater_equal = _binary(lax.ge, "greater_equal")
+bitwise_and = _binary(lax.bitwise_and, "bitwise_and")
+bitwise_or = _binary(lax.bitwise_or, "bitwise_or")
+bitwise_xor = _binary(lax.bitwise_xor, "bitwise_xor")
+left_shift = _binary(lax.shift_left, "left_shift")
+
+
+def true_divide(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    return lax.div(x, y)
+
+
+divide = true_divide
+
+
+def floor_divide(x, y, /):
+    x, y = promote(x, y)
+    if dtypes.is_int(info(x)[0]):
+        q = lax.div(x, y)
+        r = lax.rem(x, y)
+        zero = lax.full_like(r, 0)
+        adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
+        return lax.select_n(adjust, q, lax.sub(q, lax.full_like(q, 1)))
+    return lax.floor(lax.div(x, y))
+
+
+def remainder(x, y, /):
+    """Python-style modulo: the result has the sign of the divisor."""
+    x, y = promote(x, y)
+    r = lax.rem(x, y)
+    zero = lax.full_like(r, 0)
+    adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
+    return lax.select_n(adjust, r, lax.add(r, y))
+
+
+mod = remainder
+
+
+def fmod(x, y, /):
+    x, y = promote(x, y)
+    return lax.rem(x, y)
+
+
+def divmod(x, y, /):  # noqa: A001
+    return floor_divide(x, y), remainder(x, y)
+
+
+def power(x, y, /):
+    """x ** y; a static Python int exponent becomes integer_pow (exact, differentiable at 0)."""
+    if type(y) is int and not isinstance(x, (int, float)):
+        x = operand(x)
+        if dtypes.is_int(info(x)[0]) and y < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+        return lax.integer_pow(x, y)
+    x, y = promote(x, y)
+    if dtypes.is_int(info(x)[0]):
+        return _int_power(x, y)
+    return lax.pow(x, y)
+
+
+pow = power  # noqa: A001
+
+
+def _int_power(x, y):
+    # exponentiation by squaring over a fixed number of bits (traceable)
+    acc = lax.full_like(x, 1)
+    base = x
+    one = lax.full_like(y, 1)
+    zero = lax.full_like(y, 0)
+    e = y
+    for _ in range(info(x)[0].itemsize * 8):
+        bit = lax.ne(lax.bitwise_and(e, one), zero)
+        acc = lax.select_n(bit, acc, lax.mul(acc, base))
+        base = lax.mul(base, base)
+        e = lax.div(e, lax.full_like(e, 2))
+    return acc
+
+
+def float_power(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    return lax.pow(x, y)
+
+
+def logaddexp(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    amax = lax.max(x, y)
+    delta = lax.sub(x, y)
+    out = lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta)))))
+    # delta is NaN where x == y == +-inf (or either is NaN): then x + y is right
+    return lax.select_n(lax.ne(delta, delta), out, lax.add(x, y))
+
+
+def logaddexp2(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    ln2 = lax.full_like(x, np.log(2))
+    return lax.div(logaddexp(lax.mul(x, ln2), lax.mul(y, ln2)), ln2)
+
+
+def hypot(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    return lax.sqrt(lax.add(lax.mul(x, x), lax.mul(y, y)))
+
+
+def copysign(x, y, /):
+    x, y = promote(x, y, to_inexact=True)
+    return lax.select_n(lax.lt(y, lax.full_like(y, 0)), lax.abs(x), lax.neg(lax.abs(x)))
+
+
+def logical_and(x, y, /):
+    return lax.bitwise_and(*promote(_bool(x), _bool(y)))
+
+
+def logical_or(x, y, /):
+    return lax.bitwise_or(*promote(_bool(x), _bool(y)))
+
+
+def logical_xor(x, y, /):
+    return lax.bitwise_xor(*promote(_bool(x), _bool(y)))
+
+
+def logical_not(x, /):
+    return lax.bitwise_not(_bool(x))
+
+
+def _bool(x):
+    x = operand(x)
+    if info(x)[0] == np.bool_:
+        return x
+    return lax.ne(x, lax.full_like(x, 0))
+
+
+def bitwise_not(x, /):
+    return lax.bitwise_not(operand(x))
+
+
+invert = bitwise_not
+
+
+def where(condition, x=None, y=None, /):
+    """Elementwise choice; with one argument, the indices of nonzero entries (eager only)."""
+    if x is None and y is None:
+        from fflow.numpy.shapes import nonzero
+
+        return nonzero(condition)
+    if x is None or y is None:
+        raise ValueError("where takes one or three arguments")
+    cond = _bool(condition)
+    cond, x, y = _promote_where(cond, x, y)
+    return lax.select_n(cond, y, x)
+
+
+def _promote_where(cond, x, y):
+    x, y = promote(x, y)
+    cond, x, y = promote_shapes_only(cond, x, y)
+    return cond, x, y
+
+
+def promote_shapes_only(*args):
+    from fflow.numpy._util import broadcast_shapes, broadcast_to_shape
+
+    shapes = [info(a)[2] for a in args]
+    shape = broadcast_shapes(*shapes)
+    return [broadcast_to_shape(operand(a), shape) for a in args]
+
+
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002
+    """Clip to [a_min, a_max] (either may be None)."""
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    out = operand(a)
+    if lo is not None:
+        out = maximum(out, lo)
+    if hi is not None:
+        out = minimum(out, hi)
+    return out
+
+
+def heaviside(x1, x2, /):
+    x1, x2 = promote(x1, x2, to_inexact=True)
+    zero = lax.full_like(x1, 0)
+    return lax.select_n(
+        lax.lt(x1, zero), lax.select_n(lax.gt(x1, zero), x2, lax.full_like(x1, 1)), zero
+    )
+
+
+def sinc(x, /):
+    x = _float(x)
+    pix = lax.mul(x, lax.full_like(x, np.pi))
+    zero = lax.eq(x, lax.full_like(x, 0))
+    safe = lax.select_n(zero, pix, lax.full_like(x, 1))
+    return lax.select_n(zero, lax.div(lax.sin(safe), safe), lax.full_like(x, 1))
+
+
+def deg2rad(x, /):
+    x = _float(x)
+    return lax.mul(x, lax.full_like(x, np.pi / 180))
+
+
+def rad2deg(x, /):
+    x = _float(x)
+    return lax.mul(x, lax.full_like(x, 180 / np.pi))
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def conjugate(x, /):
+    return operand(x)
+
+
+conj = conjugate
+
+
+def real(x, /):
+    return operand(x)
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    x = operand(x)
+    d = info(x)[0]
+    if not dtypes.is_inexact(d):
+        return x
+    fi = dtypes.finfo(d)
+    posinf = fi.max if posinf is None else posinf
+    neginf = fi.min if neginf is None else neginf
+    out = where(isnan(x), nan, x)
+    out = where(isposinf(out), posinf, out)
+    return where(isneginf(out), neginf, out)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    a, b = promote(a, b, to_inexact=True)
+    close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))
+    both_inf = logical_and(isinf(a), equal(a, b))
+    out = logical_or(logical_and(close, isfinite(b)), both_inf)
+    if equal_nan:
+        out = logical_or(out, logical_and(isnan(a), isnan(b)))
+    return out

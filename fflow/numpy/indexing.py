@@ -1,0 +1,288 @@
+"""NumPy indexing on fflow arrays (`x[idx]`) and functional updates (`x.at[idx].set(v)`).
+
+Basic indices (ints, slices, None, Ellipsis) become slices and reshapes; integer
+array indices become one `gather` (NumPy's placement of the advanced dimensions);
+boolean masks work eagerly. Out-of-bounds gathers clamp; out-of-bounds updates
+are dropped, as in JAX.
+"""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.array import Array
+from fflow.core import Tracer
+from fflow.errors import ConcretizationError, user_error
+from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, convert, info, operand
+
+
+def _is_advanced(e):
+    if isinstance(e, (list, np.ndarray, Array)) or isinstance(e, Tracer):
+        return info(e)[2] != () or info(e)[0] == np.bool_
+    return False
+
+
+def _expand_bool_masks(idx):
+    out = []
+    for e in idx:
+        if (
+            isinstance(e, (np.ndarray, Array, Tracer, list))
+            and info(e)[0] == np.bool_
+            and not isinstance(e, bool)
+        ):
+            if isinstance(e, Tracer) and e.concrete_value() is None:
+                raise ConcretizationError(e, "index")
+            mask = np.asarray(e)
+            out.extend(np.nonzero(mask))
+        else:
+            out.append(e)
+    return out
+
+
+def _normalize(idx, ndim):
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    idx = _expand_bool_masks(list(idx))
+    n_ell = sum(1 for e in idx if e is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for e in idx if e is not None and e is not Ellipsis)
+    if used > ndim:
+        raise user_error(
+            IndexError,
+            f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed",
+        )
+    if n_ell:
+        i = idx.index(Ellipsis)
+        idx = idx[:i] + [slice(None)] * (ndim - used) + idx[i + 1 :]
+    else:
+        idx = idx + [slice(None)] * (ndim - used)
+    return idx
+
+
+def _is_static_int(e):
+    return isinstance(e, (int, np.integer)) and not isinstance(e, bool)
+
+
+def _scalar_index(e, n):
+    """A traced/array scalar index, negative wrapped (static ints handled by the caller)."""
+    e = operand(e)
+    if info(e)[0].kind not in "iu":
+        raise user_error(TypeError, f"indices must be integers, got {info(e)[0]}")
+    e = convert(e, dtypes.int_) if info(e)[0] != dtypes.int_ else e
+    zero = lax.full_like(e, 0)
+    return lax.select_n(lax.lt(e, zero), e, lax.add(e, lax.full_like(e, n)))
+
+
+def getitem(x, idx):
+    x = operand(x)
+    shape = info(x)[2]
+    idx = _normalize(idx, len(shape))
+    has_adv = any(_is_advanced(e) for e in idx)
+    out = x
+    dim = 0
+    advanced = []  # (dim in `out`, index array)
+    for e in idx:
+        cur = info(out)[2]
+        if e is None:
+            out = lax.expand_dims(out, (dim,))
+            dim += 1
+        elif isinstance(e, slice):
+            n = cur[dim]
+            start, stop, step = e.indices(n) if not _traced_slice(e) else _bad_slice(e)
+            if step < 0:
+                out = lax.rev(out, (dim,))
+                start, stop = n - 1 - start, n - 1 - stop
+                step = -step
+            stop = max(stop, start)
+            if (start, stop, step) != (0, n, 1):
+                out = lax.slice_in_dim(out, start, stop, step, axis=dim)
+            dim += 1
+        elif _is_static_int(e) and not has_adv:
+            n = cur[dim]
+            i = int(e)
+            if not -n <= i < n:
+                raise user_error(
+                    IndexError, f"index {i} is out of bounds for axis {dim} with size {n}"
+                )
+            out = lax.index_in_dim(out, i % n, axis=dim, keepdims=False)
+        elif not has_adv:
+            i = _scalar_index(e, cur[dim])
+            out = lax.dynamic_index_in_dim(out, i, axis=dim, keepdims=False)
+        else:
+            advanced.append((dim, e))
+            dim += 1
+    if advanced:
+        out = _gather_advanced(out, advanced)
+    return out
+
+
+def _traced_slice(e):
+    return any(isinstance(v, Tracer) for v in (e.start, e.stop, e.step))
+
+
+def _bad_slice(e):
+    v = next(v for v in (e.start, e.stop, e.step) if isinstance(v, Tracer))
+    if v.concrete_value() is not None:
+        return slice(*(None if s is None else int(s) for s in (e.start, e.stop, e.step)))
+    raise user_error(
+        IndexError,
+        "slice bounds must be static under jit. Fix: use fflow.lax.dynamic_slice(x, "
+        "start, size) for a traced start with a static size.",
+    )
+
+
+def _gather_advanced(x, advanced):
+    shape = info(x)[2]
+    axes = [d for d, _ in advanced]
+    arrays = []
+    for d, e in advanced:
+        e = operand(e) if not _is_static_int(e) else np.asarray(e, np.int32)
+        if info(e)[0].kind not in "iu":
+            raise user_error(TypeError, f"array indices must be integers, got {info(e)[0]}")
+        arrays.append(_wrap_negative(e, shape[d]))
+    bshape = broadcast_shapes(*[info(a)[2] for a in arrays])
+    cols = [
+        lax.reshape(broadcast_to_shape(convert(a, dtypes.int_), bshape), bshape + (1,))
+        for a in arrays
+    ]
+    indices = lax.concatenate(cols, len(bshape)) if len(cols) > 1 else cols[0]
+    if isinstance(indices, np.ndarray):
+        indices = np.ascontiguousarray(indices)
+    out = lax.gather(x, indices, tuple(axes))
+    # NumPy: adjacent advanced indices keep their place; otherwise they go first
+    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] != 0:
+        nb = len(bshape)
+        rest = len(shape) - len(axes)
+        perm = (
+            list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], nb + rest))
+        )
+        out = lax.transpose(out, perm)
+    return out
+
+
+def _wrap_negative(e, n):
+    if isinstance(e, np.ndarray):
+        return np.where(e < 0, e + n, e).astype(np.int32)
+    zero = lax.full_like(e, 0)
+    return lax.select_n(lax.lt(e, zero), e, lax.add(e, lax.full_like(e, n)))
+
+
+# -- x.at[idx] -------------------------------------------------------------------------------
+
+
+class _IndexUpdateHelper:
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, idx):
+        return _IndexUpdateRef(self.array, idx)
+
+
+class _IndexUpdateRef:
+    """`x.at[idx]`: functional updates returning a new array."""
+
+    __slots__ = ("array", "idx")
+
+    def __init__(self, array, idx):
+        self.array = array
+        self.idx = idx
+
+    def get(self, **kwargs):
+        return getitem(self.array, self.idx)
+
+    def set(self, values, **kwargs):
+        return _update(self.array, self.idx, values, "set")
+
+    def add(self, values, **kwargs):
+        return _update(self.array, self.idx, values, "add")
+
+    def subtract(self, values, **kwargs):
+        from fflow.numpy.elementwise import negative
+
+        return _update(self.array, self.idx, negative(values), "add")
+
+    def mul(self, values, **kwargs):
+        return _update(self.array, self.idx, values, "mul")
+
+    multiply = mul
+
+    def divide(self, values, **kwargs):
+        from fflow.numpy.elementwise import reciprocal
+
+        return _update(self.array, self.idx, reciprocal(values), "mul")
+
+    def min(self, values, **kwargs):
+        return _update(self.array, self.idx, values, "min")
+
+    def max(self, values, **kwargs):
+        return _update(self.array, self.idx, values, "max")
+
+    def power(self, values, **kwargs):
+        from fflow.numpy.elementwise import power
+
+        return self.set(power(self.get(), values))
+
+    def apply(self, func, **kwargs):
+        return self.set(func(self.get()))
+
+
+_SCATTER = {
+    "set": lax.scatter,
+    "add": lax.scatter_add,
+    "mul": lax.scatter_mul,
+    "min": lax.scatter_min,
+    "max": lax.scatter_max,
+}
+
+
+def _update(x, idx, values, mode):
+    x = operand(x)
+    dtype, _, shape = info(x)
+    values = convert(operand(values), dtype)
+    fast = _static_box(idx, shape) if mode == "set" else None
+    if fast is not None:
+        starts, sizes, squeezed = fast
+        target = tuple(sizes[i] for i in range(len(sizes)) if i not in squeezed)
+        upd = broadcast_to_shape(values, target) if info(values)[2] != target else values
+        upd = lax.reshape(upd, sizes)
+        return lax.dynamic_update_slice(x, upd, [np.int32(s) for s in starts])
+    # general case: the flat positions of the selected elements, found by indexing
+    # an iota the same way, then one scatter on the flattened array
+    size = int(np.prod(shape, dtype=np.int64))
+    positions = Array(np.arange(size, dtype=np.int32).reshape(shape))
+    selected = getitem(positions, idx)
+    sel_shape = info(selected)[2]
+    upd = broadcast_to_shape(values, sel_shape) if info(values)[2] != sel_shape else values
+    flat = lax.reshape(x, (size,))
+    n = int(np.prod(sel_shape, dtype=np.int64))
+    out = _SCATTER[mode](flat, lax.reshape(selected, (n, 1)), lax.reshape(upd, (n,)), (0,))
+    return lax.reshape(out, shape)
+
+
+def _static_box(idx, shape):
+    """(starts, sizes, squeezed dims) if `idx` is static ints and unit-step slices."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if any(e is None or e is Ellipsis for e in idx) or len(idx) > len(shape):
+        return None
+    starts, sizes, squeezed = [], [], []
+    for d, n in enumerate(shape):
+        e = idx[d] if d < len(idx) else slice(None)
+        if _is_static_int(e):
+            i = int(e)
+            if not -n <= i < n:
+                return None
+            starts.append(i % n)
+            sizes.append(1)
+            squeezed.append(d)
+        elif isinstance(e, slice) and not _traced_slice(e):
+            start, stop, step = e.indices(n)
+            if step != 1:
+                return None
+            starts.append(start)
+            sizes.append(max(stop - start, 0))
+        else:
+            return None
+    return starts, sizes, squeezed

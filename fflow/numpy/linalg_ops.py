@@ -1,0 +1,360 @@
+"""Linear algebra: dot, matmul (`@`), tensordot, einsum (opt_einsum's order), outer,
+inner, trace, diag, and `linalg.norm`."""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.errors import ShapeError, user_error
+from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, info, operand, promote_dtypes
+
+
+def _promote_pair(a, b):
+    from fflow.numpy._util import convert
+
+    a, b = operand(a), operand(b)
+    dtype, _ = promote_dtypes(a, b)
+    return convert(a, dtype), convert(b, dtype)
+
+
+def _pref(dtype):
+    return None
+
+
+def matmul(a, b, precision=None, preferred_element_type=None):
+    """NumPy's matmul: batch dimensions broadcast; 1-D operands are promoted."""
+    a, b = _promote_pair(a, b)
+    sa, sb = info(a)[2], info(b)[2]
+    if len(sa) == 0 or len(sb) == 0:
+        raise user_error(ValueError, "matmul: operands must not be scalars; use *")
+    if len(sa) == 1 and len(sb) == 1:
+        if sa[0] != sb[0]:
+            raise user_error(ShapeError, f"matmul: shapes {sa} and {sb} are not aligned")
+        return lax.dot_general(
+            a, b, (((0,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
+    if len(sb) == 1:
+        if sa[-1] != sb[0]:
+            raise user_error(
+                ShapeError, f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})"
+            )
+        return lax.dot_general(
+            a, b, (((len(sa) - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
+    if len(sa) == 1:
+        if sa[0] != sb[-2]:
+            raise user_error(ShapeError, f"matmul: shapes {sa} and {sb} are not aligned")
+        out = lax.dot_general(
+            a, b, (((0,), (len(sb) - 2,)), ((), ())), preferred_element_type=preferred_element_type
+        )
+        return out
+    if sa[-1] != sb[-2]:
+        raise user_error(
+            ShapeError,
+            f"matmul: shapes {sa} and {sb} are not aligned: {sa[-1]} (dim {len(sa) - 1}) != "
+            f"{sb[-2]} (dim {len(sb) - 2})",
+        )
+    if len(sb) == 2:
+        # one large matmul over all of a's leading dims
+        return lax.dot_general(
+            a, b, (((len(sa) - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    a = broadcast_to_shape(a, batch + tuple(sa[-2:]))
+    b = broadcast_to_shape(b, batch + tuple(sb[-2:]))
+    nb = len(batch)
+    return lax.dot_general(
+        a,
+        b,
+        (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))),
+        preferred_element_type=preferred_element_type,
+    )
+
+
+def dot(a, b, precision=None, preferred_element_type=None):
+    """NumPy's dot: scalars multiply; N-D x M-D contracts a's last and b's second-to-last."""
+    a, b = _promote_pair(a, b)
+    sa, sb = info(a)[2], info(b)[2]
+    if len(sa) == 0 or len(sb) == 0:
+        from fflow.numpy.elementwise import multiply
+
+        return multiply(a, b)
+    if len(sb) <= 2:
+        return matmul(a, b, preferred_element_type=preferred_element_type)
+    if sa[-1] != sb[-2]:
+        raise user_error(ShapeError, f"dot: shapes {sa} and {sb} not aligned")
+    return lax.dot_general(
+        a,
+        b,
+        (((len(sa) - 1,), (len(sb) - 2,)), ((), ())),
+        preferred_element_type=preferred_element_type,
+    )
+
+
+def vdot(a, b):
+    from fflow.numpy.shapes import ravel
+
+    return dot(ravel(a), ravel(b))
+
+
+def inner(a, b):
+    a, b = _promote_pair(a, b)
+    sa, sb = info(a)[2], info(b)[2]
+    if len(sa) == 0 or len(sb) == 0:
+        from fflow.numpy.elementwise import multiply
+
+        return multiply(a, b)
+    return lax.dot_general(a, b, (((len(sa) - 1,), (len(sb) - 1,)), ((), ())))
+
+
+def outer(a, b):
+    from fflow.numpy.elementwise import multiply
+    from fflow.numpy.shapes import ravel, reshape
+
+    return multiply(reshape(ravel(a), (-1, 1)), ravel(b))
+
+
+def tensordot(a, b, axes=2, precision=None):
+    a, b = _promote_pair(a, b)
+    sa, sb = info(a)[2], info(b)[2]
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        ax_a = tuple(range(len(sa) - n, len(sa)))
+        ax_b = tuple(range(n))
+    else:
+        ax_a, ax_b = axes
+        ax_a = tuple(np.atleast_1d(ax_a) % max(len(sa), 1))
+        ax_b = tuple(np.atleast_1d(ax_b) % max(len(sb), 1))
+    for i, j in zip(ax_a, ax_b):
+        if sa[i] != sb[j]:
+            raise user_error(
+                ShapeError, f"tensordot: shape mismatch {sa} and {sb} on axes {ax_a}, {ax_b}"
+            )
+    return lax.dot_general(a, b, ((ax_a, ax_b), ((), ())))
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
+    from fflow.numpy.reductions import sum as _sum
+
+    return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    from fflow.numpy.shapes import moveaxis
+
+    a = operand(a)
+    s = info(a)[2]
+    a = moveaxis(a, (axis1, axis2), (-2, -1))
+    n, m = info(a)[2][-2:]
+    rows = np.arange(max(0, -offset), min(n, m - offset))
+    cols = rows + offset
+    if len(rows) == 0:
+        return lax.full(info(a)[2][:-2] + (0,), 0, info(a)[0])
+    nd = len(s)
+    idx = np.stack([rows, cols], axis=-1).astype(np.int32)
+    out = lax.gather(a, idx, (nd - 2, nd - 1))  # (k, ...rest)
+    return lax.transpose(out, tuple(range(1, nd - 1)) + (0,))
+
+
+def diag(v, k=0):
+    v = operand(v)
+    s = info(v)[2]
+    if len(s) == 1:
+        n = s[0] + abs(k)
+        rows = np.arange(s[0]) + max(0, -k)
+        cols = np.arange(s[0]) + max(0, k)
+        idx = np.stack([rows, cols], -1).astype(np.int32)
+        return lax.scatter_add(lax.full((n, n), 0, info(v)[0]), idx, v, (0, 1))
+    if len(s) == 2:
+        return diagonal(v, k)
+    raise user_error(ValueError, "diag: input must be 1-D or 2-D")
+
+
+def kron(a, b):
+    from fflow.numpy.elementwise import multiply
+    from fflow.numpy.shapes import reshape
+
+    a, b = operand(a), operand(b)
+    sa, sb = info(a)[2], info(b)[2]
+    nd = max(len(sa), len(sb))
+    sa = (1,) * (nd - len(sa)) + tuple(sa)
+    sb = (1,) * (nd - len(sb)) + tuple(sb)
+    a = reshape(a, [d for x in sa for d in (x, 1)])
+    b = reshape(b, [d for x in sb for d in (1, x)])
+    return reshape(multiply(a, b), [x * y for x, y in zip(sa, sb)])
+
+
+# -- einsum -----------------------------------------------------------------------------
+
+
+def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_element_type=None):
+    """Einstein summation; pairwise contractions in opt_einsum's order, each one a
+    `dot_general`.
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((3, 4))).shape
+        (2, 4)
+    """
+    import opt_einsum
+
+    operands = [operand(o) for o in operands]
+    dtype, _ = promote_dtypes(*operands)
+    from fflow.numpy._util import convert
+
+    operands = [convert(o, dtype) for o in operands]
+    shapes = [tuple(info(o)[2]) for o in operands]
+    in_specs, out_spec = _parse_einsum(subscripts, shapes)
+    if len(operands) == 1:
+        return _einsum_single(operands[0], in_specs[0], out_spec)
+    spec = ",".join(in_specs) + "->" + out_spec
+    _, contraction_list = opt_einsum.contract_path(
+        spec, *shapes, shapes=True, einsum_call=True, optimize="greedy" if optimize else False
+    )
+    ops = list(operands)
+    specs = list(in_specs)
+    for contraction in contraction_list:
+        inds, _, einsum_str = contraction[0], contraction[1], contraction[2]
+        picked = [ops.pop(i) for i in inds]
+        picked_specs = [specs.pop(i) for i in inds]
+        ins, result = einsum_str.split("->")
+        if len(picked) == 1:
+            out = _einsum_single(picked[0], picked_specs[0], result)
+        else:
+            out = _einsum_pair(
+                picked[0],
+                picked_specs[0],
+                picked[1],
+                picked_specs[1],
+                result,
+                preferred_element_type,
+            )
+        ops.append(out)
+        specs.append(result)
+    return _einsum_single(ops[0], specs[0], out_spec)
+
+
+def _parse_einsum(subscripts, shapes):
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        ins, out = subscripts.split("->")
+    else:
+        ins, out = subscripts, None
+    in_specs = ins.split(",")
+    if len(in_specs) != len(shapes):
+        raise user_error(
+            ValueError, f"einsum: {len(in_specs)} subscripts for {len(shapes)} operands"
+        )
+    letters = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subscripts)
+    ell = None
+    if "..." in subscripts:
+        n_ell = max(len(s) - (len(spec) - 3) for spec, s in zip(in_specs, shapes) if "..." in spec)
+        ell = "".join(next(letters) for _ in range(n_ell))
+        in_specs = [
+            spec.replace("...", ell[n_ell - (len(s) - (len(spec) - 3)) :])
+            if "..." in spec
+            else spec
+            for spec, s in zip(in_specs, shapes)
+        ]
+    if out is None:
+        counts = {}
+        for spec in in_specs:
+            for c in spec:
+                counts[c] = counts.get(c, 0) + 1
+        out = (ell or "") + "".join(
+            sorted(c for c, n in counts.items() if n == 1 and (ell is None or c not in ell))
+        )
+    elif ell is not None:
+        out = out.replace("...", ell)
+    for spec, s in zip(in_specs, shapes):
+        if len(spec) != len(s):
+            raise user_error(ShapeError, f"einsum: subscript {spec!r} does not match shape {s}")
+    return in_specs, out
+
+
+def _einsum_single(x, spec, out):
+    from fflow.numpy.linalg_ops import diagonal as _diag
+
+    # repeated letters: take the diagonal
+    while len(set(spec)) != len(spec):
+        for c in spec:
+            if spec.count(c) > 1:
+                i = spec.index(c)
+                j = spec.index(c, i + 1)
+                x = _diag(x, 0, i, j)
+                spec = spec[:i] + spec[i + 1 : j] + spec[j + 1 :] + c
+                break
+    summed = tuple(i for i, c in enumerate(spec) if c not in out)
+    if summed:
+        x = lax.reduce_sum(x, summed)
+        spec = "".join(c for c in spec if c in out)
+    if spec != out:
+        x = lax.transpose(x, tuple(spec.index(c) for c in out))
+    return x
+
+
+def _einsum_pair(a, sa, b, sb, out, preferred_element_type=None):
+    # sum out letters that appear only in one operand and not in the output
+    only_a = "".join(c for c in sa if c not in sb and c not in out)
+    if only_a or len(set(sa)) != len(sa):
+        keep = "".join(c for c in dict.fromkeys(sa) if c not in only_a)
+        a = _einsum_single(a, sa, keep)
+        sa = keep
+    only_b = "".join(c for c in sb if c not in sa and c not in out)
+    if only_b or len(set(sb)) != len(sb):
+        keep = "".join(c for c in dict.fromkeys(sb) if c not in only_b)
+        b = _einsum_single(b, sb, keep)
+        sb = keep
+    batch = [c for c in sa if c in sb and c in out]
+    contract = [c for c in sa if c in sb and c not in out]
+    dn = (
+        (tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
+        (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)),
+    )
+    res = lax.dot_general(a, b, dn, preferred_element_type=preferred_element_type)
+    res_spec = (
+        "".join(batch)
+        + "".join(c for c in sa if c not in sb)
+        + "".join(c for c in sb if c not in sa)
+    )
+    return _einsum_single(res, res_spec, out)
+
+
+# -- linalg.norm --------------------------------------------------------------------------
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector and matrix norms (None/2-norm, 1, inf, -inf, 0, p; 'fro' for matrices)."""
+    from fflow.numpy import elementwise as ew
+    from fflow.numpy import reductions as red
+
+    x = operand(x)
+    if not dtypes.is_inexact(info(x)[0]):
+        x = lax.convert_element_type(x, dtypes.float_)
+    nd = len(info(x)[2])
+    if axis is None and (ord is None or ord == "fro"):
+        return ew.sqrt(red.sum(ew.multiply(x, x), axis=None, keepdims=keepdims))
+    if axis is None:
+        axis = tuple(range(nd))
+    if isinstance(axis, int):
+        axis = (axis,)
+    if len(axis) == 1:
+        if ord is None or ord == 2:
+            return ew.sqrt(red.sum(ew.multiply(x, x), axis=axis, keepdims=keepdims))
+        if ord == np.inf:
+            return red.max(ew.absolute(x), axis=axis, keepdims=keepdims)
+        if ord == -np.inf:
+            return red.min(ew.absolute(x), axis=axis, keepdims=keepdims)
+        if ord == 0:
+            return red.sum(ew.not_equal(x, 0).astype(info(x)[0]), axis=axis, keepdims=keepdims)
+        if ord == 1:
+            return red.sum(ew.absolute(x), axis=axis, keepdims=keepdims)
+        p = float(ord)
+        return ew.power(red.sum(ew.power(ew.absolute(x), p), axis=axis, keepdims=keepdims), 1 / p)
+    if ord is None or ord == "fro":
+        return ew.sqrt(red.sum(ew.multiply(x, x), axis=axis, keepdims=keepdims))
+    r, c = axis
+    if ord == 1:
+        return red.max(red.sum(ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims)
+    if ord == np.inf:
+        return red.max(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
+    raise NotImplementedError(f"norm with ord={ord!r} over two axes")

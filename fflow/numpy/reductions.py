@@ -1,0 +1,256 @@
+"""Reductions with `axis` / `keepdims` (sum, mean, var, std, max, min, prod, ...)."""
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand
+
+
+def _keep(out, axes, shape, keepdims):
+    if not keepdims:
+        return out
+    kept = [1 if i in axes else d for i, d in enumerate(shape)]
+    return lax.reshape(out, kept)
+
+
+def _sum_dtype(d):
+    # like JAX: bool and small ints accumulate in the default int
+    if d == np.bool_ or (d.kind in "iu" and d.itemsize < 4):
+        return dtypes.int_ if d.kind != "u" else np.dtype(np.uint32)
+    return d
+
+
+def _prep(a, axis, dtype, where=None, initial=None):
+    a = operand(a)
+    d, _, shape = info(a)
+    axes = canonical_axes(axis, len(shape))
+    return a, d, shape, axes
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+    a, d, shape, axes = _prep(a, axis, dtype)
+    target = dtypes.canonicalize(dtype) if dtype is not None else _sum_dtype(d)
+    a = convert(a, target)
+    if where is not None:
+        from fflow.numpy.elementwise import where as _where
+
+        a = _where(where, a, 0)
+    res = lax.reduce_sum(a, axes) if axes else a
+    if initial is not None:
+        res = lax.add(res, lax.full_like(res, initial))
+    return _keep(res, axes, shape, keepdims)
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    a, d, shape, axes = _prep(a, axis, dtype)
+    target = dtypes.canonicalize(dtype) if dtype is not None else _sum_dtype(d)
+    a = convert(a, target)
+    if where is not None:
+        from fflow.numpy.elementwise import where as _where
+
+        a = _where(where, a, 1)
+    res = lax.reduce_prod(a, axes) if axes else a
+    if initial is not None:
+        res = lax.mul(res, lax.full_like(res, initial))
+    return _keep(res, axes, shape, keepdims)
+
+
+def _extremum(lax_fn, name):
+    def fn(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+        a, d, shape, axes = _prep(a, axis, None)
+        if where is not None:
+            from fflow.numpy.elementwise import where as _where
+
+            if initial is None:
+                raise ValueError(f"{name} with where= needs initial=")
+            a = _where(where, a, initial)
+        if any(shape[i] == 0 for i in axes) and initial is None:
+            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+        res = lax_fn(a, axes) if axes else a
+        if initial is not None:
+            other = lax.full_like(res, initial)
+            res = lax.max(res, other) if name == "max" else lax.min(res, other)
+        return _keep(res, axes, shape, keepdims)
+
+    fn.__name__ = name
+    return fn
+
+
+max = _extremum(lax.reduce_max, "max")  # noqa: A001
+min = _extremum(lax.reduce_min, "min")  # noqa: A001
+amax, amin = max, min
+
+
+def all(a, axis=None, out=None, keepdims=False, where=None):  # noqa: A001
+    from fflow.numpy.elementwise import _bool
+
+    a, d, shape, axes = _prep(a, axis, None)
+    a = _bool(a)
+    res = lax.reduce_and(a, axes) if axes else a
+    return _keep(res, axes, shape, keepdims)
+
+
+def any(a, axis=None, out=None, keepdims=False, where=None):  # noqa: A001
+    from fflow.numpy.elementwise import _bool
+
+    a, d, shape, axes = _prep(a, axis, None)
+    a = _bool(a)
+    res = lax.reduce_or(a, axes) if axes else a
+    return _keep(res, axes, shape, keepdims)
+
+
+def _count(shape, axes):
+    return int(np.prod([shape[i] for i in axes], dtype=np.int64))
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    a, d, shape, axes = _prep(a, axis, dtype)
+    target = (
+        dtypes.canonicalize(dtype)
+        if dtype is not None
+        else (d if dtypes.is_inexact(d) else dtypes.float_)
+    )
+    a = convert(a, target)
+    if where is not None:
+        from fflow.numpy.elementwise import where as _where
+
+        total = sum(_where(where, a, 0), axis=axis, keepdims=keepdims)
+        count = sum(_where(where, 1.0, 0.0), axis=axis, keepdims=keepdims)
+        return lax.div(total, convert(count, target))
+    total = sum(a, axis=axis, keepdims=keepdims)
+    n = _count(shape, axes)
+    return lax.div(total, lax.full_like(total, n))
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+    a, d, shape, axes = _prep(a, axis, dtype)
+    target = (
+        dtypes.canonicalize(dtype)
+        if dtype is not None
+        else (d if dtypes.is_inexact(d) else dtypes.float_)
+    )
+    a = convert(a, target)
+    m = mean(a, axis=axis, keepdims=True)
+    centered = lax.sub(a, lax.broadcast_in_dim(m, shape, tuple(range(len(shape)))))
+    sq = lax.mul(centered, centered)
+    total = sum(sq, axis=axis, keepdims=keepdims)
+    n = _count(shape, axes) - ddof
+    return lax.div(total, lax.full_like(total, n))
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+    return lax.sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def _arg(lax_fn, name):
+    def fn(a, axis=None, out=None, keepdims=False):
+        a = operand(a)
+        d, _, shape = info(a)
+        if axis is None:
+            flat = lax.reshape(a, (int(np.prod(shape, dtype=np.int64)),))
+            res = lax_fn(flat, 0, dtypes.int_)
+            return lax.reshape(res, (1,) * len(shape)) if keepdims else res
+        ax = canonical_axis(axis, len(shape))
+        res = lax_fn(a, ax, dtypes.int_)
+        return _keep(res, (ax,), shape, keepdims)
+
+    fn.__name__ = name
+    return fn
+
+
+argmax = _arg(lax.argmax, "argmax")
+argmin = _arg(lax.argmin, "argmin")
+
+
+def _cumulative(lax_fn, name, promote_small=True):
+    def fn(a, axis=None, dtype=None, out=None):
+        a = operand(a)
+        d, _, shape = info(a)
+        if axis is None:
+            a = lax.reshape(a, (int(np.prod(shape, dtype=np.int64)),))
+            axis = 0
+            shape = info(a)[2]
+        target = (
+            dtypes.canonicalize(dtype)
+            if dtype is not None
+            else (_sum_dtype(d) if promote_small else d)
+        )
+        a = convert(a, target)
+        return lax_fn(a, canonical_axis(axis, len(shape)))
+
+    fn.__name__ = name
+    return fn
+
+
+cumsum = _cumulative(lax.cumsum, "cumsum")
+cumprod = _cumulative(lax.cumprod, "cumprod")
+cumulative_sum = cumsum
+
+
+def nansum(a, axis=None, dtype=None, keepdims=False):
+    from fflow.numpy.elementwise import isnan, where
+
+    return sum(where(isnan(a), 0, a), axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def nanmean(a, axis=None, keepdims=False):
+    from fflow.numpy.elementwise import isnan, logical_not, where
+
+    ok = logical_not(isnan(a))
+    total = sum(where(ok, a, 0), axis=axis, keepdims=keepdims)
+    count = sum(ok, axis=axis, keepdims=keepdims)
+    return lax.div(total, convert(count, info(total)[0]))
+
+
+def nanmax(a, axis=None, keepdims=False):
+    from fflow.numpy.elementwise import isnan, where
+
+    return max(where(isnan(a), -np.inf, a), axis=axis, keepdims=keepdims)
+
+
+def nanmin(a, axis=None, keepdims=False):
+    from fflow.numpy.elementwise import isnan, where
+
+    return min(where(isnan(a), np.inf, a), axis=axis, keepdims=keepdims)
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    from fflow.numpy.elementwise import _bool
+
+    return sum(_bool(a), axis=axis, keepdims=keepdims)
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    if weights is None:
+        avg = mean(a, axis=axis, keepdims=keepdims)
+        n = lax.full_like(avg, _count(info(a)[2], canonical_axes(axis, len(info(a)[2]))))
+        return (avg, n) if returned else avg
+    from fflow.numpy.elementwise import multiply
+
+    wsum = sum(weights, axis=axis, keepdims=keepdims)
+    avg = lax.div(sum(multiply(a, weights), axis=axis, keepdims=keepdims), wsum)
+    return (avg, wsum) if returned else avg
+
+
+def ptp(a, axis=None, keepdims=False):
+    return lax.sub(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))
+
+
+def median(a, axis=None, keepdims=False):
+    from fflow.numpy.shapes import sort, take
+
+    a = operand(a)
+    if axis is None:
+        a = lax.reshape(a, (int(np.prod(info(a)[2], dtype=np.int64)),))
+        axis = 0
+    n = info(a)[2][axis]
+    s = sort(a, axis=axis)
+    if n % 2:
+        out = take(s, n // 2, axis=axis)
+    else:
+        out = mean(take(s, np.array([n // 2 - 1, n // 2]), axis=axis), axis=axis)
+    if keepdims:
+        from fflow.numpy.shapes import expand_dims
+
+        out = expand_dims(out, axis)
+    return out

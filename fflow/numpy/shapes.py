@@ -1,0 +1,566 @@
+"""Shape manipulation: reshape, transpose, concatenate, stack, split, tile, pad, sort..."""
+
+import builtins
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.array import Array
+from fflow.core import Tracer
+from fflow.errors import ShapeError, user_error
+from fflow.numpy._util import (
+    broadcast_shapes,
+    broadcast_to_shape,
+    canonical_axis,
+    info,
+    operand,
+)
+
+
+def shape(a):
+    return tuple(info(a)[2])
+
+
+def ndim(a):
+    return len(info(a)[2])
+
+
+def size(a, axis=None):
+    s = info(a)[2]
+    return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]
+
+
+def reshape(a, shape=None, order="C", *, newshape=None):
+    """Reshape (one -1 entry allowed)."""
+    if shape is None:
+        shape = newshape
+    a = operand(a)
+    old = info(a)[2]
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    shape = [int(s) for s in shape]
+    if shape.count(-1) > 1:
+        raise user_error(ShapeError, "reshape: only one dimension may be -1")
+    total = int(np.prod(old, dtype=np.int64))
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        if known == 0 or total % known:
+            raise user_error(ShapeError, f"cannot reshape array of shape {old} into {tuple(shape)}")
+        shape[shape.index(-1)] = total // known
+    if order == "F":
+        a = transpose(a)
+        out = lax.reshape(a, tuple(reversed(shape)))
+        return transpose(out)
+    return lax.reshape(a, tuple(shape))
+
+
+def ravel(a, order="C"):
+    return reshape(a, (-1,), order)
+
+
+def transpose(a, axes=None):
+    a = operand(a)
+    nd = len(info(a)[2])
+    if axes is None:
+        axes = tuple(reversed(range(nd)))
+    axes = tuple(canonical_axis(int(x), nd) for x in axes)
+    return lax.transpose(a, axes)
+
+
+permute_dims = transpose
+
+
+def matrix_transpose(x):
+    nd = ndim(x)
+    return swapaxes(x, nd - 2, nd - 1)
+
+
+def swapaxes(a, axis1, axis2):
+    nd = ndim(a)
+    perm = list(range(nd))
+    i, j = canonical_axis(axis1, nd), canonical_axis(axis2, nd)
+    perm[i], perm[j] = perm[j], perm[i]
+    return lax.transpose(operand(a), perm)
+
+
+def moveaxis(a, source, destination):
+    nd = ndim(a)
+    src = [canonical_axis(s, nd) for s in np.atleast_1d(source)]
+    dst = [canonical_axis(d, nd) for d in np.atleast_1d(destination)]
+    order = [i for i in range(nd) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return lax.transpose(operand(a), order)
+
+
+def expand_dims(a, axis):
+    a = operand(a)
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return lax.expand_dims(a, axes)
+
+
+def squeeze(a, axis=None):
+    a = operand(a)
+    s = info(a)[2]
+    if axis is None:
+        dims = tuple(i for i, d in enumerate(s) if d == 1)
+    else:
+        axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+        dims = tuple(canonical_axis(x, len(s)) for x in axes)
+    if not dims:
+        return a
+    return lax.squeeze(a, dims)
+
+
+def broadcast_to(a, shape):
+    a = operand(a)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    s = info(a)[2]
+    if len(s) > len(shape) or broadcast_shapes(s, shape) != tuple(shape):
+        raise user_error(ShapeError, f"cannot broadcast shape {s} to {tuple(shape)}")
+    if isinstance(a, np.ndarray):
+        return Array(np.broadcast_to(a, shape))
+    return broadcast_to_shape(a, tuple(shape))
+
+
+def broadcast_arrays(*args):
+    s = broadcast_shapes(*[info(a)[2] for a in args])
+    return [broadcast_to(a, s) for a in args]
+
+
+def atleast_1d(*arys):
+    out = [reshape(a, (1,)) if ndim(a) == 0 else operand(a) for a in arys]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_2d(*arys):
+    out = []
+    for a in arys:
+        n = ndim(a)
+        out.append(reshape(a, (1, 1)) if n == 0 else reshape(a, (1, -1)) if n == 1 else operand(a))
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_3d(*arys):
+    out = []
+    for a in arys:
+        n = ndim(a)
+        if n == 0:
+            out.append(reshape(a, (1, 1, 1)))
+        elif n == 1:
+            out.append(reshape(a, (1, -1, 1)))
+        elif n == 2:
+            out.append(expand_dims(a, 2))
+        else:
+            out.append(operand(a))
+    return out[0] if len(out) == 1 else out
+
+
+def concatenate(arrays, axis=0, dtype=None):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to concatenate")
+    if axis is None:
+        arrays = [ravel(a) for a in arrays]
+        axis = 0
+    arrays = promote_dtypes_only(*arrays)
+    if dtype is not None:
+        arrays = [lax.convert_element_type(a, dtype) for a in arrays]
+    nd = ndim(arrays[0])
+    if nd == 0:
+        raise user_error(ShapeError, "zero-dimensional arrays cannot be concatenated")
+    return lax.concatenate(arrays, canonical_axis(axis, nd))
+
+
+concat = concatenate
+
+
+def promote_dtypes_only(*arrays):
+    from fflow.numpy._util import convert, promote_dtypes
+
+    dtype, _ = promote_dtypes(*arrays)
+    return [convert(operand(a), dtype) for a in arrays]
+
+
+def stack(arrays, axis=0, dtype=None):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    shapes = {tuple(info(a)[2]) for a in arrays}
+    if len(shapes) != 1:
+        raise user_error(ShapeError, f"all input arrays must have the same shape, got {shapes}")
+    nd = ndim(arrays[0]) + 1
+    ax = canonical_axis(axis, nd)
+    return concatenate([expand_dims(a, ax) for a in arrays], axis=ax, dtype=dtype)
+
+
+def vstack(tup):
+    return concatenate([atleast_2d(a) for a in tup], axis=0)
+
+
+row_stack = vstack
+
+
+def hstack(tup):
+    arrs = [atleast_1d(a) for a in tup]
+    return concatenate(arrs, axis=0 if ndim(arrs[0]) == 1 else 1)
+
+
+def dstack(tup):
+    return concatenate([atleast_3d(a) for a in tup], axis=2)
+
+
+def column_stack(tup):
+    arrs = [reshape(a, (-1, 1)) if ndim(a) == 1 else operand(a) for a in tup]
+    return concatenate(arrs, axis=1)
+
+
+def split(ary, indices_or_sections, axis=0):
+    ary = operand(ary)
+    s = info(ary)[2]
+    axis = canonical_axis(axis, len(s))
+    n = s[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        k = int(indices_or_sections)
+        if n % k:
+            raise user_error(
+                ShapeError, f"array split does not result in an equal division ({n} by {k})"
+            )
+        bounds = [i * (n // k) for i in range(k + 1)]
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    return [
+        lax.slice_in_dim(ary, builtins.min(lo, n), builtins.min(builtins.max(hi, lo), n), axis=axis)
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+def array_split(ary, indices_or_sections, axis=0):
+    if isinstance(indices_or_sections, (int, np.integer)):
+        n = info(ary)[2][axis]
+        k = int(indices_or_sections)
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        bounds = np.cumsum(sizes)[:-1].tolist()
+        return split(ary, bounds, axis)
+    return split(ary, indices_or_sections, axis)
+
+
+def hsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=1 if ndim(ary) > 1 else 0)
+
+
+def vsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=0)
+
+
+def tile(A, reps):
+    A = operand(A)
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    s = info(A)[2]
+    nd = builtins.max(len(s), len(reps))
+    s = (1,) * (nd - len(s)) + tuple(s)
+    reps = (1,) * (nd - len(reps)) + reps
+    A = lax.reshape(A, s)
+    # broadcast to (r0, s0, r1, s1, ...) then merge pairs
+    expanded = []
+    dims = []
+    for i, (r, d) in enumerate(zip(reps, s)):
+        expanded += [r, d]
+        dims.append(2 * i + 1)
+    out = lax.broadcast_in_dim(A, expanded, dims)
+    return lax.reshape(out, [r * d for r, d in zip(reps, s)])
+
+
+def repeat(a, repeats, axis=None, total_repeat_length=None):
+    a = operand(a)
+    if axis is None:
+        a = ravel(a)
+        axis = 0
+    s = info(a)[2]
+    axis = canonical_axis(axis, len(s))
+    if isinstance(repeats, (int, np.integer)):
+        r = int(repeats)
+        expanded = list(s[: axis + 1]) + [r] + list(s[axis + 1 :])
+        dims = [i for i in range(len(s) + 1) if i != axis + 1]
+        out = lax.broadcast_in_dim(a, expanded, dims)
+        new = list(s)
+        new[axis] *= r
+        return lax.reshape(out, new)
+    reps = np.asarray(repeats)
+    if isinstance(repeats, Tracer):
+        raise user_error(TypeError, "repeat with traced repeats needs total_repeat_length")
+    idx = np.repeat(np.arange(s[axis]), reps)
+    return take(a, idx, axis=axis)
+
+
+def flip(m, axis=None):
+    m = operand(m)
+    nd = ndim(m)
+    if axis is None:
+        axes = tuple(range(nd))
+    else:
+        axes = tuple(
+            canonical_axis(x, nd) for x in (axis if isinstance(axis, (tuple, list)) else (axis,))
+        )
+    return lax.rev(m, axes)
+
+
+def fliplr(m):
+    return flip(m, 1)
+
+
+def flipud(m):
+    return flip(m, 0)
+
+
+def roll(a, shift, axis=None):
+    a = operand(a)
+    if axis is None:
+        s = info(a)[2]
+        return reshape(roll(ravel(a), shift, 0), s)
+    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    for sh, ax in zip(shifts, axes):
+        n = info(a)[2][ax]
+        if n == 0:
+            continue
+        if isinstance(sh, Tracer):
+            # traced shift: gather with (i - shift) mod n
+            from fflow.numpy.elementwise import remainder, subtract
+
+            idx = remainder(subtract(lax.iota(np.int32, n), sh), n)
+            a = take(a, idx, axis=ax)
+            continue
+        k = int(sh) % n
+        if k:
+            a = concatenate(
+                [lax.slice_in_dim(a, n - k, n, axis=ax), lax.slice_in_dim(a, 0, n - k, axis=ax)],
+                axis=ax,
+            )
+    return a
+
+
+def rot90(m, k=1, axes=(0, 1)):
+    k %= 4
+    m = operand(m)
+    for _ in range(k):
+        m = flip(swapaxes(m, axes[0], axes[1]), axes[0])
+    return m
+
+
+def pad(array, pad_width, mode="constant", constant_values=0):
+    """NumPy's pad for modes constant, edge, reflect, symmetric, wrap."""
+    array = operand(array)
+    s = info(array)[2]
+    nd = len(s)
+    pw = (
+        np.broadcast_to(
+            np.asarray(pad_width, dtype=np.int64).reshape(-1, 2)
+            if np.ndim(pad_width)
+            else np.asarray([[pad_width, pad_width]]),
+            (nd, 2),
+        )
+        if nd
+        else np.zeros((0, 2), np.int64)
+    )
+    if mode == "constant":
+        cv = np.asarray(constant_values)
+        if cv.ndim == 0:
+            pv = np.asarray(constant_values, dtype=info(array)[0])
+            return lax.pad(array, pv, [(int(lo), int(hi), 0) for lo, hi in pw])
+        out = array
+        cvb = np.broadcast_to(cv.reshape(-1, 2) if cv.ndim else cv, (nd, 2))
+        for ax in range(nd):
+            cfg = [(0, 0, 0)] * nd
+            cfg[ax] = (int(pw[ax][0]), 0, 0)
+            out = lax.pad(out, np.asarray(cvb[ax][0], info(array)[0]), cfg)
+            cfg[ax] = (0, int(pw[ax][1]), 0)
+            out = lax.pad(out, np.asarray(cvb[ax][1], info(array)[0]), cfg)
+        return out
+    out = array
+    for ax in range(nd):
+        lo, hi = int(pw[ax][0]), int(pw[ax][1])
+        n = info(out)[2][ax]
+        idx = np.pad(np.arange(n), (lo, hi), mode=mode)
+        if lo or hi:
+            out = take(out, idx, axis=ax)
+    return out
+
+
+def sort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
+    a = operand(a)
+    if axis is None:
+        a = ravel(a)
+        axis = 0
+    axis = canonical_axis(axis, ndim(a))
+    out = lax.sort(a, dimension=axis)
+    return flip(out, axis) if descending else out
+
+
+def argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
+    a = operand(a)
+    if axis is None:
+        a = ravel(a)
+        axis = 0
+    axis = canonical_axis(axis, ndim(a))
+    iota = lax.broadcasted_iota(dtypes.int_, info(a)[2], axis)
+    key = lax.neg(a) if descending and dtypes.is_inexact(info(a)[0]) else a
+    _, perm = lax.sort([key, iota], dimension=axis, num_keys=1)
+    return perm
+
+
+def take(a, indices, axis=None, mode=None, fill_value=None):
+    a = operand(a)
+    if axis is None:
+        a = ravel(a)
+        axis = 0
+    s = info(a)[2]
+    axis = canonical_axis(axis, len(s))
+    idx = operand(indices)
+    idx_shape = info(idx)[2]
+    if info(idx)[0].kind not in "iu":
+        raise user_error(TypeError, "take: indices must be integers")
+    idx = _normalize_index(idx, s[axis])
+    gathered = lax.gather(a, lax.reshape(idx, tuple(idx_shape) + (1,)), (axis,))
+    # gather puts the index dims first; move them to `axis`
+    nb = len(idx_shape)
+    perm = list(range(nb, nb + axis)) + list(range(nb)) + list(range(nb + axis, nb + len(s) - 1))
+    return lax.transpose(gathered, perm)
+
+
+def _normalize_index(idx, n):
+    d = info(idx)[0]
+    if isinstance(idx, np.ndarray):
+        return np.where(idx < 0, idx + n, idx).astype(np.int32 if d.itemsize <= 4 else d)
+    zero = lax.full_like(idx, 0)
+    return lax.select_n(lax.lt(idx, zero), idx, lax.add(idx, lax.full_like(idx, n)))
+
+
+def take_along_axis(arr, indices, axis):
+    arr = operand(arr)
+    if axis is None:
+        arr = ravel(arr)
+        axis = 0
+    s = info(arr)[2]
+    axis = canonical_axis(axis, len(s))
+    idx = operand(indices)
+    ishape = info(idx)[2]
+    bshape = tuple(
+        builtins.max(a, b) if i != axis else b for i, (a, b) in enumerate(zip(s, ishape))
+    )
+    idx = broadcast_to(idx, bshape)
+    arr_shape = tuple(d if i == axis else bshape[i] for i, d in enumerate(s))
+    arr = broadcast_to(arr, arr_shape)
+    idx = _normalize_index(idx, s[axis])
+    return lax.take_along_axis(arr, idx, axis)
+
+
+def nonzero(a, size=None, fill_value=None):
+    """Indices of nonzero entries (eager: the result's shape depends on the values)."""
+    if isinstance(a, Tracer) and a.concrete_value() is None and size is None:
+        from fflow.errors import ConcretizationError
+
+        raise ConcretizationError(a, "array")
+    value = np.asarray(a)
+    res = np.nonzero(value)
+    if size is not None:
+        fill = 0 if fill_value is None else fill_value
+        res = tuple(
+            np.concatenate([r[:size], np.full(builtins.max(size - len(r), 0), fill)]) for r in res
+        )
+    return tuple(Array(r.astype(np.int32)) for r in res)
+
+
+def argwhere(a, size=None, fill_value=None):
+    return (
+        stack(nonzero(a, size, fill_value), axis=1)
+        if ndim(a)
+        else Array(np.argwhere(np.asarray(a)).astype(np.int32))
+    )
+
+
+def flatnonzero(a):
+    return nonzero(ravel(a))[0]
+
+
+def unique(
+    ar,
+    return_index=False,
+    return_inverse=False,
+    return_counts=False,
+    axis=None,
+    size=None,
+    fill_value=None,
+):
+    """Eager only (the output shape depends on the values), like JAX without `size`."""
+    out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis)
+    if isinstance(out, tuple):
+        return tuple(Array(default_int(o)) for o in out)
+    return Array(out)
+
+
+def default_int(o):
+    return o.astype(np.int32) if o.dtype == np.int64 else o
+
+
+def diff(a, n=1, axis=-1, prepend=None, append=None):
+    a = operand(a)
+    axis = canonical_axis(axis, ndim(a))
+    if prepend is not None:
+        a = concatenate(
+            [
+                broadcast_to(prepend, _with(info(a)[2], axis, 1))
+                if ndim(prepend) == 0
+                else prepend,
+                a,
+            ],
+            axis,
+        )
+    if append is not None:
+        a = concatenate(
+            [a, broadcast_to(append, _with(info(a)[2], axis, 1)) if ndim(append) == 0 else append],
+            axis,
+        )
+    for _ in range(n):
+        k = info(a)[2][axis]
+        a = lax.sub(lax.slice_in_dim(a, 1, k, axis=axis), lax.slice_in_dim(a, 0, k - 1, axis=axis))
+    return a
+
+
+def _with(shape, axis, v):
+    shape = list(shape)
+    shape[axis] = v
+    return tuple(shape)
+
+
+def tril(m, k=0):
+    m = operand(m)
+    s = info(m)[2]
+    mask = np.tri(s[-2], s[-1], k, dtype=bool)
+    from fflow.numpy.elementwise import where
+
+    return where(mask, m, 0)
+
+
+def triu(m, k=0):
+    m = operand(m)
+    s = info(m)[2]
+    mask = ~np.tri(s[-2], s[-1], k - 1, dtype=bool)
+    from fflow.numpy.elementwise import where
+
+    return where(mask, m, 0)
+
+
+def searchsorted(a, v, side="left", sorter=None):
+    from fflow.numpy.elementwise import greater, greater_equal
+    from fflow.numpy.reductions import sum as _sum
+
+    a = operand(a)
+    v = operand(v)
+    cmp = greater_equal if side == "right" else greater
+    vs = expand_dims(v, -1)
+    return _sum(cmp(vs, a), axis=-1).astype(np.int32)
+
+
+def clip_index(i, n):
+    return lax.clamp(0, i, n - 1)

@@ -1,0 +1,270 @@
+"""Pytrees: nested tuples, lists, dicts (sorted keys), None, namedtuples, dataclasses
+and registered classes. Every transform works on flat lists of leaves.
+
+Example:
+    >>> from fflow.tree_util import tree_flatten, tree_unflatten
+    >>> leaves, treedef = tree_flatten({"b": (1, 2), "a": [3]})
+    >>> leaves
+    [3, 1, 2]
+    >>> tree_unflatten(treedef, [x * 10 for x in leaves])
+    {'a': [30], 'b': (10, 20)}
+"""
+
+import dataclasses
+import functools
+
+_registry = {}  # type -> (flatten(x) -> (children, aux), unflatten(aux, children))
+
+
+def register_pytree_node(cls, flatten_func, unflatten_func):
+    """Register `cls` as a pytree node type (JAX's signature)."""
+    _registry[cls] = (flatten_func, unflatten_func)
+    return cls
+
+
+def register_pytree_node_class(cls):
+    """Class decorator: uses `tree_flatten()` and `tree_unflatten(aux, children)`."""
+    register_pytree_node(cls, lambda x: x.tree_flatten(), cls.tree_unflatten)
+    return cls
+
+
+def register_dataclass(cls, data_fields=None, meta_fields=()):
+    """Register a dataclass; by default every field is a child."""
+    if data_fields is None:
+        data_fields = [f.name for f in dataclasses.fields(cls) if f.name not in meta_fields]
+
+    def flatten(x):
+        return [getattr(x, n) for n in data_fields], tuple(getattr(x, n) for n in meta_fields)
+
+    def unflatten(aux, children):
+        kwargs = dict(zip(data_fields, children))
+        kwargs.update(zip(meta_fields, aux))
+        return cls(**kwargs)
+
+    register_pytree_node(cls, flatten, unflatten)
+    return cls
+
+
+def _is_namedtuple(x):
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+class PyTreeDef:
+    """The structure of a pytree: node kind, auxiliary data and children."""
+
+    __slots__ = ("kind", "aux", "children", "num_leaves", "_hash")
+
+    def __init__(self, kind, aux, children):
+        self.kind = kind
+        self.aux = aux
+        self.children = children
+        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+        self._hash = None
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, PyTreeDef)
+            and self.kind == other.kind
+            and self.aux == other.aux
+            and self.children == other.children
+        )
+
+    def __hash__(self):
+        if self._hash is None:
+            self._hash = hash((self.kind, _hashable(self.aux), tuple(self.children)))
+        return self._hash
+
+    def __repr__(self):
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(map(repr, self.children))
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.aux, self.children))
+            return "{" + inner + "}"
+        if self.kind == "tuple":
+            return f"({inner}{',' if len(self.children) == 1 else ''})"
+        if self.kind == "list":
+            return f"[{inner}]"
+        name = getattr(self.kind, "__name__", str(self.kind))
+        return f"{name}({inner})"
+
+    def unflatten(self, leaves):
+        return tree_unflatten(self, leaves)
+
+
+def _hashable(aux):
+    try:
+        hash(aux)
+        return aux
+    except TypeError:
+        return repr(aux)
+
+
+LEAF = PyTreeDef("leaf", None, ())
+NONE = PyTreeDef("none", None, ())
+
+
+def _flatten(x, leaves, is_leaf):
+    if is_leaf is not None and is_leaf(x):
+        leaves.append(x)
+        return LEAF
+    t = type(x)
+    if x is None:
+        return NONE
+    if t is tuple:
+        return PyTreeDef("tuple", None, tuple(_flatten(c, leaves, is_leaf) for c in x))
+    if t is list:
+        return PyTreeDef("list", None, tuple(_flatten(c, leaves, is_leaf) for c in x))
+    if t is dict:
+        keys = sorted(x)
+        return PyTreeDef("dict", tuple(keys), tuple(_flatten(x[k], leaves, is_leaf) for k in keys))
+    entry = _registry.get(t)
+    if entry is not None:
+        children, aux = entry[0](x)
+        return PyTreeDef(t, aux, tuple(_flatten(c, leaves, is_leaf) for c in children))
+    if _is_namedtuple(x):
+        return PyTreeDef(t, None, tuple(_flatten(c, leaves, is_leaf) for c in x))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        return PyTreeDef(
+            ("dataclass", t), names, tuple(_flatten(getattr(x, n), leaves, is_leaf) for n in names)
+        )
+    if isinstance(x, dict):  # OrderedDict, defaultdict...
+        keys = sorted(x)
+        return PyTreeDef(
+            ("dictlike", t), tuple(keys), tuple(_flatten(x[k], leaves, is_leaf) for k in keys)
+        )
+    leaves.append(x)
+    return LEAF
+
+
+def tree_flatten(tree, is_leaf=None):
+    """(leaves, treedef) of a pytree."""
+    leaves = []
+    treedef = _flatten(tree, leaves, is_leaf)
+    return leaves, treedef
+
+
+def _unflatten(treedef, it):
+    kind = treedef.kind
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    children = [_unflatten(c, it) for c in treedef.children]
+    if kind == "tuple":
+        return tuple(children)
+    if kind == "list":
+        return children
+    if kind == "dict":
+        return dict(zip(treedef.aux, children))
+    if isinstance(kind, tuple) and kind[0] == "dataclass":
+        return kind[1](**dict(zip(treedef.aux, children)))
+    if isinstance(kind, tuple) and kind[0] == "dictlike":
+        out = kind[1]()
+        out.update(zip(treedef.aux, children))
+        return out
+    entry = _registry.get(kind)
+    if entry is not None:
+        return entry[1](treedef.aux, children)
+    return kind(*children)  # namedtuple
+
+
+def tree_unflatten(treedef, leaves):
+    """Rebuild a pytree of structure `treedef` from `leaves`."""
+    leaves = list(leaves)
+    if len(leaves) != treedef.num_leaves:
+        raise ValueError(
+            f"tree_unflatten: structure {treedef} needs {treedef.num_leaves} leaves, "
+            f"got {len(leaves)}"
+        )
+    return _unflatten(treedef, iter(leaves))
+
+
+def tree_leaves(tree, is_leaf=None):
+    return tree_flatten(tree, is_leaf)[0]
+
+
+def tree_structure(tree, is_leaf=None):
+    return tree_flatten(tree, is_leaf)[1]
+
+
+def tree_map(f, tree, *rest, is_leaf=None):
+    """Apply `f` to corresponding leaves of `tree` and of each tree in `rest`."""
+    leaves, treedef = tree_flatten(tree, is_leaf)
+    others = []
+    for r in rest:
+        r_leaves, r_def = tree_flatten(r, is_leaf)
+        if r_def != treedef:
+            raise ValueError(f"tree_map: tree structures differ: {treedef} vs {r_def}")
+        others.append(r_leaves)
+    return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
+
+
+def tree_reduce(f, tree, initializer=None, is_leaf=None):
+    leaves = tree_leaves(tree, is_leaf)
+    if initializer is None:
+        return functools.reduce(f, leaves)
+    return functools.reduce(f, leaves, initializer)
+
+
+def tree_all(tree):
+    return all(tree_leaves(tree))
+
+
+def treedef_children(treedef):
+    return list(treedef.children)
+
+
+def tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    flat = tree_leaves(pytree_to_transpose)
+    n_inner = inner_treedef.num_leaves
+    n_outer = outer_treedef.num_leaves
+    groups = [flat[i * n_inner : (i + 1) * n_inner] for i in range(n_outer)]
+    transposed = [[g[j] for g in groups] for j in range(n_inner)]
+    return tree_unflatten(inner_treedef, [tree_unflatten(outer_treedef, t) for t in transposed])
+
+
+def prefix_broadcast(prefix, tree, what="in_axes"):
+    """Expand a pytree prefix (e.g. `in_axes`) to one entry per leaf of `tree`."""
+    leaves_out = []
+
+    def walk(p, t):
+        if (
+            p is None
+            or isinstance(p, (int, str))
+            or type(p) not in (tuple, list, dict)
+            and not _is_namedtuple(p)
+            and type(p) not in _registry
+        ):
+            leaves_out.extend([p] * len(tree_leaves(t)))
+            return
+        p_children, p_def = _children(p)
+        t_children, t_def = _children(t)
+        if p_def != t_def or len(p_children) != len(t_children):
+            raise ValueError(
+                f"{what} structure {tree_structure(p)} is not a prefix of the argument "
+                f"structure {tree_structure(t)}"
+            )
+        for pc, tc in zip(p_children, t_children):
+            walk(pc, tc)
+
+    walk(prefix, tree)
+    return leaves_out
+
+
+def _children(x):
+    t = type(x)
+    if t in (tuple, list):
+        return list(x), (t, len(x))
+    if t is dict:
+        keys = sorted(x)
+        return [x[k] for k in keys], (dict, tuple(keys))
+    if t in _registry:
+        children, aux = _registry[t][0](x)
+        return list(children), (t, _hashable(aux))
+    if _is_namedtuple(x):
+        return list(x), (t, len(x))
+    return [x], ("leaf",)

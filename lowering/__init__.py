@@ -1,0 +1,1 @@
+"""Lowering: shared IR passes and backends (NumPy codegen, CUDA codegen)."""

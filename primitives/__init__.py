@@ -1,0 +1,14 @@
+"""The primitive set, one module per family. Importing this registers them all."""
+
+from fflow.primitives import (  # noqa: F401
+    binary,
+    compare,
+    convert,
+    cumulative,
+    dot,
+    indexing,
+    reduction,
+    shape,
+    sort,
+    unary,
+)

@@ -1,0 +1,152 @@
+"""Elementwise binary arithmetic primitives (operands of equal shape and dtype)."""
+
+import numpy as np
+from fflow.primitives.registrar import binary
+from fflow.transforms.autodiff import defjvp, deflinear, is_undefined, jvp_rules, transpose_rules
+
+from fflow import lax
+
+
+def _linear_ct(ct, x):
+    return ct if is_undefined(x) else None
+
+
+add_p = binary("add", np.add)
+deflinear(add_p, lambda ct, x, y: [_linear_ct(ct, x), _linear_ct(ct, y)])
+
+sub_p = binary("sub", np.subtract)
+deflinear(
+    sub_p,
+    lambda ct, x, y: [_linear_ct(ct, x), lax.neg(ct) if is_undefined(y) else None],
+)
+
+mul_p = binary("mul", np.multiply)
+defjvp(mul_p, lambda g, x, y: lax.mul(g, y), lambda g, x, y: lax.mul(x, g))
+
+
+def _mul_transpose(ct, x, y):
+    if is_undefined(x) and is_undefined(y):
+        raise ValueError("mul is linear in one operand at a time; both are unknown")
+    if is_undefined(x):
+        return [lax.mul(ct, y), None]
+    return [None, lax.mul(x, ct)]
+
+
+transpose_rules[mul_p] = _mul_transpose
+mul_p.traits.add("linear_in_one")
+
+
+def _div(x, y):
+    if x.dtype.kind in "iu":
+        # lax.div on integers rounds towards zero, like C
+        q = np.floor_divide(x, y)
+        fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+        return (q + fix).astype(x.dtype)
+    return np.true_divide(x, y)
+
+
+div_p = binary("div", _div)
+
+
+def _div_jvp(primals, tangents):
+    x, y = primals
+    gx, gy = tangents
+    out = lax.div(x, y)
+    t = None
+    if type(gx).__name__ != "Zero":
+        t = lax.div(gx, y)
+    if type(gy).__name__ != "Zero":
+        ty = lax.neg(lax.mul(gy, lax.div(out, y)))
+        t = ty if t is None else lax.add(t, ty)
+    return out, t
+
+
+jvp_rules[div_p] = _div_jvp
+transpose_rules[div_p] = lambda ct, x, y: [lax.div(ct, y), None]
+div_p.traits.add("linear_in_one")
+
+
+def _rem(x, y):
+    return np.fmod(x, y)
+
+
+rem_p = binary("rem", _rem)
+defjvp(
+    rem_p,
+    lambda g, x, y: g,
+    lambda g, x, y: lax.mul(lax.neg(g), lax.round(lax.div(lax.sub(x, lax.rem(x, y)), y))),
+)
+
+
+def _pow(x, y):
+    return np.power(x, y)
+
+
+pow_p = binary("pow", _pow, amp="fp32")
+
+
+def _pow_jvp_x(g, x, y):
+    one = lax.full_like(y, 1)
+    return lax.mul(g, lax.mul(y, lax.pow(x, lax.sub(y, one))))
+
+
+def _pow_jvp_y(g, x, y):
+    out = lax.pow(x, y)
+    zero = lax.full_like(x, 0)
+    safe_log = lax.select_n(lax.eq(x, zero), lax.log(x), zero)
+    return lax.mul(g, lax.mul(out, safe_log))
+
+
+defjvp(pow_p, _pow_jvp_x, _pow_jvp_y)
+
+
+def _minmax_jvp(pick_x):
+    # ties split the gradient evenly, as in JAX
+    def jvp_x(g, x, y):
+        half = lax.full_like(g, 0.5)
+        one = lax.full_like(g, 1)
+        zero = lax.full_like(g, 0)
+        w = lax.select_n(pick_x(x, y), lax.select_n(lax.eq(x, y), zero, half), one)
+        return lax.mul(g, w)
+
+    def jvp_y(g, x, y):
+        half = lax.full_like(g, 0.5)
+        one = lax.full_like(g, 1)
+        zero = lax.full_like(g, 0)
+        w = lax.select_n(pick_x(y, x), lax.select_n(lax.eq(x, y), zero, half), one)
+        return lax.mul(g, w)
+
+    return jvp_x, jvp_y
+
+
+max_p = binary("max", np.maximum)
+defjvp(max_p, *_minmax_jvp(lax.gt))
+
+min_p = binary("min", np.minimum)
+defjvp(min_p, *_minmax_jvp(lax.lt))
+
+
+def _atan2(y, x):
+    return np.arctan2(y, x)
+
+
+atan2_p = binary("atan2", _atan2, float_only=True)
+
+
+def _atan2_jvp_y(g, y, x):
+    return lax.mul(g, lax.div(x, lax.add(lax.mul(x, x), lax.mul(y, y))))
+
+
+def _atan2_jvp_x(g, y, x):
+    return lax.neg(lax.mul(g, lax.div(y, lax.add(lax.mul(x, x), lax.mul(y, y)))))
+
+
+defjvp(atan2_p, _atan2_jvp_y, _atan2_jvp_x)
+
+
+def _nextafter(x, y):
+    return np.nextafter(x, y)
+
+
+nextafter_p = binary("nextafter", _nextafter, float_only=True)
+defjvp(nextafter_p, None, None)

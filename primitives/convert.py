@@ -1,0 +1,47 @@
+"""`convert_element_type`: dtype casts (the AMP rewrite inserts these)."""
+
+import numpy as np
+from fflow.transforms.autodiff import Zero, jvp_rules, tangent_aval, transpose_rules
+
+from fflow import dtypes, lax
+from fflow.core import Primitive, ShapedArray
+
+convert_element_type_p = Primitive("convert_element_type")
+convert_element_type_p.traits.add("elementwise")
+convert_element_type_p.amp_class = "follow"
+
+
+@convert_element_type_p.def_impl
+def _convert_impl(x, *, new_dtype, weak_type=False):
+    if x.dtype == new_dtype:
+        return x
+    if x.dtype.kind == "f" and np.dtype(new_dtype).kind in "iu":
+        # float -> int truncates towards zero, like C and XLA
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(new_dtype)
+    return x.astype(new_dtype)
+
+
+@convert_element_type_p.def_abstract_eval
+def _convert_abstract_eval(x, *, new_dtype, weak_type=False):
+    return ShapedArray(x.shape, new_dtype, weak_type)
+
+
+def _convert_jvp(primals, tangents, *, new_dtype, weak_type=False):
+    (x,), (t,) = primals, tangents
+    out = lax.convert_element_type(x, new_dtype, weak_type)
+    out_aval = ShapedArray(np.shape(out), new_dtype)
+    if type(t) is Zero or not dtypes.is_inexact(new_dtype) or not dtypes.is_inexact(x.dtype):
+        return out, Zero(tangent_aval(out_aval))
+    return out, lax.convert_element_type(t, new_dtype, weak_type)
+
+
+def _convert_transpose(ct, x, *, new_dtype, weak_type=False):
+    if type(ct) is Zero:
+        return [None]
+    return [lax.convert_element_type(ct, x.aval.dtype, x.aval.weak_type)]
+
+
+jvp_rules[convert_element_type_p] = _convert_jvp
+transpose_rules[convert_element_type_p] = _convert_transpose
+convert_element_type_p.traits.add("linear")

@@ -1,0 +1,138 @@
+"""`dot_general`: batched tensor contraction (matmul, einsum and tensordot build on it).
+
+dimension_numbers = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)); the
+output's dims are batch, then lhs free, then rhs free (as in XLA and JAX).
+"""
+
+import numpy as np
+from fflow.transforms.autodiff import defjvp, transpose_rules
+
+from fflow import dtypes, lax
+from fflow.core import Primitive, ShapedArray
+from fflow.errors import DtypeError, ShapeError, user_error
+
+dot_general_p = Primitive("dot_general")
+dot_general_p.amp_class = "low"
+
+
+def _free_dims(ndim, contract, batch):
+    return [i for i in range(ndim) if i not in contract and i not in batch]
+
+
+def _dot_impl(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    out_dtype = preferred_element_type or lhs.dtype
+    compute = lhs.dtype
+    if compute.itemsize < 4 and compute.kind == "f" or compute.name == "bfloat16":
+        # NumPy's half/bf16 matmul is slow and accumulates in low precision
+        compute = np.dtype(np.float32)
+    lf = _free_dims(lhs.ndim, lc, lb)
+    rf = _free_dims(rhs.ndim, rc, rb)
+    bshape = [lhs.shape[i] for i in lb]
+    lfs = [lhs.shape[i] for i in lf]
+    rfs = [rhs.shape[i] for i in rf]
+    k = int(np.prod([lhs.shape[i] for i in lc], dtype=np.int64))
+    nb = int(np.prod(bshape, dtype=np.int64))
+    m = int(np.prod(lfs, dtype=np.int64))
+    n = int(np.prod(rfs, dtype=np.int64))
+    a = np.transpose(lhs, list(lb) + lf + list(lc)).reshape(nb, m, k)
+    b = np.transpose(rhs, list(rb) + list(rc) + rf).reshape(nb, k, n)
+    if a.dtype != compute:
+        a = a.astype(compute)
+    if b.dtype != compute:
+        b = b.astype(compute)
+    if nb == 1:
+        out = (a[0] @ b[0]).reshape(*bshape, *lfs, *rfs)
+    else:
+        out = np.matmul(a, b).reshape(*bshape, *lfs, *rfs)
+    if out.dtype != out_dtype:
+        out = out.astype(out_dtype)
+    return out
+
+
+def _dot_abstract_eval(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise user_error(ShapeError, f"dot_general: bad dimension_numbers {dimension_numbers}")
+    for a, b in zip(lc, rc):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise user_error(
+                ShapeError,
+                f"dot_general: contracting dimension {a} of lhs {lhs.shape} (size "
+                f"{lhs.shape[a]}) does not match dimension {b} of rhs {rhs.shape} (size "
+                f"{rhs.shape[b]})",
+            )
+    for a, b in zip(lb, rb):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise user_error(
+                ShapeError,
+                f"dot_general: batch dimension {a} of lhs {lhs.shape} does not match "
+                f"dimension {b} of rhs {rhs.shape}",
+            )
+    if lhs.dtype != rhs.dtype:
+        raise user_error(
+            DtypeError,
+            f"dot_general: operand dtypes differ ({lhs.dtype.name}, {rhs.dtype.name}); cast first",
+        )
+    lf = _free_dims(lhs.ndim, lc, lb)
+    rf = _free_dims(rhs.ndim, rc, rb)
+    shape = [lhs.shape[i] for i in lb] + [lhs.shape[i] for i in lf] + [rhs.shape[i] for i in rf]
+    dtype = preferred_element_type or lhs.dtype
+    return ShapedArray(shape, dtype, lhs.weak_type and rhs.weak_type)
+
+
+dot_general_p.def_impl(_dot_impl)
+dot_general_p.def_abstract_eval(_dot_abstract_eval)
+
+
+def _ranges_like(*xs):
+    start = 0
+    for x in xs:
+        yield list(range(start, start + len(x)))
+        start += len(x)
+
+
+def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False):
+    (xc, yc), (xb, yb) = dimension_numbers
+    x_ndim = len(x_shape)
+    y_ndim = np.ndim(y) if not hasattr(y, "aval") else y.aval.ndim
+    x_free = _free_dims(x_ndim, xc, xb)
+    y_free = _free_dims(y_ndim, yc, yb)
+    if swap:
+        ct_batch, ct_y_free, ct_x_free = _ranges_like(xb, y_free, x_free)
+    else:
+        ct_batch, ct_x_free, ct_y_free = _ranges_like(xb, x_free, y_free)
+    out = lax.dot_general(ct, y, ((tuple(ct_y_free), tuple(y_free)), (tuple(ct_batch), tuple(yb))))
+    # out dims: batch, x_free, then y's remaining (contracting) dims in increasing order
+    y_contract_sorted = sorted(yc)
+    x_dims_of_out = list(xb) + x_free + [xc[list(yc).index(d)] for d in y_contract_sorted]
+    perm = tuple(int(i) for i in np.argsort(x_dims_of_out))
+    out = lax.transpose(out, perm)
+    if out.dtype != x_dtype:
+        out = lax.convert_element_type(out, x_dtype)
+    return out
+
+
+def _dot_transpose(ct, x, y, *, dimension_numbers, preferred_element_type=None):
+    from fflow.transforms.autodiff import Zero, is_undefined
+
+    if type(ct) is Zero:
+        return [None, None]
+    (xc, yc), (xb, yb) = dimension_numbers
+    if is_undefined(x):
+        ct_x = _dot_transpose_lhs(ct, x.aval.shape, y, x.aval.dtype, dimension_numbers)
+        return [ct_x, None]
+    swapped = ((yc, xc), (yb, xb))
+    ct_y = _dot_transpose_lhs(ct, y.aval.shape, x, y.aval.dtype, swapped, swap=True)
+    return [None, ct_y]
+
+
+defjvp(
+    dot_general_p,
+    lambda g, x, y, **p: lax.dot_general(g, y, **p),
+    lambda g, x, y, **p: lax.dot_general(x, g, **p),
+)
+transpose_rules[dot_general_p] = _dot_transpose
+dot_general_p.traits.add("bilinear")
+
+__all__ = ["dtypes"]

@@ -1,0 +1,321 @@
+"""Indexing primitives: dynamic_slice, dynamic_update_slice, gather and the scatter family.
+
+gather(x, indices, axes): `indices` has shape batch + (len(axes),); the result is
+batch + x's remaining dims. Out-of-bounds gather indices are clamped; out-of-bounds
+scatter updates are dropped (JAX's defaults).
+"""
+
+import numpy as np
+from fflow.transforms.autodiff import (
+    Zero,
+    defzero,
+    instantiate,
+    is_undefined,
+    jvp_rules,
+    transpose_rules,
+)
+
+from fflow import lax
+from fflow.core import Primitive, ShapedArray
+from fflow.errors import ShapeError, user_error
+
+
+def _prim(name):
+    prim = Primitive(name)
+    prim.traits.add("indexing")
+    prim.amp_class = "follow"
+    return prim
+
+
+def _clamp_starts(shape, sizes, starts):
+    return [int(min(max(int(s), 0), d - n)) for d, n, s in zip(shape, sizes, starts)]
+
+
+# -- dynamic_slice -------------------------------------------------------------
+dynamic_slice_p = _prim("dynamic_slice")
+
+
+@dynamic_slice_p.def_impl
+def _dynamic_slice_impl(x, *starts, slice_sizes):
+    starts = _clamp_starts(x.shape, slice_sizes, starts)
+    return x[tuple(slice(s, s + n) for s, n in zip(starts, slice_sizes))]
+
+
+@dynamic_slice_p.def_abstract_eval
+def _dynamic_slice_abstract_eval(x, *starts, slice_sizes):
+    if len(starts) != x.ndim or len(slice_sizes) != x.ndim:
+        raise user_error(ShapeError, f"dynamic_slice needs {x.ndim} start indices and sizes")
+    for d, n in zip(x.shape, slice_sizes):
+        if not 0 <= n <= d:
+            raise user_error(ShapeError, f"dynamic_slice size {n} exceeds dimension {d}")
+    for s in starts:
+        if s.shape != () or s.dtype.kind not in "iu":
+            raise user_error(ShapeError, "dynamic_slice start indices must be integer scalars")
+    return ShapedArray(slice_sizes, x.dtype, x.weak_type)
+
+
+def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
+    x, *starts = primals
+    out = lax.dynamic_slice(x, starts, slice_sizes)
+    if type(tangents[0]) is Zero:
+        return out, Zero(tangents[0].aval.update(shape=slice_sizes))
+    return out, lax.dynamic_slice(tangents[0], starts, slice_sizes)
+
+
+def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):
+    zeros = lax.full(x.aval.shape, 0, x.aval.dtype)
+    return [lax.dynamic_update_slice(zeros, instantiate(ct), starts)] + [None] * len(starts)
+
+
+jvp_rules[dynamic_slice_p] = _dynamic_slice_jvp
+transpose_rules[dynamic_slice_p] = _dynamic_slice_transpose
+dynamic_slice_p.traits.add("linear_in_first")
+
+# -- dynamic_update_slice ---------------------------------------------------------
+dynamic_update_slice_p = _prim("dynamic_update_slice")
+
+
+@dynamic_update_slice_p.def_impl
+def _dus_impl(x, update, *starts):
+    starts = _clamp_starts(x.shape, update.shape, starts)
+    out = np.array(x)
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return out
+
+
+@dynamic_update_slice_p.def_abstract_eval
+def _dus_abstract_eval(x, update, *starts):
+    if update.ndim != x.ndim or any(u > d for u, d in zip(update.shape, x.shape)):
+        raise user_error(
+            ShapeError, f"dynamic_update_slice: update {update.shape} does not fit in {x.shape}"
+        )
+    if update.dtype != x.dtype:
+        raise user_error(ShapeError, "dynamic_update_slice: update dtype differs from operand")
+    if len(starts) != x.ndim:
+        raise user_error(ShapeError, f"dynamic_update_slice needs {x.ndim} start indices")
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def _dus_jvp(primals, tangents):
+    x, update, *starts = primals
+    tx, tu = tangents[0], tangents[1]
+    out = lax.dynamic_update_slice(x, update, starts)
+    if type(tx) is Zero and type(tu) is Zero:
+        return out, tx
+    return out, lax.dynamic_update_slice(instantiate(tx), instantiate(tu), starts)
+
+
+def _dus_transpose(ct, x, update, *starts):
+    if type(ct) is Zero:
+        return [None] * (2 + len(starts))
+    u_aval = update.aval if is_undefined(update) else ShapedArray(np.shape(update), ct.dtype)
+    ct_x = None
+    if is_undefined(x):
+        ct_x = lax.dynamic_update_slice(ct, lax.full(u_aval.shape, 0, ct.dtype), starts)
+    ct_u = lax.dynamic_slice(ct, starts, u_aval.shape) if is_undefined(update) else None
+    return [ct_x, ct_u] + [None] * len(starts)
+
+
+jvp_rules[dynamic_update_slice_p] = _dus_jvp
+transpose_rules[dynamic_update_slice_p] = _dus_transpose
+dynamic_update_slice_p.traits.add("linear_in_first_two")
+
+
+# -- gather ------------------------------------------------------------------------
+def _index_tuple(indices, x_shape, axes, clamp):
+    idx = []
+    for k, a in enumerate(axes):
+        i = indices[..., k]
+        if clamp:
+            i = np.clip(i, 0, x_shape[a] - 1)
+        idx.append(i)
+    return tuple(idx)
+
+
+def _gather_shape(x, indices, axes):
+    rest = [d for i, d in enumerate(x.shape) if i not in axes]
+    return tuple(indices.shape[:-1]) + tuple(rest)
+
+
+gather_p = _prim("gather")
+
+
+@gather_p.def_impl
+def _gather_impl(x, indices, *, axes):
+    moved = np.moveaxis(x, axes, range(len(axes))) if axes != tuple(range(len(axes))) else x
+    return moved[_index_tuple(indices, x.shape, axes, clamp=True)]
+
+
+def _check_gather(name, x, indices, axes):
+    if indices.ndim < 1 or indices.shape[-1] != len(axes):
+        raise user_error(
+            ShapeError,
+            f"{name}: indices need a last dimension of size {len(axes)}, got {indices.shape}",
+        )
+    if indices.dtype.kind not in "iu":
+        raise user_error(ShapeError, f"{name}: indices must be integers, got {indices.dtype}")
+    if sorted(set(axes)) != list(axes) or any(not 0 <= a < x.ndim for a in axes):
+        raise user_error(ShapeError, f"{name}: axes {axes} must be increasing and in range")
+
+
+@gather_p.def_abstract_eval
+def _gather_abstract_eval(x, indices, *, axes):
+    _check_gather("gather", x, indices, axes)
+    return ShapedArray(_gather_shape(x, indices, axes), x.dtype, x.weak_type)
+
+
+def _gather_jvp(primals, tangents, *, axes):
+    x, indices = primals
+    out = lax.gather(x, indices, axes)
+    if type(tangents[0]) is Zero:
+        return out, Zero(ShapedArray(np.shape(out), tangents[0].aval.dtype))
+    return out, lax.gather(tangents[0], indices, axes)
+
+
+def _gather_transpose(ct, x, indices, *, axes):
+    zeros = lax.full(x.aval.shape, 0, x.aval.dtype)
+    return [lax.scatter_add(zeros, indices, instantiate(ct), axes), None]
+
+
+jvp_rules[gather_p] = _gather_jvp
+transpose_rules[gather_p] = _gather_transpose
+gather_p.traits.add("linear_in_first")
+
+
+# -- scatter family -----------------------------------------------------------------
+def _scatter_impl_for(ufunc):
+    def impl(x, indices, updates, *, axes):
+        out = np.array(x)
+        moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
+        idx = _index_tuple(indices, x.shape, axes, clamp=False)
+        inb = np.ones(indices.shape[:-1], dtype=bool)
+        for k, a in enumerate(axes):
+            inb &= (idx[k] >= 0) & (idx[k] < x.shape[a])
+        if not inb.all():
+            idx = tuple(i[inb] for i in idx)
+            updates = updates[inb]
+        if ufunc is None:
+            moved[idx] = updates
+        else:
+            ufunc.at(moved, idx, updates)
+        return out
+
+    return impl
+
+
+def _scatter_prim(name, ufunc):
+    prim = _prim(name)
+    prim.impl = _scatter_impl_for(ufunc)
+
+    def abstract_eval(x, indices, updates, *, axes):
+        _check_gather(name, x, indices, axes)
+        expected = _gather_shape(x, indices, axes)
+        if updates.shape != expected or updates.dtype != x.dtype:
+            raise user_error(
+                ShapeError,
+                f"{name}: updates of shape {updates.shape} ({updates.dtype.name}) do not match "
+                f"the indexed shape {expected} ({x.dtype.name})",
+            )
+        return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+    prim.abstract_eval = abstract_eval
+    return prim
+
+
+scatter_add_p = _scatter_prim("scatter_add", np.add)
+
+
+def _scatter_add_jvp(primals, tangents, *, axes):
+    x, indices, updates = primals
+    tx, _, tu = tangents
+    out = lax.scatter_add(x, indices, updates, axes)
+    if type(tx) is Zero and type(tu) is Zero:
+        return out, tx
+    return out, lax.scatter_add(instantiate(tx), indices, instantiate(tu), axes)
+
+
+def _scatter_add_transpose(ct, x, indices, updates, *, axes):
+    if type(ct) is Zero:
+        return [None, None, None]
+    ct_x = ct if is_undefined(x) else None
+    ct_u = lax.gather(ct, indices, axes) if is_undefined(updates) else None
+    return [ct_x, None, ct_u]
+
+
+jvp_rules[scatter_add_p] = _scatter_add_jvp
+transpose_rules[scatter_add_p] = _scatter_add_transpose
+scatter_add_p.traits.add("linear_in_operand_and_updates")
+
+scatter_p = _scatter_prim("scatter", None)
+
+
+def _scatter_jvp(primals, tangents, *, axes):
+    x, indices, updates = primals
+    tx, _, tu = tangents
+    out = lax.scatter(x, indices, updates, axes)
+    if type(tx) is Zero and type(tu) is Zero:
+        return out, tx
+    return out, lax.scatter(instantiate(tx), indices, instantiate(tu), axes)
+
+
+def _scatter_transpose(ct, x, indices, updates, *, axes):
+    # exact for unique indices (JAX makes the same assumption for scatter's transpose)
+    if type(ct) is Zero:
+        return [None, None, None]
+    ct_x = None
+    if is_undefined(x):
+        u_shape = _gather_shape(x.aval, ShapedArray(np.shape(indices), np.int32), axes)
+        ct_x = lax.scatter(ct, indices, lax.full(u_shape, 0, ct.dtype), axes)
+    ct_u = lax.gather(ct, indices, axes) if is_undefined(updates) else None
+    return [ct_x, None, ct_u]
+
+
+jvp_rules[scatter_p] = _scatter_jvp
+transpose_rules[scatter_p] = _scatter_transpose
+scatter_p.traits.add("linear_in_operand_and_updates")
+
+scatter_mul_p = _scatter_prim("scatter_mul", np.multiply)
+scatter_min_p = _scatter_prim("scatter_min", np.minimum)
+scatter_max_p = _scatter_prim("scatter_max", np.maximum)
+
+
+def _scatter_mul_jvp(primals, tangents, *, axes):
+    # out = x * P with P = scatter_mul(1, idx, u); for unique indices dP = P/u * t_u
+    x, indices, updates = primals
+    tx, _, tu = tangents
+    ones = lax.full(np.shape(x), 1, x.dtype)
+    p = lax.scatter_mul(ones, indices, updates, axes)
+    out = lax.mul(x, p)
+    t = None
+    if type(tx) is not Zero:
+        t = lax.mul(tx, p)
+    if type(tu) is not Zero:
+        dp = lax.scatter(lax.full(np.shape(x), 0, x.dtype), indices, tu, axes)
+        others = lax.scatter(p, indices, lax.full(np.shape(updates), 1, x.dtype), axes)
+        tu_part = lax.mul(x, lax.mul(dp, others))
+        t = tu_part if t is None else lax.add(t, tu_part)
+    return out, t
+
+
+def _scatter_minmax_jvp(prim):
+    # the tangent comes from whichever of operand/update attains the result
+    def rule(primals, tangents, *, axes):
+        x, indices, updates = primals
+        tx, _, tu = tangents
+        out = prim.bind(x, indices, updates, axes=axes)
+        from_x = lax.eq(out, x)
+        gathered = lax.gather(out, indices, axes)
+        from_u = lax.eq(gathered, updates)
+        tx = instantiate(tx)
+        tu = lax.select_n(from_u, lax.full(np.shape(updates), 0, x.dtype), instantiate(tu))
+        tu_full = lax.scatter(lax.full(np.shape(x), 0, x.dtype), indices, tu, axes)
+        return out, lax.select_n(from_x, tu_full, tx)
+
+    return rule
+
+
+jvp_rules[scatter_mul_p] = _scatter_mul_jvp
+jvp_rules[scatter_min_p] = _scatter_minmax_jvp(scatter_min_p)
+jvp_rules[scatter_max_p] = _scatter_minmax_jvp(scatter_max_p)
+
+__all__ = ["defzero"]

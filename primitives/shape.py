@@ -1,0 +1,319 @@
+"""Shape primitives: broadcast_in_dim, reshape, transpose, squeeze, slice, pad,
+concatenate, rev. All are linear; their transposes move cotangents back."""
+
+import numpy as np
+from fflow.transforms.autodiff import Zero, deflinear, is_undefined
+
+from fflow import lax
+from fflow.core import Primitive, ShapedArray
+from fflow.errors import ShapeError, user_error
+
+
+def _shape_prim(name):
+    prim = Primitive(name)
+    prim.traits.add("shape")
+    prim.amp_class = "follow"
+    return prim
+
+
+# -- broadcast_in_dim ---------------------------------------------------------
+broadcast_in_dim_p = _shape_prim("broadcast_in_dim")
+
+
+@broadcast_in_dim_p.def_impl
+def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
+    expanded = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        expanded[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+@broadcast_in_dim_p.def_abstract_eval
+def _broadcast_in_dim_abstract_eval(x, *, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) != x.ndim:
+        raise user_error(
+            ShapeError,
+            f"broadcast_in_dim: operand of rank {x.ndim} needs {x.ndim} broadcast_dimensions, "
+            f"got {broadcast_dimensions}",
+        )
+    for src, dst in enumerate(broadcast_dimensions):
+        if not 0 <= dst < len(shape) or x.shape[src] not in (1, shape[dst]):
+            raise user_error(ShapeError, f"cannot broadcast shape {x.shape} to {tuple(shape)}")
+    if list(broadcast_dimensions) != sorted(broadcast_dimensions):
+        raise user_error(ShapeError, "broadcast_dimensions must be increasing")
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
+    in_shape = x.aval.shape
+    new_dims = tuple(i for i in range(len(shape)) if i not in broadcast_dimensions)
+    expanded = tuple(
+        dst
+        for src, dst in enumerate(broadcast_dimensions)
+        if in_shape[src] == 1 and shape[dst] != 1
+    )
+    summed = lax.reduce_sum(ct, tuple(sorted(new_dims + expanded))) if new_dims or expanded else ct
+    return [lax.reshape(summed, in_shape)]
+
+
+deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
+
+# -- reshape -------------------------------------------------------------------
+reshape_p = _shape_prim("reshape")
+
+
+@reshape_p.def_impl
+def _reshape_impl(x, *, new_sizes):
+    return x.reshape(new_sizes)
+
+
+@reshape_p.def_abstract_eval
+def _reshape_abstract_eval(x, *, new_sizes):
+    if int(np.prod(new_sizes, dtype=np.int64)) != x.size:
+        raise user_error(
+            ShapeError, f"cannot reshape an array of shape {x.shape} into shape {tuple(new_sizes)}"
+        )
+    return ShapedArray(new_sizes, x.dtype, x.weak_type)
+
+
+deflinear(reshape_p, lambda ct, x, *, new_sizes: [lax.reshape(ct, x.aval.shape)])
+
+# -- transpose -----------------------------------------------------------------
+transpose_p = _shape_prim("transpose")
+
+
+@transpose_p.def_impl
+def _transpose_impl(x, *, permutation):
+    return np.transpose(x, permutation)
+
+
+@transpose_p.def_abstract_eval
+def _transpose_abstract_eval(x, *, permutation):
+    if sorted(permutation) != list(range(x.ndim)):
+        raise user_error(
+            ShapeError, f"transpose: {permutation} is not a permutation of the axes of {x.shape}"
+        )
+    return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
+
+
+def _transpose_transpose(ct, x, *, permutation):
+    return [lax.transpose(ct, tuple(np.argsort(permutation)))]
+
+
+deflinear(transpose_p, _transpose_transpose)
+
+# -- squeeze ---------------------------------------------------------------------
+squeeze_p = _shape_prim("squeeze")
+
+
+@squeeze_p.def_impl
+def _squeeze_impl(x, *, dimensions):
+    return np.squeeze(x, axis=dimensions) if dimensions else x
+
+
+@squeeze_p.def_abstract_eval
+def _squeeze_abstract_eval(x, *, dimensions):
+    for d in dimensions:
+        if not 0 <= d < x.ndim or x.shape[d] != 1:
+            raise user_error(ShapeError, f"squeeze: axis {d} of shape {x.shape} is not of size 1")
+    shape = tuple(s for i, s in enumerate(x.shape) if i not in dimensions)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+deflinear(squeeze_p, lambda ct, x, *, dimensions: [lax.reshape(ct, x.aval.shape)])
+
+# -- slice -----------------------------------------------------------------------
+slice_p = _shape_prim("slice")
+
+
+@slice_p.def_impl
+def _slice_impl(x, *, start_indices, limit_indices, strides):
+    idx = tuple(
+        slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides or [1] * x.ndim)
+    )
+    return x[idx]
+
+
+@slice_p.def_abstract_eval
+def _slice_abstract_eval(x, *, start_indices, limit_indices, strides):
+    strides = strides or (1,) * x.ndim
+    if not (len(start_indices) == len(limit_indices) == len(strides) == x.ndim):
+        raise user_error(ShapeError, f"slice: index lists must have length {x.ndim}")
+    shape = []
+    for d, s, l, st in zip(x.shape, start_indices, limit_indices, strides):
+        if not (0 <= s <= l <= d) or st < 1:
+            raise user_error(
+                ShapeError, f"slice [{s}:{l}:{st}] is out of bounds for a dimension of size {d}"
+            )
+        shape.append((l - s + st - 1) // st)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
+    shape = x.aval.shape
+    strides = strides or (1,) * len(shape)
+    config = []
+    for d, s, st, n in zip(
+        shape, start_indices, strides, ct.aval.shape if hasattr(ct, "aval") else np.shape(ct)
+    ):
+        used = s + (n - 1) * st + 1 if n > 0 else s
+        config.append((s, d - used, st - 1))
+    if any(n == 0 for n in np.shape(ct)):
+        return [lax.full(shape, 0, x.aval.dtype)]
+    zero = lax.full((), 0, x.aval.dtype)
+    return [lax.pad(ct, zero, tuple(config))]
+
+
+deflinear(slice_p, _slice_transpose)
+
+# -- pad -------------------------------------------------------------------------
+pad_p = _shape_prim("pad")
+
+
+@pad_p.def_impl
+def _pad_impl(x, padding_value, *, padding_config):
+    lows = [lo for lo, _, _ in padding_config]
+    highs = [hi for _, hi, _ in padding_config]
+    interiors = [it for _, _, it in padding_config]
+    # interior padding first, then edges; negative edges crop
+    shape = [d + max(d - 1, 0) * it for d, it in zip(x.shape, interiors)]
+    out = np.full(
+        [s + max(lo, 0) + max(hi, 0) for s, lo, hi in zip(shape, lows, highs)],
+        padding_value,
+        dtype=x.dtype,
+    )
+    idx = tuple(
+        slice(max(lo, 0), max(lo, 0) + s, it + 1) for s, lo, it in zip(shape, lows, interiors)
+    )
+    out[idx] = x
+    crop = tuple(
+        slice(-min(lo, 0), out.shape[i] + min(hi, 0)) for i, (lo, hi) in enumerate(zip(lows, highs))
+    )
+    return out[crop]
+
+
+@pad_p.def_abstract_eval
+def _pad_abstract_eval(x, padding_value, *, padding_config):
+    if len(padding_config) != x.ndim:
+        raise user_error(ShapeError, f"pad: padding_config needs {x.ndim} entries")
+    if padding_value.shape != () or padding_value.dtype != x.dtype:
+        raise user_error(ShapeError, "pad: padding_value must be a scalar of the operand's dtype")
+    shape = []
+    for d, (lo, hi, it) in zip(x.shape, padding_config):
+        n = d + lo + hi + max(d - 1, 0) * it
+        if n < 0 or it < 0:
+            raise user_error(ShapeError, f"pad: negative size from config {(lo, hi, it)}")
+        shape.append(n)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _pad_transpose(ct, x, padding_value, *, padding_config):
+    if type(ct) is Zero:
+        return [None, None]
+    # undo negative edges by padding back with zeros, then take every (interior+1)th
+    lows = [lo for lo, _, _ in padding_config]
+    highs = [hi for _, hi, _ in padding_config]
+    c = ct
+    if any(lo < 0 or hi < 0 for lo, hi in zip(lows, highs)):
+        unpad = tuple((max(-lo, 0), max(-hi, 0), 0) for lo, hi in zip(lows, highs))
+        c = lax.pad(ct, lax.full((), 0, ct.dtype), unpad)
+    starts = [max(lo, 0) for lo in lows]
+    limits = [s - max(hi, 0) for s, hi in zip(c.shape, highs)]
+    strides = [it + 1 for _, _, it in padding_config]
+    ct_operand = lax.slice(c, starts, limits, strides)
+    ct_x = ct_operand if is_undefined(x) else None
+    ct_pv = None
+    if is_undefined(padding_value):
+        total = lax.reduce_sum(ct, tuple(range(ct.ndim)))
+        inner = lax.reduce_sum(ct_operand, tuple(range(ct_operand.ndim)))
+        ct_pv = lax.sub(total, inner)
+    return [ct_x, ct_pv]
+
+
+deflinear(pad_p, _pad_transpose)
+
+# -- concatenate -------------------------------------------------------------------
+concatenate_p = _shape_prim("concatenate")
+
+
+@concatenate_p.def_impl
+def _concatenate_impl(*xs, dimension):
+    return np.concatenate(xs, axis=dimension)
+
+
+@concatenate_p.def_abstract_eval
+def _concatenate_abstract_eval(*xs, dimension):
+    if not xs:
+        raise user_error(ValueError, "concatenate needs at least one array")
+    first = xs[0]
+    if not 0 <= dimension < first.ndim:
+        raise user_error(
+            ShapeError, f"concatenate: axis {dimension} out of range for rank {first.ndim}"
+        )
+    for x in xs[1:]:
+        if x.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != dimension
+        ):
+            raise user_error(
+                ShapeError,
+                f"concatenate along axis {dimension}: shapes {first.shape} and {x.shape} differ "
+                f"outside that axis",
+            )
+        if x.dtype != first.dtype:
+            raise user_error(ShapeError, "concatenate: operands must have one dtype")
+    shape = list(first.shape)
+    shape[dimension] = sum(x.shape[dimension] for x in xs)
+    return ShapedArray(shape, first.dtype, all(x.weak_type for x in xs))
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+    out = []
+    start = 0
+    for x in xs:
+        shape = x.aval.shape if is_undefined(x) else np.shape(x)
+        n = shape[dimension]
+        if is_undefined(x) and type(ct) is not Zero:
+            out.append(lax.slice_in_dim(ct, start, start + n, axis=dimension))
+        else:
+            out.append(None)
+        start += n
+    return out
+
+
+deflinear(concatenate_p, _concatenate_transpose)
+
+# -- rev -----------------------------------------------------------------------------
+rev_p = _shape_prim("rev")
+
+
+@rev_p.def_impl
+def _rev_impl(x, *, dimensions):
+    return np.flip(x, dimensions) if dimensions else x
+
+
+@rev_p.def_abstract_eval
+def _rev_abstract_eval(x, *, dimensions):
+    for d in dimensions:
+        if not 0 <= d < x.ndim:
+            raise user_error(ShapeError, f"rev: axis {d} out of range for rank {x.ndim}")
+    return x
+
+
+deflinear(rev_p, lambda ct, x, *, dimensions: [lax.rev(ct, dimensions)])
+
+# -- iota ------------------------------------------------------------------------------
+iota_p = Primitive("iota")
+iota_p.amp_class = "follow"
+
+
+@iota_p.def_impl
+def _iota_impl(*, dtype, shape, dimension):
+    ar = np.arange(shape[dimension], dtype=dtype)
+    expanded = [1] * len(shape)
+    expanded[dimension] = shape[dimension]
+    return np.broadcast_to(ar.reshape(expanded), shape)
+
+
+@iota_p.def_abstract_eval
+def _iota_abstract_eval(*, dtype, shape, dimension):
+    return ShapedArray(shape, dtype)

@@ -1,0 +1,221 @@
+"""Elementwise unary primitives: math functions, rounding, predicates.
+
+Each primitive: NumPy implementation, shape/dtype rule (via the registrar), JVP,
+and its AMP class ("follow" inputs, "fp32" always, or "low" precision).
+"""
+
+import math
+
+import numpy as np
+from fflow.primitives.registrar import unary
+from fflow.transforms.autodiff import defjvp, defjvp_with_output, deflinear, defzero
+
+from fflow import lax
+from fflow.dtypes import bool_
+
+neg_p = unary("neg", np.negative, float_only=False)
+deflinear(neg_p, lambda ct, x: [lax.neg(ct)])
+
+sin_p = unary("sin", np.sin)
+defjvp(sin_p, lambda g, x: lax.mul(g, lax.cos(x)))
+
+cos_p = unary("cos", np.cos)
+defjvp(cos_p, lambda g, x: lax.neg(lax.mul(g, lax.sin(x))))
+
+tan_p = unary("tan", np.tan)
+defjvp_with_output(
+    tan_p, lambda out, xs, ts: lax.mul(ts[0], lax.add(lax.full_like(out, 1), lax.mul(out, out)))
+)
+
+asin_p = unary("asin", np.arcsin)
+defjvp(asin_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x)))))
+
+acos_p = unary("acos", np.arccos)
+defjvp(
+    acos_p,
+    lambda g, x: lax.neg(lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x))))),
+)
+
+atan_p = unary("atan", np.arctan)
+defjvp(atan_p, lambda g, x: lax.div(g, lax.add(lax.full_like(x, 1), lax.mul(x, x))))
+
+sinh_p = unary("sinh", np.sinh)
+defjvp(sinh_p, lambda g, x: lax.mul(g, lax.cosh(x)))
+
+cosh_p = unary("cosh", np.cosh)
+defjvp(cosh_p, lambda g, x: lax.mul(g, lax.sinh(x)))
+
+tanh_p = unary("tanh", np.tanh)
+defjvp_with_output(
+    tanh_p, lambda out, xs, ts: lax.mul(ts[0], lax.sub(lax.full_like(out, 1), lax.mul(out, out)))
+)
+
+asinh_p = unary("asinh", np.arcsinh)
+defjvp(asinh_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.add(lax.mul(x, x), lax.full_like(x, 1)))))
+
+acosh_p = unary("acosh", np.arccosh)
+defjvp(acosh_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.sub(lax.mul(x, x), lax.full_like(x, 1)))))
+
+atanh_p = unary("atanh", np.arctanh)
+defjvp(atanh_p, lambda g, x: lax.div(g, lax.sub(lax.full_like(x, 1), lax.mul(x, x))))
+
+exp_p = unary("exp", np.exp, amp="fp32")
+defjvp_with_output(exp_p, lambda out, xs, ts: lax.mul(ts[0], out))
+
+exp2_p = unary("exp2", np.exp2, amp="fp32")
+defjvp_with_output(
+    exp2_p, lambda out, xs, ts: lax.mul(ts[0], lax.mul(out, lax.full_like(out, math.log(2.0))))
+)
+
+expm1_p = unary("expm1", np.expm1, amp="fp32")
+defjvp_with_output(expm1_p, lambda out, xs, ts: lax.mul(ts[0], lax.add(out, lax.full_like(out, 1))))
+
+log_p = unary("log", np.log, amp="fp32")
+defjvp(log_p, lambda g, x: lax.div(g, x))
+
+log1p_p = unary("log1p", np.log1p, amp="fp32")
+defjvp(log1p_p, lambda g, x: lax.div(g, lax.add(x, lax.full_like(x, 1))))
+
+sqrt_p = unary("sqrt", np.sqrt)
+defjvp_with_output(sqrt_p, lambda out, xs, ts: lax.div(ts[0], lax.mul(out, lax.full_like(out, 2))))
+
+
+def _rsqrt(x):
+    return np.asarray(1 / np.sqrt(x), dtype=x.dtype)
+
+
+rsqrt_p = unary("rsqrt", _rsqrt)
+defjvp_with_output(
+    rsqrt_p,
+    lambda out, xs, ts: lax.mul(ts[0], lax.mul(lax.div(out, xs[0]), lax.full_like(out, -0.5))),
+)
+
+
+def _cbrt(x):
+    return np.cbrt(x)
+
+
+cbrt_p = unary("cbrt", _cbrt)
+defjvp_with_output(
+    cbrt_p,
+    lambda out, xs, ts: lax.div(ts[0], lax.mul(lax.mul(out, out), lax.full_like(out, 3))),
+)
+
+
+def _logistic(x):
+    # 1/(1+exp(-x)) without overflow warnings for large negative x
+    with np.errstate(over="ignore"):
+        return np.asarray(1 / (1 + np.exp(-x)), dtype=x.dtype)
+
+
+logistic_p = unary("logistic", _logistic)
+defjvp_with_output(
+    logistic_p,
+    lambda out, xs, ts: lax.mul(ts[0], lax.mul(out, lax.sub(lax.full_like(out, 1), out))),
+)
+
+_erf_ufunc = None
+
+
+def _erf(x):
+    global _erf_ufunc
+    if _erf_ufunc is None:
+        try:
+            from scipy.special import erf as _scipy_erf
+
+            _erf_ufunc = _scipy_erf
+        except ImportError:  # pragma: no cover - scipy is optional
+            _erf_ufunc = np.vectorize(math.erf, otypes=[np.float64])
+    return np.asarray(_erf_ufunc(x), dtype=x.dtype)
+
+
+erf_p = unary("erf", _erf, amp="fp32")
+defjvp(
+    erf_p,
+    lambda g, x: lax.mul(
+        g, lax.mul(lax.full_like(x, 2 / math.sqrt(math.pi)), lax.exp(lax.neg(lax.mul(x, x))))
+    ),
+)
+
+
+def _abs_jvp(g, x):
+    return lax.mul(g, lax.sign(x))
+
+
+abs_p = unary("abs", np.abs, float_only=False)
+defjvp(abs_p, _abs_jvp)
+
+sign_p = unary("sign", np.sign, float_only=False)
+defzero(sign_p)
+
+floor_p = unary("floor", np.floor)
+defzero(floor_p)
+
+ceil_p = unary("ceil", np.ceil)
+defzero(ceil_p)
+
+
+def _round(x):
+    # JAX's round rounds half away from zero (lax.RoundingMethod.AWAY_FROM_ZERO)
+    return np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), dtype=x.dtype)
+
+
+round_p = unary("round", _round)
+defzero(round_p)
+
+
+def _round_even(x):
+    return np.round(x)
+
+
+round_even_p = unary("round_even", _round_even)
+defzero(round_even_p)
+
+is_finite_p = unary("is_finite", np.isfinite, out_dtype=bool_)
+defzero(is_finite_p)
+
+
+def _not(x):
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+not_p = unary("not", _not, float_only=False)
+defzero(not_p)
+
+
+def _square(x):
+    return np.square(x)
+
+
+square_p = unary("square", _square, float_only=False)
+defjvp(square_p, lambda g, x: lax.mul(g, lax.mul(x, lax.full_like(x, 2))))
+
+
+def _integer_pow(x, *, y):
+    return np.asarray(np.power(x, y), dtype=x.dtype) if y >= 0 else np.asarray(1 / x**-y, x.dtype)
+
+
+def _integer_pow_jvp(g, x, *, y):
+    if y == 0:
+        return lax.full_like(g, 0)
+    return lax.mul(g, lax.mul(lax.full_like(x, y), lax.integer_pow(x, y - 1)))
+
+
+integer_pow_p = unary("integer_pow", _integer_pow, float_only=False)
+defjvp(integer_pow_p, _integer_pow_jvp)
+
+
+def _stop_gradient(x):
+    return x
+
+
+stop_gradient_p = unary("stop_gradient", _stop_gradient, float_only=False)
+defzero(stop_gradient_p)
+
+
+def _copy(x):
+    return np.array(x)
+
+
+copy_p = unary("copy", _copy, float_only=False)
+deflinear(copy_p, lambda ct, x: [ct])

@@ -1,0 +1,1 @@
+"""Transforms: one interpreter and one rule table per transform."""

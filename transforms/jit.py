@@ -1,0 +1,359 @@
+"""jit: trace once per (pytree structure, shape/dtype of each leaf, static args),
+cache the program and its executable, and call the executable on a cache hit.
+
+Under another transformation (grad, vmap, an outer jit) the cached program is
+evaluated on the current trace, which is that transformation's rewrite of it.
+"""
+
+import functools
+import inspect
+import warnings
+
+from fflow.transforms.staging import eval_program, trace_to_program
+
+from fflow import core
+from fflow.api_util import Store, as_value
+from fflow.array import Array, root_trace
+from fflow.core import ShapedArray, Tracer
+from fflow.errors import user_error
+from fflow.tree_util import tree_flatten, tree_unflatten
+
+RETRACE_WARNING_THRESHOLD = 8
+
+
+class CompiledEntry:
+    """One cache entry: the traced program, its output tree and the executable."""
+
+    __slots__ = ("program", "out_tree", "executable", "in_avals", "lowered")
+
+    def __init__(self, program, out_tree, executable, in_avals, lowered=None):
+        self.program = program
+        self.out_tree = out_tree
+        self.executable = executable
+        self.in_avals = in_avals
+        self.lowered = lowered
+
+
+def _leaf_signature(x):
+    t = type(x)
+    if t is Array:
+        v = x._value
+        return (v.shape, v.dtype, x._weak, x._sharding)
+    if isinstance(x, Tracer):
+        a = x.aval
+        return (a.shape, a.dtype, a.weak_type, None)
+    a = as_value(x)
+    return (a.shape, a.dtype, a._weak, None)
+
+
+def default_backend_compile(program, donate):
+    """Pick the lowering for a program; the NumPy backend replaces this when present."""
+    try:
+        from fflow.lowering import numpy_backend
+    except ImportError:
+        numpy_backend = None
+    if numpy_backend is not None and hasattr(numpy_backend, "compile_program"):
+        return numpy_backend.compile_program(program, donate)
+
+    def run(*args):
+        with core.set_current_trace(root_trace):
+            return eval_program(program, program.consts, args)
+
+    return run
+
+
+class Jitted:
+    """A jit-compiled function. Call it like the original; `.lower(*args)` for AOT."""
+
+    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.static_argnums = _as_tuple(static_argnums)
+        self.static_argnames = _as_tuple(static_argnames)
+        self.donate_argnums = _as_tuple(donate_argnums)
+        self.cache = {}
+        self.trace_count = 0
+        self._last_key = None
+        try:
+            self._signature = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._signature = None
+        if self.static_argnames and self._signature is not None:
+            params = list(self._signature.parameters)
+            extra = tuple(params.index(n) for n in self.static_argnames if n in params)
+            self.static_argnums = tuple(sorted(set(self.static_argnums + extra)))
+
+    # -- the call path ------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if kwargs and self._signature is not None and (self.static_argnames or self.static_argnums):
+            args, kwargs = self._bind_static_kwargs(args, kwargs)
+        dyn_args, static = self._split(args, kwargs)
+        leaves, in_tree = tree_flatten((dyn_args, kwargs))
+        leaves = [x if type(x) is Array else as_value(x) for x in leaves]
+        key = (in_tree, static, tuple(_leaf_signature(x) for x in leaves))
+        try:
+            entry = self.cache.get(key)
+        except TypeError:
+            raise self._unhashable_error(static) from None
+        if entry is None:
+            entry = self._trace(key, dyn_args, kwargs, leaves, in_tree, static)
+        if core._state.trace is root_trace:
+            outs = entry.executable(*leaves)
+            if self.donate_argnums:
+                self._mark_donated(args)
+        else:
+            outs = eval_program(entry.program, entry.program.consts, leaves)
+        return tree_unflatten(entry.out_tree, outs)
+
+    def _bind_static_kwargs(self, args, kwargs):
+        bound = self._signature.bind(*args, **kwargs)
+        params = list(self._signature.parameters)
+        n = max(
+            [len(args)]
+            + [
+                params.index(k) + 1
+                for k in kwargs
+                if k in params and params.index(k) in self.static_argnums
+            ]
+        )
+        new_args = []
+        rest = dict(kwargs)
+        for i in range(n):
+            name = params[i]
+            if i < len(args):
+                new_args.append(args[i])
+            elif name in bound.arguments:
+                new_args.append(bound.arguments[name])
+                rest.pop(name, None)
+            else:
+                new_args.append(self._signature.parameters[name].default)
+        return tuple(new_args), rest
+
+    def _split(self, args, kwargs):
+        if not self.static_argnums:
+            return args, ()
+        n = len(args)
+        nums = {i % n for i in self.static_argnums if -n <= i < n}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
+        static = tuple((i, _static_key(args[i])) for i in sorted(nums))
+        return dyn, static
+
+    def _unhashable_error(self, static):
+        for i, value in static:
+            try:
+                hash(value)
+            except TypeError:
+                return user_error(
+                    TypeError,
+                    f"static argument {i} of {getattr(self.fun, '__name__', 'the function')} "
+                    f"has an unhashable type {type(_unbox(value)).__name__}: "
+                    "static arguments must be hashable. Fix: pass a tuple instead of a "
+                    "list/array, or make the argument dynamic (remove it from static_argnums).",
+                )
+        return TypeError("unhashable static argument")
+
+    def _trace(self, key, dyn_args, kwargs, leaves, in_tree, static):
+        for _, value in static:
+            try:
+                hash(value)
+            except TypeError:
+                raise self._unhashable_error(static) from None
+        self._warn_retrace(key)
+        self.trace_count += 1
+        in_avals = [ShapedArray(s, d, w) for s, d, w, _ in (k for k in key[2])]
+        static_values = dict((i, v.value if isinstance(v, _StaticBox) else v) for i, v in static)
+        out_store = Store()
+        fun = self.fun
+
+        def flat(*flat_leaves):
+            d_args, kw = tree_unflatten(in_tree, flat_leaves)
+            full = _merge_args(d_args, static_values)
+            out = fun(*full, **kw)
+            out_leaves, out_tree = tree_flatten(out)
+            out_store.set(out_tree)
+            return [as_value(x) for x in out_leaves]
+
+        program = trace_to_program(flat, in_avals, parent=core._state.trace)
+        has_tracer_consts = any(isinstance(c, Tracer) for c in program.consts)
+        donate = tuple(self._donated_leaf_indices(dyn_args, kwargs, static))
+        executable = None if has_tracer_consts else default_backend_compile(program, donate)
+        entry = CompiledEntry(program, out_store.value, executable, in_avals)
+        if not has_tracer_consts:
+            self.cache[key] = entry
+        self._last_key = key
+        return entry
+
+    def _donated_leaf_indices(self, dyn_args, kwargs, static):
+        if not self.donate_argnums:
+            return []
+        static_nums = {i for i, _ in static}
+        out = []
+        pos = 0
+        dyn_index = 0
+        n_total = len(dyn_args) + len(static_nums)
+        for i in range(n_total):
+            if i in static_nums:
+                continue
+            arg = dyn_args[dyn_index]
+            dyn_index += 1
+            k = len(tree_flatten(arg)[0])
+            if i in {d % max(n_total, 1) for d in self.donate_argnums}:
+                out.extend(range(pos, pos + k))
+            pos += k
+        return out
+
+    def _mark_donated(self, args):
+        n = len(args)
+        for d in self.donate_argnums:
+            if -n <= d < n:
+                for leaf in tree_flatten(args[d])[0]:
+                    if type(leaf) is Array and not leaf._deleted:
+                        leaf.delete()
+
+    def _warn_retrace(self, key):
+        if self._last_key is None or self.trace_count + 1 < RETRACE_WARNING_THRESHOLD:
+            return
+        if self.trace_count + 1 != RETRACE_WARNING_THRESHOLD and (self.trace_count + 1) % 50:
+            return
+        what = _describe_change(self._last_key, key)
+        warnings.warn(
+            f"{getattr(self.fun, '__name__', 'function')} was traced "
+            f"{self.trace_count + 1} times by jit: {what}. Every new shape, dtype or static "
+            f"value retraces; pad shapes to a few sizes or make the argument dynamic.",
+            stacklevel=4,
+        )
+
+    # -- ahead-of-time API ----------------------------------------------------------
+    def lower(self, *args, **kwargs):
+        """Trace and lower for these arguments: `.as_text()`, `.compile()`."""
+        from fflow.transforms.lowered import Lowered
+
+        dyn_args, static = self._split(args, kwargs)
+        leaves, in_tree = tree_flatten((dyn_args, kwargs))
+        key = (in_tree, static, tuple(_leaf_signature(x) for x in leaves))
+        entry = self.cache.get(key) or self._trace(key, dyn_args, kwargs, leaves, in_tree, static)
+        return Lowered(entry)
+
+    def clear_cache(self):
+        self.cache.clear()
+
+    def _cache_size(self):
+        return len(self.cache)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+
+class _StaticBox:
+    """Wraps a static value so that arrays compare by content and hash clearly."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, _StaticBox)
+            and type(self.value) is type(other.value)
+            and self.value == other.value
+        )
+
+
+def _unbox(value):
+    return value.value if isinstance(value, _StaticBox) else value
+
+
+def _static_key(value):
+    return _StaticBox(value)
+
+
+def _merge_args(dyn_args, static_values):
+    out = []
+    it = iter(dyn_args)
+    n = len(dyn_args) + len(static_values)
+    for i in range(n):
+        out.append(static_values[i] if i in static_values else next(it))
+    return out
+
+
+def _describe_change(old, new):
+    if old[0] != new[0]:
+        return f"the argument structure changed ({old[0]} -> {new[0]})"
+    if old[1] != new[1]:
+        for (i, a), (_, b) in zip(old[1], new[1]):
+            if a != b:
+                return f"static argument {i} changed ({a.value!r} -> {b.value!r})"
+    for i, (a, b) in enumerate(zip(old[2], new[2])):
+        if a != b:
+            return (
+                f"leaf {i} of the arguments changed from {a[1]}{list(a[0])} to {b[1]}{list(b[0])}"
+            )
+    return "the arguments changed"
+
+
+def _as_tuple(x):
+    if x is None:
+        return ()
+    if isinstance(x, (int, str)):
+        return (x,)
+    return tuple(x)
+
+
+def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), **kwargs):
+    """Compile `fun`: traced once per input signature, then called from a cache.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> f = fflow.jit(lambda x: x * 2 + 1)
+        >>> f(jnp.arange(3.0)).tolist()
+        [1.0, 3.0, 5.0]
+    """
+    if fun is None:
+        return functools.partial(
+            jit,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+        )
+    return Jitted(fun, static_argnums, static_argnames, donate_argnums)
+
+
+def make_jaxpr(fun, static_argnums=(), return_shape=False):
+    """A function returning the program that `fun` traces to for given arguments.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> print(fflow.make_jaxpr(lambda x: jnp.sin(jnp.cos(x)))(1.0))
+        { lambda ; a:f32[]. let b:f32[] = cos a; c:f32[] = sin b in (c,) }
+    """
+    static_argnums = _as_tuple(static_argnums)
+
+    def make(*args, **kwargs):
+        n = len(args)
+        nums = {i % n for i in static_argnums}
+        static_values = {i: args[i] for i in nums}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
+        leaves, in_tree = tree_flatten((dyn, kwargs))
+        in_avals = [as_value(x).aval if not isinstance(x, Tracer) else x.aval for x in leaves]
+        out_store = Store()
+
+        def flat(*flat_leaves):
+            d_args, kw = tree_unflatten(in_tree, flat_leaves)
+            out = fun(*_merge_args(d_args, static_values), **kw)
+            out_leaves, out_tree = tree_flatten(out)
+            out_store.set(out_tree)
+            return [as_value(x) for x in out_leaves]
+
+        program = trace_to_program(flat, in_avals)
+        if return_shape:
+            shapes = tree_unflatten(out_store.value, [v.aval for v in program.outvars])
+            return program, shapes
+        return program
+
+    return make

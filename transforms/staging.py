@@ -1,0 +1,161 @@
+"""Staging: tracing Python functions into programs, and evaluating programs.
+
+`StagingTrace` records every primitive applied to its tracers as an equation. In
+partial-evaluation mode (used by `linearize`) an equation whose inputs are all
+known (none of them is this trace's tracer) is computed right away on the parent
+trace instead, so only the unknown (tangent) part is staged.
+"""
+
+import numpy as np
+
+from fflow import core
+from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
+from fflow.errors import SourceInfo, user_source_info
+
+# prim -> rule(trace, args, params) -> outputs, for primitives whose inputs are
+# partly known and partly unknown and that want to split themselves (scan, cond,
+# checkpoint). The default stages the whole equation.
+partial_eval_rules = {}
+
+
+class StagingTracer(core.Tracer):
+    __slots__ = ("_aval", "var", "_source_info")
+
+    def __init__(self, trace, aval, var, source_info=None):
+        self._trace = trace
+        self._aval = aval
+        self.var = var
+        self._source_info = source_info
+
+    @property
+    def aval(self):
+        return self._aval
+
+
+class StagingTrace(core.Trace):
+    """Records equations. `partial_eval=True` computes known-only equations eagerly."""
+
+    def __init__(self, parent=None, partial_eval=False):
+        super().__init__(parent)
+        self.partial_eval = partial_eval
+        self.invars = []
+        self.eqns = []
+        self.const_vars = {}  # id(value) -> (var, value)
+
+    def new_arg(self, aval):
+        var = Var(aval)
+        self.invars.append(var)
+        return StagingTracer(self, aval, var)
+
+    def var_of(self, x):
+        if isinstance(x, StagingTracer) and x._trace is self:
+            return x.var
+        if isinstance(x, core.Tracer):
+            core.check_not_leaked(x)
+        if isinstance(x, (bool, int, float, complex)):
+            return Literal(x)
+        if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
+            return Literal(x, ShapedArray((), x.dtype))
+        entry = self.const_vars.get(id(x))
+        if entry is None:
+            entry = (Var(aval_of_value(x)), x)
+            self.const_vars[id(x)] = entry
+        return entry[0]
+
+    def process_primitive(self, prim, args, params):
+        if self.partial_eval:
+            if not any(isinstance(a, StagingTracer) and a._trace is self for a in args):
+                with set_current_trace(self.parent):
+                    return prim.bind(*args, **params)
+            rule = partial_eval_rules.get(prim)
+            if rule is not None:
+                return rule(self, args, params)
+        return self.stage(prim, args, params)
+
+    def stage(self, prim, args, params, out_avals=None):
+        """Record `prim(*args)` as an equation and return its output tracers."""
+        invars = [self.var_of(a) for a in args]
+        if out_avals is None:
+            out_avals = prim.abstract_eval(*[v.aval for v in invars], **params)
+        info = user_source_info()
+        if prim.multiple_results:
+            outvars = [Var(a) for a in out_avals]
+            self.eqns.append(Eqn(prim, invars, params, outvars, info))
+            return [StagingTracer(self, v.aval, v, info) for v in outvars]
+        outvar = Var(out_avals)
+        self.eqns.append(Eqn(prim, invars, params, [outvar], info))
+        return StagingTracer(self, outvar.aval, outvar, info)
+
+    def to_program(self, outs):
+        """Close the trace: a Program from this trace's invars to `outs`."""
+        outvars = [self.var_of(o) for o in outs]
+        constvars = [var for var, _ in self.const_vars.values()]
+        consts = [value for _, value in self.const_vars.values()]
+        return Program(self.invars, constvars, self.eqns, outvars, consts)
+
+
+def trace_to_program(fun, in_avals, parent=None):
+    """Trace `fun` (flat args -> flat list of outputs) on abstract inputs."""
+    trace = StagingTrace(parent)
+    args = [trace.new_arg(a) for a in in_avals]
+    try:
+        with set_current_trace(trace):
+            outs = fun(*args)
+        program = trace.to_program(list(outs))
+    finally:
+        trace.finish()
+    return program
+
+
+def eval_program(program, consts, args):
+    """Evaluate `program` by re-binding its equations on the current trace."""
+    env = {}
+    for v, x in zip(program.constvars, consts):
+        env[v] = x
+    for v, x in zip(program.invars, args):
+        env[v] = x
+
+    def read(v):
+        return v.value if type(v) is Literal else env[v]
+
+    for eqn in program.eqns:
+        invals = [read(v) for v in eqn.inputs]
+        with _at_source(eqn.source_info):
+            outs = eqn.primitive.bind(*invals, **eqn.params)
+        if eqn.primitive.multiple_results:
+            for v, x in zip(eqn.outputs, outs):
+                env[v] = x
+        else:
+            env[eqn.outputs[0]] = outs
+    return [read(v) for v in program.outvars]
+
+
+class _at_source:
+    """While re-binding a staged equation, errors and new equations keep its user line."""
+
+    __slots__ = ("info", "prev")
+
+    def __init__(self, info):
+        self.info = info
+
+    def __enter__(self):
+        import fflow.errors as errors
+
+        self.prev = errors.forced_source_info
+        if self.info is not None:
+            errors.forced_source_info = self.info
+
+    def __exit__(self, *exc):
+        import fflow.errors as errors
+
+        errors.forced_source_info = self.prev
+
+
+__all__ = [
+    "StagingTrace",
+    "StagingTracer",
+    "trace_to_program",
+    "eval_program",
+    "partial_eval_rules",
+    "SourceInfo",
+]
