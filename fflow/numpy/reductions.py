@@ -1,5 +1,7 @@
 """Reductions with `axis` / `keepdims` (sum, mean, var, std, max, min, prod, ...)."""
 
+import builtins
+
 import numpy as np
 
 from fflow import dtypes, lax
@@ -64,7 +66,7 @@ def _extremum(lax_fn, name):
             if initial is None:
                 raise ValueError(f"{name} with where= needs initial=")
             a = _where(where, a, initial)
-        if any(shape[i] == 0 for i in axes) and initial is None:
+        if builtins.any(shape[i] == 0 for i in axes) and initial is None:
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
         res = lax_fn(a, axes) if axes else a
         if initial is not None:
