@@ -55,6 +55,10 @@ _LAZY = {
     "devices": ("fflow.device", "devices"),
     "device_put": ("fflow.device", "device_put"),
     "eval_shape": ("fflow.transforms.ad_api", "eval_shape"),
+    "ShapeDtypeStruct": ("fflow.transforms.ad_api", "ShapeDtypeStruct"),
+    "tree": ("fflow.tree", None),
+    "scipy": ("fflow.scipy", None),
+    "test_util": ("fflow.test_util", None),
 }
 
 
@@ -69,7 +73,15 @@ def __getattr__(name):
 
 
 def block_until_ready(x):
+    """Arrays are computed eagerly on the CPU: returns `x`."""
     return x
+
+
+def device_get(x):
+    """NumPy copies of every array leaf of `x`."""
+    import numpy as np
+
+    return tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, Array) else a, x)
 
 
 def stop_gradient(x):

@@ -361,3 +361,64 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     """jacfwd(jacrev(fun))."""
     return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux=has_aux)
+
+
+class ShapeDtypeStruct:
+    """A shape and dtype without data (JAX's `jax.ShapeDtypeStruct`)."""
+
+    __slots__ = ("shape", "dtype", "sharding")
+
+    def __init__(self, shape, dtype, sharding=None):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.sharding = sharding
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, ShapeDtypeStruct)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+        )
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self):
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def eval_shape(fun, *args, **kwargs):
+    """The output shapes/dtypes of `fun` without computing anything.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> fflow.eval_shape(lambda x: x @ x.T, jnp.ones((3, 2)))
+        ShapeDtypeStruct(shape=(3, 3), dtype=float32)
+    """
+    from fflow.transforms.staging import trace_to_program
+
+    from fflow.core import ShapedArray
+
+    leaves, in_tree = tree_flatten((args, kwargs))
+    in_avals = []
+    for x in leaves:
+        if isinstance(x, ShapeDtypeStruct) or (
+            hasattr(x, "shape") and hasattr(x, "dtype") and not hasattr(x, "__array__")
+        ):
+            in_avals.append(ShapedArray(x.shape, x.dtype))
+        else:
+            in_avals.append(aval_of_value(as_value(x)))
+    out_store = Store()
+    flat = flatten_fun(fun, in_tree, out_store)
+    program = trace_to_program(flat, in_avals)
+    return tree_unflatten(
+        out_store.value, [ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in program.outvars]
+    )

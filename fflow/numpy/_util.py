@@ -108,7 +108,8 @@ def broadcast_to_shape(x, shape):
         return x
     nd = len(shape)
     dims = tuple(range(nd - len(xs), nd))
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) and x.ndim > 0:
+        # a constant: broadcasting it now keeps programs small (a view, no copy)
         return np.broadcast_to(x, shape)
     return lax.broadcast_in_dim(x, shape, dims)
 
