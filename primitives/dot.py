@@ -42,9 +42,9 @@ def _dot_impl(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     if b.dtype != compute:
         b = b.astype(compute)
     if nb == 1:
-        out = (a[0] @ b[0]).reshape(*bshape, *lfs, *rfs)
+        out = np.asarray(a[0] @ b[0]).reshape((*bshape, *lfs, *rfs))
     else:
-        out = np.matmul(a, b).reshape(*bshape, *lfs, *rfs)
+        out = np.matmul(a, b).reshape((*bshape, *lfs, *rfs))
     if out.dtype != out_dtype:
         out = out.astype(out_dtype)
     return out
