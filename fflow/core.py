@@ -334,6 +334,11 @@ class Tracer:
             raise TypeError("len() of a 0-d array")
         return self.aval.shape[0]
 
+    def __iter__(self):
+        if not self.aval.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.aval.shape[0]))
+
     def _concrete(self, what):
         """Concrete value if this tracer has one (eager transforms); else raise."""
         value = self.concrete_value()
