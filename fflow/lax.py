@@ -10,6 +10,8 @@ Example:
     [2.0, 2.0]
 """
 
+import builtins
+
 import numpy as np
 
 from fflow import dtypes
@@ -484,10 +486,12 @@ def sort(operand, dimension=-1, is_stable=True, num_keys=1):
     if isinstance(operand, (list, tuple)):
         ndim = aval_of_value(operand[0]).ndim
         return _prims().sort_p.bind(
-            *operand, dimension=int(dimension) % max(ndim, 1), num_keys=num_keys
+            *operand, dimension=int(dimension) % builtins.max(ndim, 1), num_keys=num_keys
         )
     ndim = aval_of_value(operand).ndim
-    return _prims().sort_p.bind(operand, dimension=int(dimension) % max(ndim, 1), num_keys=1)[0]
+    return _prims().sort_p.bind(
+        operand, dimension=int(dimension) % builtins.max(ndim, 1), num_keys=1
+    )[0]
 
 
 def clamp(min, x, max):  # noqa: A002

@@ -173,8 +173,41 @@ def _gather_jvp(primals, tangents, *, axes):
 
 
 def _gather_transpose(ct, x, indices, *, axes):
+    # gather clamps out-of-bounds indices while scatter_add drops them: clamp first
     zeros = lax.full(x.aval.shape, 0, x.aval.dtype)
-    return [lax.scatter_add(zeros, indices, instantiate(ct), axes), None]
+    clamped = _clamp_indices(indices, x.aval.shape, axes)
+    return [lax.scatter_add(zeros, clamped, instantiate(ct), axes), None]
+
+
+def _clamp_indices(indices, x_shape, axes):
+    ishape = np.shape(indices)
+    dtype = indices.dtype
+    upper = lax.broadcast_in_dim(
+        np.asarray([x_shape[a] - 1 for a in axes], dtype), ishape, (len(ishape) - 1,)
+    )
+    return lax.min(lax.max(indices, lax.full(ishape, 0, dtype)), upper)
+
+
+def _update_mask(indices, x_shape, axes, updates_shape):
+    """True for each update element that lands in x (in bounds), shaped like updates."""
+    ishape = np.shape(indices)
+    clamped = _clamp_indices(indices, x_shape, axes)
+    inb = lax.reduce_and(lax.eq(clamped, indices), (len(ishape) - 1,))
+    return lax.broadcast_in_dim(inb, updates_shape, tuple(range(len(ishape) - 1)))
+
+
+def _update_mask_values(indices, x_shape, axes, updates_shape, dtype):
+    return lax.convert_element_type(_update_mask(indices, x_shape, axes, updates_shape), dtype)
+
+
+def _scatter_winners(indices, x_shape, axes, updates_shape):
+    """True for each update element that `scatter` keeps (the last writer of its slot)."""
+    n_batch = len(np.shape(indices)) - 1
+    batch = tuple(np.shape(indices)[:-1])
+    ids = lax.reshape(lax.iota(np.int32, int(np.prod(batch, dtype=np.int64))), batch)
+    ids = lax.broadcast_in_dim(ids, updates_shape, tuple(range(n_batch)))
+    slots = lax.scatter(lax.full(x_shape, -1, np.int32), indices, ids, axes)
+    return lax.eq(lax.gather(slots, indices, axes), ids)
 
 
 jvp_rules[gather_p] = _gather_jvp
@@ -238,7 +271,12 @@ def _scatter_add_transpose(ct, x, indices, updates, *, axes):
     if type(ct) is Zero:
         return [None, None, None]
     ct_x = ct if is_undefined(x) else None
-    ct_u = lax.gather(ct, indices, axes) if is_undefined(updates) else None
+    ct_u = None
+    if is_undefined(updates):
+        # updates dropped as out of bounds get no cotangent (gather would clamp)
+        ct_u = lax.gather(ct, indices, axes)
+        inb = _update_mask(indices, np.shape(ct), axes, updates.aval.shape)
+        ct_u = lax.select_n(inb, lax.full_like(ct_u, 0), ct_u)
     return [ct_x, None, ct_u]
 
 
@@ -259,14 +297,21 @@ def _scatter_jvp(primals, tangents, *, axes):
 
 
 def _scatter_transpose(ct, x, indices, updates, *, axes):
-    # exact for unique indices (JAX makes the same assumption for scatter's transpose)
+    # With repeated indices only the last writer of a slot reaches the output (as in
+    # the NumPy implementation), so only it receives the cotangent.
     if type(ct) is Zero:
         return [None, None, None]
+    x_shape = np.shape(ct)
+    u_shape = _gather_shape(
+        ShapedArray(x_shape, ct.dtype), ShapedArray(np.shape(indices), np.int32), axes
+    )
     ct_x = None
     if is_undefined(x):
-        u_shape = _gather_shape(x.aval, ShapedArray(np.shape(indices), np.int32), axes)
         ct_x = lax.scatter(ct, indices, lax.full(u_shape, 0, ct.dtype), axes)
-    ct_u = lax.gather(ct, indices, axes) if is_undefined(updates) else None
+    ct_u = None
+    if is_undefined(updates):
+        won = _scatter_winners(indices, x_shape, axes, u_shape)
+        ct_u = lax.select_n(won, lax.full(u_shape, 0, ct.dtype), lax.gather(ct, indices, axes))
     return [ct_x, None, ct_u]
 
 
@@ -280,19 +325,32 @@ scatter_max_p = _scatter_prim("scatter_max", np.maximum)
 
 
 def _scatter_mul_jvp(primals, tangents, *, axes):
-    # out = x * P with P = scatter_mul(1, idx, u); for unique indices dP = P/u * t_u
+    # out = x * P with P = scatter_mul(1, idx, u), so d out = t_x P + x dP and
+    # dP = sum_k t_k prod_{j != k} u_j over the updates k of a slot. The product of
+    # the others is P / u_k, or (for a zero u_k) the product of the nonzero updates
+    # when u_k is the slot's only zero: exact with repeated indices and zeros.
     x, indices, updates = primals
     tx, _, tu = tangents
-    ones = lax.full(np.shape(x), 1, x.dtype)
+    x_shape, u_shape = np.shape(x), np.shape(updates)
+    ones = lax.full(x_shape, 1, x.dtype)
     p = lax.scatter_mul(ones, indices, updates, axes)
     out = lax.mul(x, p)
     t = None
     if type(tx) is not Zero:
         t = lax.mul(tx, p)
     if type(tu) is not Zero:
-        dp = lax.scatter(lax.full(np.shape(x), 0, x.dtype), indices, tu, axes)
-        others = lax.scatter(p, indices, lax.full(np.shape(updates), 1, x.dtype), axes)
-        tu_part = lax.mul(x, lax.mul(dp, others))
+        zero_u = lax.eq(updates, lax.full(u_shape, 0, x.dtype))
+        safe_u = lax.select_n(zero_u, updates, lax.full(u_shape, 1, x.dtype))
+        p_nonzero = lax.scatter_mul(ones, indices, safe_u, axes)
+        n_zeros = lax.scatter_add(
+            lax.full(x_shape, 0, x.dtype), indices, lax.convert_element_type(zero_u, x.dtype), axes
+        )
+        g_p, g_pnz = lax.gather(p, indices, axes), lax.gather(p_nonzero, indices, axes)
+        only_zero = lax.eq(lax.gather(n_zeros, indices, axes), lax.full(u_shape, 1, x.dtype))
+        for_zero = lax.select_n(only_zero, lax.full(u_shape, 0, x.dtype), g_pnz)
+        others = lax.select_n(zero_u, lax.div(g_p, safe_u), for_zero)
+        dp = lax.scatter_add(lax.full(x_shape, 0, x.dtype), indices, lax.mul(tu, others), axes)
+        tu_part = lax.mul(x, dp)
         t = tu_part if t is None else lax.add(t, tu_part)
     return out, t
 
@@ -302,14 +360,23 @@ def _scatter_minmax_jvp(prim):
     def rule(primals, tangents, *, axes):
         x, indices, updates = primals
         tx, _, tu = tangents
+        # ties share the tangent evenly (as reduce_max does)
         out = prim.bind(x, indices, updates, axes=axes)
-        from_x = lax.eq(out, x)
-        gathered = lax.gather(out, indices, axes)
-        from_u = lax.eq(gathered, updates)
-        tx = instantiate(tx)
-        tu = lax.select_n(from_u, lax.full(np.shape(updates), 0, x.dtype), instantiate(tu))
-        tu_full = lax.scatter(lax.full(np.shape(x), 0, x.dtype), indices, tu, axes)
-        return out, lax.select_n(from_x, tu_full, tx)
+        x_shape, u_shape = np.shape(x), np.shape(updates)
+        from_x = lax.convert_element_type(lax.eq(out, x), x.dtype)
+        from_u = lax.eq(lax.gather(out, indices, axes), updates)
+        from_u = lax.mul(
+            lax.convert_element_type(from_u, x.dtype),
+            _update_mask_values(indices, x_shape, axes, u_shape, x.dtype),
+        )
+        count = lax.add(
+            from_x, lax.scatter_add(lax.full(x_shape, 0, x.dtype), indices, from_u, axes)
+        )
+        t = lax.mul(instantiate(tx), from_x)
+        if type(tu) is not Zero:
+            t_u = lax.scatter_add(lax.full(x_shape, 0, x.dtype), indices, lax.mul(tu, from_u), axes)
+            t = lax.add(t, t_u)
+        return out, lax.div(t, count)
 
     return rule
 
