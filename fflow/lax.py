@@ -116,6 +116,7 @@ rsqrt = _unary("rsqrt")
 cbrt = _unary("cbrt")
 logistic = _unary("logistic")
 erf = _unary("erf")
+erf_inv = _unary("erf_inv")
 abs = _unary("abs")  # noqa: A001
 sign = _unary("sign")
 floor = _unary("floor")

@@ -7,6 +7,7 @@ from fflow.primitives import (  # noqa: F401
     cumulative,
     dot,
     indexing,
+    random_bits,
     reduction,
     shape,
     sort,

@@ -38,10 +38,11 @@ mul_p.traits.add("linear_in_one")
 
 def _div(x, y):
     if x.dtype.kind in "iu":
-        # lax.div on integers rounds towards zero, like C
-        q = np.floor_divide(x, y)
-        fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
-        return (q + fix).astype(x.dtype)
+        # lax.div on integers rounds towards zero, like C; x / 0 is -1 (all ones), as in XLA
+        with np.errstate(divide="ignore", over="ignore"):
+            q = np.floor_divide(x, y)
+            fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+        return np.where(y == 0, np.array(-1).astype(x.dtype), q + fix).astype(x.dtype)
     return np.true_divide(x, y)
 
 
@@ -67,6 +68,10 @@ div_p.traits.add("linear_in_one")
 
 
 def _rem(x, y):
+    if x.dtype.kind in "iu":
+        # x % 0 is x for integers, as in XLA (random.randint relies on it)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(y == 0, x, np.fmod(x, y)).astype(x.dtype)
     return np.fmod(x, y)
 
 

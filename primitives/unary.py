@@ -138,6 +138,59 @@ defjvp(
 )
 
 
+# XLA's single-precision erf_inv (M. Giles' polynomials), so fflow draws the same
+# normal samples as JAX; each step rounds once to float32, as an FMA does.
+_ERF_INV_LT5 = (
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+)
+_ERF_INV_GE5 = (
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+)
+
+
+def _erf_inv(x):
+    if x.dtype == np.float64:
+        from scipy.special import erfinv
+
+        return erfinv(x)
+    x32 = np.asarray(x, np.float32)
+    with np.errstate(all="ignore"):
+        w = -np.log1p(-x32 * x32)
+        lt = w < np.float32(5)
+        w = np.where(lt, w - np.float32(2.5), np.sqrt(w) - np.float32(3)).astype(np.float64)
+        p = np.where(lt, _ERF_INV_LT5[0], _ERF_INV_GE5[0]).astype(np.float32)
+        for a, b in zip(_ERF_INV_LT5[1:], _ERF_INV_GE5[1:]):
+            c = np.where(lt, np.float32(a), np.float32(b)).astype(np.float64)
+            p = (c + p.astype(np.float64) * w).astype(np.float32)
+        out = np.where(np.abs(x32) == 1, x32 * np.float32(np.inf), p * x32)
+    return np.asarray(out, dtype=x.dtype)
+
+
+erf_inv_p = unary("erf_inv", _erf_inv, amp="fp32")
+defjvp_with_output(
+    erf_inv_p,
+    lambda out, xs, ts: lax.mul(
+        ts[0], lax.mul(lax.full_like(out, math.sqrt(math.pi) / 2), lax.exp(lax.mul(out, out)))
+    ),
+)
+
+
 def _abs_jvp(g, x):
     return lax.mul(g, lax.sign(x))
 

@@ -1,0 +1,497 @@
+"""fflow.random: JAX's counter-based PRNG (Threefry-2x32, "partitionable" mode).
+
+A key is a uint32[2] array (JAX's raw key). Keys are split, never mutated: the
+same key always gives the same numbers, eagerly, under `jit` and on every backend.
+The bits come from `random_bits_p` (see primitives/random_bits.py for the exact
+algorithm), and every sampler follows JAX's construction, so `fflow.random`
+reproduces `jax.random`'s numbers for the same key (normal to within 2 ulp of
+XLA's erf_inv).
+
+Example:
+    >>> import fflow.random as random
+    >>> key = random.PRNGKey(0)
+    >>> key, sub = random.split(key)
+    >>> random.uniform(sub, (2,)).shape
+    (2,)
+    >>> random.normal(random.PRNGKey(1), (3,)).dtype
+    dtype('float32')
+"""
+
+import math
+
+import numpy as np
+
+from fflow import dtypes, lax
+from fflow.core import Tracer
+from fflow.errors import DtypeError, ShapeError, user_error
+from fflow.primitives.random_bits import random_bits_p, random_fold_in_p
+
+_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.uint64}
+
+
+def _jnp():
+    import fflow.numpy as jnp
+
+    return jnp
+
+
+def _shape(shape):
+    if shape is None:
+        return None
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def _key(key, name):
+    jnp = _jnp()
+    key = jnp.asarray(key)
+    if key.dtype != np.uint32 or key.ndim < 1 or key.shape[-1] != 2:
+        raise user_error(
+            DtypeError,
+            f"fflow.random.{name} needs a PRNG key (a uint32[2] array), got "
+            f"{key.dtype}{list(key.shape)}. Fix: make one with fflow.random.PRNGKey(seed) "
+            "and derive new ones with fflow.random.split(key).",
+        )
+    if key.ndim != 1:
+        raise user_error(
+            ShapeError,
+            f"fflow.random.{name} takes a single key (uint32[2]), got a batch of keys of shape "
+            f"{tuple(key.shape)}. Fix: use fflow.vmap over the keys.",
+        )
+    return key
+
+
+def _float_dtype(dtype, name):
+    dtype = dtypes.float_ if dtype is None else dtypes.canonicalize(dtype)
+    if not dtypes.is_float(dtype):
+        raise user_error(DtypeError, f"fflow.random.{name} needs a float dtype, got {dtype}")
+    return dtype
+
+
+# ----------------------------------------------------------------------------
+# Keys
+
+
+def PRNGKey(seed, *, impl=None):  # noqa: N802  (JAX's name)
+    """A key from an integer seed: uint32[2] `[seed >> 32, seed & 0xFFFFFFFF]`.
+
+    Example:
+        >>> import fflow.random as random
+        >>> random.PRNGKey(42).tolist()
+        [0, 42]
+    """
+    jnp = _jnp()
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        seed = int(seed)
+        if not -(2**63) <= seed < 2**64:
+            raise user_error(OverflowError, f"PRNG seed {seed} does not fit in 64 bits")
+        # a Python int is a 32-bit seed, as in JAX (its high word is 0)
+        hi, lo = 0, seed & 0xFFFFFFFF
+        return jnp.asarray(np.array([hi, lo], np.uint32))
+    seed = jnp.asarray(seed)
+    if seed.shape != () or not dtypes.is_int(seed.dtype):
+        raise user_error(
+            TypeError, f"PRNG seed must be an integer scalar, got {seed.dtype}{list(seed.shape)}"
+        )
+    if seed.dtype.itemsize == 8:
+        hi = lax.convert_element_type(
+            lax.shift_right_logical(
+                lax.convert_element_type(seed, np.uint64), np.asarray(32, np.uint64)
+            ),
+            np.uint32,
+        )
+    else:
+        hi = jnp.zeros((), np.uint32)
+    lo = lax.convert_element_type(seed, np.uint32)
+    return jnp.stack([hi, lo])
+
+
+def key(seed, *, impl=None):
+    """A key from an integer seed (like `jax.random.key`, but a raw uint32[2] key)."""
+    return PRNGKey(seed, impl=impl)
+
+
+def key_data(keys):
+    """The uint32 data of keys (keys already are their data in fflow)."""
+    return _jnp().asarray(keys)
+
+
+def wrap_key_data(key_bits_array, *, impl=None):
+    return _jnp().asarray(key_bits_array)
+
+
+def split(key, num=2):
+    """`num` new keys (or an array of keys of shape `num` when it is a tuple).
+
+    Example:
+        >>> import fflow.random as random
+        >>> random.split(random.PRNGKey(0), 3).shape
+        (3, 2)
+    """
+    key = _key(key, "split")
+    return random_bits_p.bind(key, shape=_shape(num))
+
+
+def fold_in(key, data):
+    """A new key from `key` and an integer (a step counter, a process index...)."""
+    key = _key(key, "fold_in")
+    if isinstance(data, (int, np.integer)):
+        data = np.asarray(int(data) & 0xFFFFFFFF, np.uint32)
+    else:
+        data = _jnp().asarray(data)
+        if data.dtype != np.uint32:
+            data = lax.convert_element_type(data, np.uint32)
+    return random_fold_in_p.bind(key, data)
+
+
+def clone(key):
+    return key
+
+
+# ----------------------------------------------------------------------------
+# Bits
+
+
+def _random_bits(key, bit_width, shape):
+    words = random_bits_p.bind(key, shape=shape)
+    w0 = lax.squeeze(lax.slice_in_dim(words, 0, 1, axis=len(shape)), (len(shape),))
+    w1 = lax.squeeze(lax.slice_in_dim(words, 1, 2, axis=len(shape)), (len(shape),))
+    if bit_width == 64:
+        u64 = np.dtype(np.uint64)
+        hi = lax.convert_element_type(w0, u64)
+        lo = lax.convert_element_type(w1, u64)
+        return lax.bitwise_or(lax.shift_left(hi, np.full(shape, 32, u64)), lo)
+    bits = lax.bitwise_xor(w0, w1)
+    if bit_width != 32:
+        bits = lax.convert_element_type(bits, _UINT[bit_width])
+    return bits
+
+
+def bits(key, shape=(), dtype=None):
+    """Uniform random bits of an unsigned dtype (uint32 by default)."""
+    key = _key(key, "bits")
+    dtype = np.dtype(np.uint32) if dtype is None else dtypes.canonicalize(dtype)
+    if dtype.kind != "u":
+        raise user_error(DtypeError, f"fflow.random.bits needs an unsigned dtype, got {dtype}")
+    return _random_bits(key, dtype.itemsize * 8, _shape(shape))
+
+
+# ----------------------------------------------------------------------------
+# Continuous distributions
+
+
+def _nbits_nmant(dtype):
+    fi = dtypes.finfo(dtype)
+    return fi.bits, fi.nmant
+
+
+def _check_broadcast(name, shape, *param_shapes):
+    for s in param_shapes:
+        s = tuple(s)
+        try:
+            ok = np.broadcast_shapes(s, shape) == tuple(shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise user_error(
+                ShapeError,
+                f"fflow.random.{name}: parameter shape {s} does not broadcast to shape "
+                f"{tuple(shape)}. Fix: pass shape= with the parameters' shape as a suffix.",
+            )
+
+
+def _uniform(key, shape, dtype, minval, maxval):
+    jnp = _jnp()
+    minval = jnp.asarray(minval, dtype)
+    maxval = jnp.asarray(maxval, dtype)
+    _check_broadcast("uniform", shape, minval.shape, maxval.shape)
+    nbits, nmant = _nbits_nmant(dtype)
+    rng_bits = nbits if nmant >= 8 else 8
+    raw = _random_bits(key, rng_bits, shape)
+    # JAX fills the mantissa of 1.0 and subtracts 1: (bits >> (w - nmant)) * 2^-nmant,
+    # computed here without a bitcast, gives exactly the same float.
+    mant = lax.shift_right_logical(raw, np.full(shape, rng_bits - nmant, raw.dtype))
+    floats = lax.mul(lax.convert_element_type(mant, dtype), lax.full(shape, 2.0**-nmant, dtype))
+    scaled = jnp.add(jnp.multiply(floats, jnp.subtract(maxval, minval)), minval)
+    return jnp.maximum(minval, scaled)
+
+
+def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
+    """Uniform samples in [minval, maxval).
+
+    Example:
+        >>> import fflow.random as random
+        >>> x = random.uniform(random.PRNGKey(0), (1000,), minval=-1.0, maxval=1.0)
+        >>> bool((x >= -1).all() and (x < 1).all())
+        True
+    """
+    key = _key(key, "uniform")
+    return _uniform(key, _shape(shape), _float_dtype(dtype, "uniform"), minval, maxval)
+
+
+def normal(key, shape=(), dtype=None):
+    """Standard normal samples: `sqrt(2) * erf_inv(u)` with u uniform in (-1, 1)."""
+    key = _key(key, "normal")
+    dtype = _float_dtype(dtype, "normal")
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    u = _uniform(key, _shape(shape), dtype, lo, 1.0)
+    return lax.mul(lax.full(_shape(shape), math.sqrt(2), dtype), lax.erf_inv(u))
+
+
+def truncated_normal(key, lower, upper, shape=None, dtype=None):
+    """Normal samples truncated to (lower, upper)."""
+    jnp = _jnp()
+    key = _key(key, "truncated_normal")
+    dtype = _float_dtype(dtype, "truncated_normal")
+    lower = jnp.asarray(lower, dtype)
+    upper = jnp.asarray(upper, dtype)
+    if shape is None:
+        shape = np.broadcast_shapes(lower.shape, upper.shape)
+    shape = _shape(shape)
+    sqrt2 = np.array(np.sqrt(2), dtype)
+    a = lax.erf(jnp.divide(lower, sqrt2))
+    b = lax.erf(jnp.divide(upper, sqrt2))
+    u = _uniform(key, shape, dtype, a, b)
+    out = jnp.multiply(sqrt2, lax.erf_inv(u))
+    lo = jnp.nextafter(lax.stop_gradient(lower), np.array(np.inf, dtype))
+    hi = jnp.nextafter(lax.stop_gradient(upper), np.array(-np.inf, dtype))
+    return jnp.clip(out, lo, hi)
+
+
+def bernoulli(key, p=0.5, shape=None):
+    """Boolean samples, True with probability `p`."""
+    jnp = _jnp()
+    key = _key(key, "bernoulli")
+    p = jnp.asarray(p)
+    if not dtypes.is_float(p.dtype):
+        p = p.astype(dtypes.float_)
+    shape = p.shape if shape is None else _shape(shape)
+    _check_broadcast("bernoulli", shape, p.shape)
+    return jnp.less(_uniform(key, shape, p.dtype, 0.0, 1.0), p)
+
+
+def gumbel(key, shape=(), dtype=None, mode="low"):
+    """Standard Gumbel samples."""
+    jnp = _jnp()
+    key = _key(key, "gumbel")
+    dtype = _float_dtype(dtype, "gumbel")
+    shape = _shape(shape)
+    if mode == "high":
+        u = _uniform(key, (2,) + shape, dtype, 0.0, 1.0)
+        high, low = u[0], u[1]
+        fi = dtypes.finfo(dtype)
+        x = jnp.where(high >= 0.5, high, high + 2.0**-(fi.nmant) * low + np.asarray(fi.tiny, dtype))
+        return -jnp.log(-jnp.log1p(-x))
+    tiny = np.asarray(dtypes.finfo(dtype).tiny, dtype)
+    return -jnp.log(-jnp.log(_uniform(key, shape, dtype, tiny, 1.0)))
+
+
+def exponential(key, shape=(), dtype=None):
+    """Exponential(1) samples."""
+    jnp = _jnp()
+    key = _key(key, "exponential")
+    dtype = _float_dtype(dtype, "exponential")
+    return -jnp.log1p(-_uniform(key, _shape(shape), dtype, 0.0, 1.0))
+
+
+def laplace(key, shape=(), dtype=None):
+    jnp = _jnp()
+    key = _key(key, "laplace")
+    dtype = _float_dtype(dtype, "laplace")
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    u = _uniform(key, _shape(shape), dtype, lo, 1.0)
+    return jnp.sign(u) * jnp.log1p(-jnp.abs(u))
+
+
+def logistic(key, shape=(), dtype=None):
+    jnp = _jnp()
+    key = _key(key, "logistic")
+    dtype = _float_dtype(dtype, "logistic")
+    tiny = np.asarray(dtypes.finfo(dtype).tiny, dtype)
+    x = _uniform(key, _shape(shape), dtype, tiny, 1.0)
+    return jnp.log(jnp.divide(x, 1 - x))
+
+
+def rademacher(key, shape=(), dtype=None):
+    """+1 or -1 with equal probability (int32 by default)."""
+    key = _key(key, "rademacher")
+    dtype = dtypes.int_ if dtype is None else dtypes.canonicalize(dtype)
+    b = bernoulli(key, 0.5, shape=_shape(shape))
+    return (2 * b.astype(dtype) - 1).astype(dtype)
+
+
+# ----------------------------------------------------------------------------
+# Discrete distributions
+
+
+def randint(key, shape, minval, maxval, dtype=None):
+    """Integers uniform in [minval, maxval) (int32 by default), JAX's algorithm."""
+    jnp = _jnp()
+    key = _key(key, "randint")
+    dtype = dtypes.int_ if dtype is None else dtypes.canonicalize(dtype)
+    if not dtypes.is_int(dtype):
+        raise user_error(DtypeError, f"randint needs an integer dtype, got {dtype}")
+    shape = _shape(shape)
+    minval = jnp.asarray(minval)
+    maxval = jnp.asarray(maxval)
+    _check_broadcast("randint", shape, minval.shape, maxval.shape)
+    if not dtypes.is_int(minval.dtype):
+        minval = minval.astype(dtypes.int_)
+    if not dtypes.is_int(maxval.dtype):
+        maxval = maxval.astype(dtypes.int_)
+    info = np.iinfo(dtype)
+    # maxval may be one past the dtype's range (randint(k, s, 0, 256, uint8))
+    big = np.dtype(np.int64) if info.bits < 64 else np.dtype(np.float64)
+    maxval_out_of_range = jnp.greater(maxval.astype(big), np.asarray(info.max, big))
+    minval = jnp.clip(minval.astype(big), info.min, info.max).astype(dtype)
+    maxval = jnp.clip(maxval.astype(big), info.min, info.max).astype(dtype)
+    nbits = info.bits
+    k1, k2 = split(key)
+    higher_bits = _random_bits(k1, nbits, shape)
+    lower_bits = _random_bits(k2, nbits, shape)
+    udt = _UINT[nbits]
+    span = jnp.broadcast_to(jnp.subtract(maxval, minval).astype(udt), shape)
+    le = jnp.broadcast_to(jnp.less_equal(maxval, minval), shape)
+    span = jnp.where(le, np.asarray(1, udt), span)
+    bump = jnp.broadcast_to(
+        jnp.logical_and(maxval_out_of_range, jnp.greater(maxval, minval)), shape
+    )
+    span = jnp.where(bump, span + np.asarray(1, udt), span)
+    # (a * 2^(n/2) + b) mod span without overflow: ((a % s) * m + b % s) % s
+    multiplier = lax.rem(lax.full(shape, 2 ** (nbits // 2), udt), span)
+    multiplier = lax.rem(lax.mul(multiplier, multiplier), span)
+    offset = lax.add(lax.mul(lax.rem(higher_bits, span), multiplier), lax.rem(lower_bits, span))
+    offset = lax.rem(offset, span)
+    return jnp.add(minval, offset.astype(dtype)).astype(dtype)
+
+
+def _shuffle(key, x, axis):
+    jnp = _jnp()
+    size = int(np.prod(x.shape, dtype=np.int64))
+    num_rounds = int(math.ceil(3 * math.log(max(1, size)) / math.log(2**32 - 1)))
+    for _ in range(num_rounds):
+        key, subkey = split(key)
+        sort_keys = _random_bits(subkey, 32, tuple(x.shape))
+        _, x = lax.sort([sort_keys, jnp.asarray(x)], dimension=axis, num_keys=1)
+    return x
+
+
+def permutation(key, x, axis=0, independent=False):
+    """A random permutation of `arange(x)` (int `x`) or of `x` along `axis`."""
+    jnp = _jnp()
+    key = _key(key, "permutation")
+    if isinstance(x, (int, np.integer)) or (
+        not isinstance(x, Tracer) and np.ndim(x) == 0 and dtypes.is_int(np.asarray(x).dtype)
+    ):
+        n = int(x)
+        return _shuffle(key, jnp.arange(n), 0)
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        raise user_error(ShapeError, "permutation: x must be an int or an array with ndim >= 1")
+    axis = axis % x.ndim
+    if independent or x.ndim == 1:
+        return _shuffle(key, x, axis)
+    ind = _shuffle(key, jnp.arange(x.shape[axis]), 0)
+    return jnp.take(x, ind, axis=axis)
+
+
+def shuffle(key, x, axis=0):
+    return _shuffle(_key(key, "shuffle"), _jnp().asarray(x), axis)
+
+
+def categorical(key, logits, axis=-1, shape=None):
+    """Samples from a categorical distribution given unnormalized log-probabilities.
+
+    Example:
+        >>> import fflow.numpy as jnp, fflow.random as random
+        >>> random.categorical(random.PRNGKey(0), jnp.array([0.0, 50.0, 0.0])).tolist()
+        1
+    """
+    jnp = _jnp()
+    key = _key(key, "categorical")
+    logits = jnp.asarray(logits)
+    if not dtypes.is_float(logits.dtype):
+        logits = logits.astype(dtypes.float_)
+    axis = axis % logits.ndim
+    batch_shape = tuple(d for i, d in enumerate(logits.shape) if i != axis)
+    if shape is None:
+        shape = batch_shape
+    else:
+        shape = _shape(shape)
+        _check_broadcast("categorical", shape, batch_shape)
+    prefix = shape[: len(shape) - len(batch_shape)]
+    logits_shape = list(shape[len(shape) - len(batch_shape) :])
+    logits_shape.insert(axis, logits.shape[axis])
+    g = gumbel(key, (*prefix, *logits_shape), logits.dtype)
+    expanded = jnp.reshape(logits, (1,) * len(prefix) + logits.shape)
+    return jnp.argmax(g + expanded, axis=axis + len(prefix))
+
+
+def choice(key, a, shape=(), replace=True, p=None, axis=0):
+    """Random samples from `a` (an int n means `arange(n)`), optionally weighted by `p`."""
+    jnp = _jnp()
+    key = _key(key, "choice")
+    shape = _shape(shape)
+    if isinstance(a, (int, np.integer)):
+        arr = None
+        n_inputs = int(a)
+    else:
+        arr = jnp.asarray(a)
+        if arr.ndim == 0:
+            n_inputs = int(arr)
+            arr = None
+        else:
+            n_inputs = arr.shape[axis]
+    n_draws = int(np.prod(shape, dtype=np.int64))
+    if n_draws == 0:
+        ind = jnp.zeros(shape, dtypes.int_)
+    elif n_inputs <= 0:
+        raise user_error(ValueError, "choice: a must be greater than 0 unless no samples are taken")
+    elif not replace and n_draws > n_inputs:
+        raise user_error(
+            ValueError, f"choice: cannot take {n_draws} samples from {n_inputs} without replacement"
+        )
+    elif p is None:
+        if replace:
+            ind = randint(key, shape, 0, n_inputs)
+        else:
+            ind = jnp.reshape(permutation(key, n_inputs)[:n_draws], shape)
+    else:
+        p = jnp.asarray(p)
+        if replace:
+            p_cuml = jnp.cumsum(p)
+            r = p_cuml[-1] * (1 - _uniform(key, shape, p_cuml.dtype, 0.0, 1.0))
+            ind = jnp.searchsorted(p_cuml, r).astype(dtypes.int_)
+        else:
+            g = gumbel(key, (n_inputs,), p.dtype) - jnp.log(p)
+            ind = jnp.reshape(jnp.argsort(-g)[:n_draws], shape)
+    if arr is None:
+        return ind
+    return jnp.take(arr, ind, axis=axis)
+
+
+__all__ = [
+    "PRNGKey",
+    "key",
+    "key_data",
+    "wrap_key_data",
+    "split",
+    "fold_in",
+    "clone",
+    "bits",
+    "uniform",
+    "normal",
+    "truncated_normal",
+    "bernoulli",
+    "gumbel",
+    "exponential",
+    "laplace",
+    "logistic",
+    "rademacher",
+    "randint",
+    "permutation",
+    "shuffle",
+    "categorical",
+    "choice",
+]

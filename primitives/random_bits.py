@@ -1,0 +1,159 @@
+"""Counter-based random bits: Threefry-2x32 (20 rounds), as JAX uses it.
+
+Two primitives, both with zero derivative:
+
+- `random_bits_p(key, *, shape)`: `key` is uint32[..., 2]; the result is
+  uint32[..., *shape, 2]. For the flat (row-major) position `i` of `shape`,
+  `out[..., i, :] = threefry2x32(key, (i >> 32, i & 0xFFFFFFFF))`: the block cipher
+  encrypts the 64-bit counter `i` split into two 32-bit words. This is JAX's
+  "partitionable" Threefry (`jax_threefry_partitionable=True`, the default since
+  JAX 0.5): `random.split` uses both words as the new keys, and 32 random bits are
+  `out[..., 0] ^ out[..., 1]`.
+- `random_fold_in_p(key, data)`: `key` uint32[..., 2], `data` uint32[...]; the
+  result is `threefry2x32(key, (0, data))`, uint32[..., 2].
+
+Leading key dimensions are batch dimensions (so `vmap` over keys is one call).
+
+threefry2x32(k, x) for keys k0, k1 and counter words x0, x1 (all uint32, wrapping
+arithmetic, `rotl` a 32-bit left rotation)::
+
+    k2 = k0 ^ k1 ^ 0x1BD11BDA;  ks = (k0, k1, k2)
+    x0 += k0;  x1 += k1
+    for block in 0..4:
+        for r in ROT[block % 2]:       # ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
+            x0 += x1;  x1 = rotl(x1, r);  x1 ^= x0
+        x0 += ks[(block + 1) % 3];  x1 += ks[(block + 2) % 3] + (block + 1)
+    return (x0, x1)
+"""
+
+import numpy as np
+from fflow.transforms.autodiff import defzero
+
+from fflow.core import Primitive, ShapedArray
+from fflow.errors import DtypeError, ShapeError, user_error
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def threefry2x32(k0, k1, x0, x1):
+    """Threefry-2x32 on uint32 NumPy arrays (broadcasting); returns (y0, y1)."""
+    k0 = np.asarray(k0, np.uint32)
+    k1 = np.asarray(k1, np.uint32)
+    ks = (k0, k1, k0 ^ k1 ^ _PARITY)
+    with np.errstate(over="ignore"):
+        x0 = np.asarray(x0, np.uint32) + ks[0]
+        x1 = np.asarray(x1, np.uint32) + ks[1]
+        for block in range(5):
+            for r in _ROTATIONS[block % 2]:
+                x0 = x0 + x1
+                x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
+                x1 = x1 ^ x0
+            x0 = x0 + ks[(block + 1) % 3]
+            x1 = x1 + ks[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
+
+
+def _check_key(name, key):
+    if key.dtype != np.uint32 or key.ndim < 1 or key.shape[-1] != 2:
+        raise user_error(
+            DtypeError,
+            f"{name} needs a PRNG key: a uint32[2] array (leading batch dims allowed), got "
+            f"{key.str_short()}. Fix: make keys with fflow.random.key(seed) / "
+            "fflow.random.PRNGKey(seed) and fflow.random.split.",
+        )
+
+
+# ----------------------------------------------------------------------------
+# random_bits
+
+random_bits_p = Primitive("random_bits")
+random_bits_p.amp_class = "follow"
+
+
+@random_bits_p.def_impl
+def _random_bits_impl(key, *, shape):
+    key = np.asarray(key, np.uint32)
+    batch = key.shape[:-1]
+    n = int(np.prod(shape, dtype=np.int64))
+    counter = np.arange(n, dtype=np.uint64)
+    hi = (counter >> np.uint64(32)).astype(np.uint32)
+    lo = counter.astype(np.uint32)
+    k0 = key[..., 0].reshape(batch + (1,))
+    k1 = key[..., 1].reshape(batch + (1,))
+    y0, y1 = threefry2x32(k0, k1, hi, lo)
+    y0 = np.broadcast_to(y0, batch + (n,))
+    y1 = np.broadcast_to(y1, batch + (n,))
+    return np.stack([y0, y1], axis=-1).reshape(batch + tuple(shape) + (2,))
+
+
+@random_bits_p.def_abstract_eval
+def _random_bits_abstract_eval(key, *, shape):
+    _check_key("random_bits", key)
+    if any(int(d) < 0 for d in shape):
+        raise user_error(ShapeError, f"random_bits: negative dimension in shape {shape}")
+    return ShapedArray(key.shape[:-1] + tuple(shape) + (2,), np.uint32)
+
+
+defzero(random_bits_p)
+
+# ----------------------------------------------------------------------------
+# random_fold_in
+
+random_fold_in_p = Primitive("random_fold_in")
+random_fold_in_p.amp_class = "follow"
+
+
+@random_fold_in_p.def_impl
+def _random_fold_in_impl(key, data):
+    key = np.asarray(key, np.uint32)
+    data = np.asarray(data, np.uint32)
+    y0, y1 = threefry2x32(key[..., 0], key[..., 1], np.zeros_like(data), data)
+    return np.stack(np.broadcast_arrays(y0, y1), axis=-1)
+
+
+@random_fold_in_p.def_abstract_eval
+def _random_fold_in_abstract_eval(key, data):
+    _check_key("fold_in", key)
+    if data.dtype != np.uint32 or data.shape != key.shape[:-1]:
+        raise user_error(
+            DtypeError,
+            f"random_fold_in needs uint32 data of shape {key.shape[:-1]}, got "
+            f"{data.str_short()}. Fix: fflow.random.fold_in converts Python ints for you.",
+        )
+    return ShapedArray(key.shape, np.uint32)
+
+
+defzero(random_fold_in_p)
+
+
+def _register_batch_rules():
+    """Batching: leading key dims are batch dims, so a batched key needs no loop."""
+    try:
+        from fflow.transforms import vmap
+    except ImportError:  # vmap is optional at import time
+        return
+    table = getattr(vmap, "batch_rules", None)
+    if table is None:
+        return
+    import fflow.numpy as jnp
+
+    def _bits_batch(args, dims, *, shape):
+        (key,), (bdim,) = args, dims
+        key = jnp.moveaxis(key, bdim, 0)
+        return random_bits_p.bind(key, shape=shape), 0
+
+    def _fold_in_batch(args, dims):
+        key, data = args
+        kd, dd = dims
+        size = key.shape[kd] if kd is not None else data.shape[dd]
+        key = jnp.broadcast_to(key, (size,) + key.shape) if kd is None else jnp.moveaxis(key, kd, 0)
+        data = (
+            jnp.broadcast_to(data, (size,) + data.shape)
+            if dd is None
+            else jnp.moveaxis(data, dd, 0)
+        )
+        return random_fold_in_p.bind(key, data), 0
+
+    table.setdefault(random_bits_p, _bits_batch)
+    table.setdefault(random_fold_in_p, _fold_in_batch)
