@@ -21,7 +21,11 @@ def _cumulative(name, np_fn, amp="follow"):
     def impl(x, *, axis, reverse=False):
         if reverse:
             x = np.flip(x, axis)
-        out = np.asarray(np_fn(x, axis=axis), dtype=x.dtype)
+        acc = x
+        if amp == "fp32" and x.dtype.itemsize < 4 and x.dtype.kind in "fV":
+            # NumPy accumulates f16/bf16 running sums in 16 bits: accumulate in f32
+            acc = x.astype(np.float32)
+        out = np.asarray(np_fn(acc, axis=axis), dtype=x.dtype)
         return np.flip(out, axis) if reverse else out
 
     def abstract_eval(x, *, axis, reverse=False):

@@ -92,8 +92,13 @@ def _ranges_like(*xs):
         start += len(x)
 
 
-def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False):
+def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False, preferred=None):
     (xc, yc), (xb, yb) = dimension_numbers
+    y_dtype = y.aval.dtype if hasattr(y, "aval") else np.asarray(y).dtype
+    if ct.dtype != y_dtype:
+        # a mixed-precision dot (bf16 inputs, preferred f32 output): the cotangent
+        # is contracted in the inputs' dtype, accumulating in the preferred one
+        ct = lax.convert_element_type(ct, y_dtype)
     x_ndim = len(x_shape)
     y_ndim = np.ndim(y) if not hasattr(y, "aval") else y.aval.ndim
     x_free = _free_dims(x_ndim, xc, xb)
@@ -102,7 +107,8 @@ def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False):
         ct_batch, ct_y_free, ct_x_free = _ranges_like(xb, y_free, x_free)
     else:
         ct_batch, ct_x_free, ct_y_free = _ranges_like(xb, x_free, y_free)
-    out = lax.dot_general(ct, y, ((tuple(ct_y_free), tuple(y_free)), (tuple(ct_batch), tuple(yb))))
+    dn = ((tuple(ct_y_free), tuple(y_free)), (tuple(ct_batch), tuple(yb)))
+    out = lax.dot_general(ct, y, dn, preferred_element_type=preferred)
     # out dims: batch, x_free, then y's remaining (contracting) dims in increasing order
     y_contract_sorted = sorted(yc)
     x_dims_of_out = list(xb) + x_free + [xc[list(yc).index(d)] for d in y_contract_sorted]
@@ -120,10 +126,14 @@ def _dot_transpose(ct, x, y, *, dimension_numbers, preferred_element_type=None):
         return [None, None]
     (xc, yc), (xb, yb) = dimension_numbers
     if is_undefined(x):
-        ct_x = _dot_transpose_lhs(ct, x.aval.shape, y, x.aval.dtype, dimension_numbers)
+        ct_x = _dot_transpose_lhs(
+            ct, x.aval.shape, y, x.aval.dtype, dimension_numbers, preferred=preferred_element_type
+        )
         return [ct_x, None]
     swapped = ((yc, xc), (yb, xb))
-    ct_y = _dot_transpose_lhs(ct, y.aval.shape, x, y.aval.dtype, swapped, swap=True)
+    ct_y = _dot_transpose_lhs(
+        ct, y.aval.shape, x, y.aval.dtype, swapped, swap=True, preferred=preferred_element_type
+    )
     return [None, ct_y]
 
 

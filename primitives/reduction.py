@@ -3,7 +3,7 @@
 import numpy as np
 from fflow.transforms.autodiff import deflinear, defzero, jvp_flat, jvp_rules
 
-from fflow import lax
+from fflow import dtypes, lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
 
@@ -22,14 +22,17 @@ def _reduce_shape(shape, axes):
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def reduction(name, np_fn, amp="fp32", out_dtype=None):
+def reduction(name, np_fn, amp="fp32", out_dtype=None, accumulate_wide=False):
     prim = Primitive(name)
     prim.traits.add("reduction")
     prim.amp_class = amp
 
     def impl(x, *, axes):
-        out = np_fn(x, axis=axes)
         dtype = out_dtype or x.dtype
+        if accumulate_wide and x.dtype.itemsize < 4 and dtypes.is_float(x.dtype):
+            # NumPy sums bf16 in bf16 (1 + 1 + ... stalls at 256): accumulate in f32
+            x = x.astype(np.float32)
+        out = np_fn(x, axis=axes)
         if type(out) is not np.ndarray or out.dtype != dtype:
             out = np.asarray(out, dtype=dtype)
         return out
@@ -43,7 +46,7 @@ def reduction(name, np_fn, amp="fp32", out_dtype=None):
     return prim
 
 
-reduce_sum_p = reduction("reduce_sum", np.sum)
+reduce_sum_p = reduction("reduce_sum", np.sum, accumulate_wide=True)
 
 
 def _reduce_sum_transpose(ct, x, *, axes):
@@ -75,7 +78,7 @@ def _chooser_jvp(prim):
 _chooser_jvp(reduce_max_p)
 _chooser_jvp(reduce_min_p)
 
-reduce_prod_p = reduction("reduce_prod", np.prod)
+reduce_prod_p = reduction("reduce_prod", np.prod, accumulate_wide=True)
 
 
 def _reduce_prod_jvp(primals, tangents, *, axes):

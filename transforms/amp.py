@@ -1,0 +1,377 @@
+"""amp: automatic mixed precision as a transform that composes with all the others.
+
+`amp(f, policy)` runs `f` under an `AmpTrace`. The user's code sees the *logical*
+program — every value has the dtype it would have without AMP, so dtype logic in
+user code and in `fflow.numpy` (promotion, `astype`) runs unchanged — while each
+primitive is re-bound on the parent trace in the dtype its AMP class asks for
+(transforms/amp_policy.py): casts (`convert_element_type`) appear only where a value
+crosses a class boundary. Because the rewrite binds on the parent trace, it is a
+program-to-program rewrite under `make_jaxpr`/`jit` (the printed program shows the
+casts) and composes with `grad`, `vmap` and `shard` like any transform.
+
+Cast folding: every value remembers the casts already made of it, so a parameter
+used by three matmuls is cast once; and a value AMP rounded down from a wider one
+(a matmul's fp32 accumulator rounded to bf16) is read from that wider original
+when a consumer wants it back — the down-and-up round trip folds away.
+"""
+
+import functools
+
+from fflow.transforms.amp_policy import CLASSES, FOLLOW, FP32, KEEP, LOW, Policy
+from fflow.transforms.amp_scale import (
+    DynamicLossScale,
+    NoOpLossScale,
+    StaticLossScale,
+    all_finite,
+    select_tree,
+)
+
+from fflow import core, dtypes, lax
+from fflow.core import aval_of_value, set_current_trace
+from fflow.dtypes import float32
+from fflow.tree_util import tree_flatten, tree_unflatten
+
+# prim -> rule(trace, prim, amp_class, tracers, params) -> physical output(s), or
+# (output(s), casts) where casts maps a dtype to a wider original of the output, for
+# primitives whose AMP rewrite needs more than "cast the inputs, bind" (the default).
+amp_rules = {}
+
+
+class AmpTracer(core.Tracer):
+    """A value under `amp`: its logical aval, its physical value on the parent trace,
+    whether it is weak (a constant built from Python scalars) and its casts so far."""
+
+    __slots__ = ("_aval", "value", "weak", "casts")
+
+    def __init__(self, trace, aval, value, weak=False, casts=None):
+        self._trace = trace
+        self._aval = aval
+        self.value = value
+        self.weak = weak
+        self.casts = casts if casts is not None else {}
+
+    @property
+    def aval(self):
+        return self._aval
+
+    @property
+    def physical_dtype(self):
+        return aval_of_value(self.value).dtype
+
+    def concrete_value(self):
+        v = self.value
+        if isinstance(v, core.Tracer):
+            return v.concrete_value()
+        return v
+
+
+def _is_float(x):
+    return dtypes.is_float(aval_of_value(x).dtype)
+
+
+def _widest(dts):
+    out = dts[0]
+    for d in dts[1:]:
+        out, _ = dtypes.result_type((out, False), (d, False))
+    return out
+
+
+def _is_weak_const(x):
+    """Python scalars and 0-d NumPy scalars that bind() received as operands."""
+    if isinstance(x, (bool, int, float, complex)):
+        return True
+    return (
+        not isinstance(x, core.Tracer)
+        and getattr(x, "ndim", None) == 0
+        and (getattr(x, "aval", None) is None or x.aval.weak_type)
+    )
+
+
+class AmpTrace(core.Trace):
+    """Rewrites each primitive into the dtypes of its AMP class (see module docstring)."""
+
+    def __init__(self, policy, parent=None):
+        super().__init__(parent)
+        self.policy = policy
+        self._foreign = {}  # id(value) -> tracer wrapping a value of an outer level
+
+    # -- values -------------------------------------------------------------------
+    def lift(self, x):
+        if isinstance(x, AmpTracer) and x._trace is self:
+            return x
+        if isinstance(x, core.Tracer):
+            core.check_not_leaked(x)
+        entry = self._foreign.get(id(x))
+        if entry is not None and entry.value is x:
+            return entry
+        aval = aval_of_value(x)
+        t = AmpTracer(self, aval, x, weak=aval.weak_type or _is_weak_const(x))
+        self._foreign[id(x)] = t  # keeps x alive, so the id stays unique
+        return t
+
+    def new_arg(self, x):
+        aval = aval_of_value(x)
+        value = x
+        param = self.policy.param_dtype
+        if param is not None and dtypes.is_float(aval.dtype) and aval.dtype != param:
+            with set_current_trace(self.parent):
+                value = lax.convert_element_type(x, param)
+        return AmpTracer(self, aval, value, weak=aval.weak_type)
+
+    def cast(self, t, dtype):
+        """`t`'s physical value in `dtype` (on the parent trace), cast once and remembered."""
+        if t.physical_dtype == dtype:
+            return t.value
+        out = t.casts.get(dtype)
+        if out is None:
+            out = lax.convert_element_type(t.value, dtype)
+            t.casts[dtype] = out
+        return out
+
+    def to_output(self, x):
+        if not (isinstance(x, AmpTracer) and x._trace is self):
+            return x
+        logical = x.aval.dtype
+        if not dtypes.is_float(logical):
+            target = logical
+        else:
+            target = self.policy.output_dtype or logical
+        with set_current_trace(self.parent):
+            return self.cast(x, target)
+
+    # -- primitives ---------------------------------------------------------------
+    def process_primitive(self, prim, args, params):
+        ins = [self.lift(a) for a in args]
+        out_avals = prim.abstract_eval(*[t.aval for t in ins], **params)
+        cls = self.policy.class_of(prim)
+        rule = amp_rules.get(prim, _class_rule)
+        with set_current_trace(self.parent):
+            outs = rule(self, prim, cls, ins, params)
+        floats_in = [t for t in ins if _is_float(t.value)]
+        weak = cls == FOLLOW and all(t.weak for t in floats_in)
+        if prim.multiple_results:
+            outs, casts = outs if isinstance(outs, tuple) else (outs, [None] * len(outs))
+            return [
+                AmpTracer(self, a, o, weak=weak, casts=c) for a, o, c in zip(out_avals, outs, casts)
+            ]
+        out, casts = outs if isinstance(outs, tuple) else (outs, None)
+        return AmpTracer(self, out_avals, out, weak=weak, casts=casts)
+
+
+# ----------------------------------------------------------------------------
+# Rules
+
+
+def _keep(trace, ins, prim, params):
+    """Bind in the dtypes of the un-rewritten program."""
+    vals = [trace.cast(t, t.aval.dtype) if _is_float(t.value) else t.value for t in ins]
+    return prim.bind(*vals, **params)
+
+
+def _target_dtype(trace, cls, ins):
+    """The dtype the floating inputs of an equation of class `cls` are cast to, or None."""
+    floats = [t for t in ins if _is_float(t.value)]
+    if not floats:
+        return None
+    if cls == LOW:
+        # float64 was asked for explicitly: AMP leaves it alone (as torch.autocast does)
+        if any(t.aval.dtype.itemsize > 4 for t in floats):
+            return KEEP
+        return trace.policy.compute_dtype
+    strong = [t.physical_dtype for t in floats if not t.weak]
+    widest = _widest(strong or [t.physical_dtype for t in floats])
+    if cls == FP32:
+        return _widest([widest, float32]) if widest.itemsize < 4 else widest
+    return widest
+
+
+def _class_rule(trace, prim, cls, ins, params):
+    """The default: cast the floating inputs to the class's dtype, bind."""
+    target = KEEP if cls == KEEP else _target_dtype(trace, cls, ins)
+    if target is KEEP:
+        return _keep(trace, ins, prim, params)
+    if target is None:
+        return prim.bind(*[t.value for t in ins], **params)
+    vals = [trace.cast(t, target) if _is_float(t.value) else t.value for t in ins]
+    return prim.bind(*vals, **params)
+
+
+def _dot_general_amp(trace, prim, cls, ins, params):
+    """Low precision inputs, fp32 accumulation, result rounded to the compute dtype.
+
+    The fp32 accumulator is remembered as the rounded value's wider original, so a
+    consumer that wants fp32 (a softmax's exp, a loss's sum) reads it unrounded.
+    """
+    from fflow.primitives.dot import dot_general_p
+
+    target = _target_dtype(trace, cls, ins) if cls in (LOW, FP32, FOLLOW) else KEEP
+    if target is KEEP or target is None:
+        return _keep(trace, ins, dot_general_p, params)
+    lhs, rhs = (trace.cast(t, target) for t in ins)
+    requested = params.get("preferred_element_type")
+    logical_in = ins[0].aval.dtype
+    acc = _widest([target, float32]) if target.itemsize < 4 else target
+    acc_params = dict(params, preferred_element_type=acc)
+    out = dot_general_p.bind(lhs, rhs, **acc_params)
+    if requested is not None and requested != logical_in:
+        # the user asked for this output dtype explicitly
+        return lax.convert_element_type(out, requested)
+    if acc == target:
+        return out
+    low = lax.convert_element_type(out, target)
+    return low, {acc: out}
+
+
+def _convert_amp(trace, prim, cls, ins, params):
+    """A cast the user wrote: its output dtype is honoured whatever AMP did upstream."""
+    (t,) = ins
+    new_dtype = params["new_dtype"]
+    if params.get("weak_type", False) or not _is_float(t.value):
+        from fflow.primitives.convert import convert_element_type_p
+
+        if t.physical_dtype == new_dtype and not params.get("weak_type", False):
+            return t.value
+        return convert_element_type_p.bind(t.value, **params)
+    return trace.cast(t, new_dtype)
+
+
+def _register_rules():
+    from fflow.primitives.convert import convert_element_type_p
+    from fflow.primitives.dot import dot_general_p
+
+    amp_rules[dot_general_p] = _dot_general_amp
+    amp_rules[convert_element_type_p] = _convert_amp
+
+
+_register_rules()
+
+
+# ----------------------------------------------------------------------------
+# The transform
+
+
+def amp_transform(fun, policy="bf16"):
+    """`fun` rewritten to mixed precision under `policy` (see `fflow.amp`)."""
+    policy = Policy.resolve(policy)
+
+    @functools.wraps(fun)
+    def amp_fun(*args, **kwargs):
+        leaves, in_tree = tree_flatten((args, kwargs))
+        trace = AmpTrace(policy)
+        try:
+            boxed = [trace.new_arg(x) if _is_array_like(x) else x for x in leaves]
+            a, k = tree_unflatten(in_tree, boxed)
+            with set_current_trace(trace):
+                out = fun(*a, **k)
+            out_leaves, out_tree = tree_flatten(out)
+            outs = [trace.to_output(o) for o in out_leaves]
+        finally:
+            trace.finish()
+        return tree_unflatten(out_tree, outs)
+
+    amp_fun.amp_policy = policy
+    return amp_fun
+
+
+def _is_array_like(x):
+    return isinstance(x, core.Tracer) or hasattr(x, "dtype") and hasattr(x, "shape")
+
+
+def rewrite_program(program, policy="bf16"):
+    """The AMP rewrite of a traced `Program` (same inputs and outputs, casts inside)."""
+    from fflow.transforms.staging import eval_program, trace_to_program
+
+    def run(*args):
+        return eval_program(program, program.consts, list(args))
+
+    return trace_to_program(amp_transform(run, policy), program.in_avals)
+
+
+def scaled_value_and_grad(fun, argnums=0, has_aux=False):
+    """value_and_grad with loss scaling: ``(loss_scale, *args) -> (value, grads, finite)``.
+
+    The loss is multiplied by ``loss_scale.scale`` before differentiating and the
+    gradients divided by it afterwards, so they come back at their true size;
+    `finite` says whether they are all finite (if not, skip the update with
+    `select_tree` and let ``loss_scale.adjust(finite)`` back off).
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> f = fflow.amp(lambda w: jnp.sum(w * w) * 1e-6, "fp16")
+        >>> ls = fflow.amp.DynamicLossScale()
+        >>> loss, g, finite = fflow.amp.scaled_value_and_grad(f)(ls, jnp.ones(2))
+        >>> bool(finite), g.dtype.name
+        (True, 'float32')
+    """
+    from fflow.transforms.ad_api import value_and_grad
+
+    @functools.wraps(fun)
+    def wrapped(loss_scale, *args, **kwargs):
+        def scaled(*a, **k):
+            out = fun(*a, **k)
+            loss, aux = out if has_aux else (out, None)
+            return loss_scale.scale(loss), (loss, aux)
+
+        (_, (loss, aux)), grads = value_and_grad(scaled, argnums, has_aux=True)(*args, **kwargs)
+        grads = loss_scale.unscale(grads)
+        value = (loss, aux) if has_aux else loss
+        return value, grads, all_finite(grads)
+
+    return wrapped
+
+
+class _Amp:
+    """``fflow.amp(f, policy)``: `f` rewritten to mixed precision; also the AMP namespace.
+
+    Each primitive runs in the dtype of its AMP class (transforms/amp_policy.py):
+    matmuls in the policy's compute dtype (bf16/fp16) with fp32 accumulation; exp,
+    log, pow, sums (so softmax, logsumexp, norms and losses) in fp32; everything
+    else in the widest dtype among its inputs. Casts go in only at class boundaries.
+    The rewritten function has the original's signature: fp32 inputs (master
+    weights) stay fp32 outside the rewritten region, outputs come back in the
+    original dtypes, and so gradients reach the optimizer in fp32. It composes with
+    `grad`, `jit`, `vmap` and `shard` in any order.
+
+    Args:
+        fun: the function to rewrite (pytrees in, pytrees out).
+        policy: "bf16", "fp16", or a `fflow.amp.Policy`.
+
+    Attributes: `Policy`, `DynamicLossScale`, `StaticLossScale`, `NoOpLossScale`,
+    `all_finite`, `select_tree`, `scaled_value_and_grad`, `rewrite_program`,
+    `amp_rules`.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> f = fflow.amp(lambda w, x: jnp.sum(jnp.tanh(x @ w)), "bf16")
+        >>> print(fflow.make_jaxpr(f)(jnp.ones((3, 2)), jnp.ones((4, 3))))  # doctest: +ELLIPSIS
+        { lambda ; a:f32[3,2] b:f32[4,3]. let
+            c:bf16[4,3] = convert_element_type[new_dtype=bf16 weak_type=False] b
+            d:bf16[3,2] = convert_element_type[new_dtype=bf16 weak_type=False] a
+            e:f32[4,2] = dot_general[...preferred_element_type=f32] c d
+            f:bf16[4,2] = convert_element_type[new_dtype=bf16 weak_type=False] e
+            g:bf16[4,2] = tanh f
+            h:f32[4,2] = convert_element_type[new_dtype=f32 weak_type=False] g
+            i:f32[] = reduce_sum[axes=(0, 1)] h
+          in (i,) }
+    """
+
+    Policy = Policy
+    DynamicLossScale = DynamicLossScale
+    StaticLossScale = StaticLossScale
+    NoOpLossScale = NoOpLossScale
+    AmpTrace = AmpTrace
+    all_finite = staticmethod(all_finite)
+    select_tree = staticmethod(select_tree)
+    scaled_value_and_grad = staticmethod(scaled_value_and_grad)
+    rewrite_program = staticmethod(rewrite_program)
+    amp_rules = amp_rules
+    CLASSES = CLASSES
+
+    def __call__(self, fun, policy="bf16"):
+        return amp_transform(fun, policy)
+
+    def __repr__(self):
+        return "<fflow.amp: amp(f, policy) and its namespace>"
+
+
+amp = _Amp()
