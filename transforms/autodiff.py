@@ -250,6 +250,8 @@ def backward_pass(program, cts_out):
     Equations that do not depend on linear inputs (residual recomputation, as in
     `checkpoint`) are evaluated forward first.
     """
+    from fflow.transforms.staging import _at_source
+
     from fflow.core import Literal
 
     env = dict(zip(program.constvars, program.consts))
@@ -296,7 +298,9 @@ def backward_pass(program, cts_out):
                 + (f" (at {eqn.source_info})" if eqn.source_info else "")
             )
         ct_arg = cts if eqn.primitive.multiple_results else cts[0]
-        cts_in = rule(ct_arg, *invals, **eqn.params)
+        # backward equations (and errors, NaN reports) keep the forward user line
+        with _at_source(eqn.source_info):
+            cts_in = rule(ct_arg, *invals, **eqn.params)
         for v, ct in zip(eqn.inputs, cts_in):
             write_ct(v, ct)
     return [ct_env.get(v, Zero(v.aval)) for v in program.invars]

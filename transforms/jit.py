@@ -7,8 +7,10 @@ evaluated on the current trace, which is that transformation's rewrite of it.
 
 import functools
 import inspect
+import time
 import warnings
 
+import numpy as np
 from fflow.transforms.staging import eval_program, trace_to_program
 
 from fflow import core
@@ -22,9 +24,12 @@ RETRACE_WARNING_THRESHOLD = 8
 
 
 class CompiledEntry:
-    """One cache entry: the traced program, its output tree and the executable."""
+    """One cache entry: the traced program, its output tree and the executable.
 
-    __slots__ = ("program", "out_tree", "executable", "in_avals", "lowered")
+    `call(leaves)` is what a cache hit runs: the executable plus the output pytree.
+    """
+
+    __slots__ = ("program", "out_tree", "executable", "in_avals", "lowered", "call", "trace_time")
 
     def __init__(self, program, out_tree, executable, in_avals, lowered=None):
         self.program = program
@@ -32,6 +37,28 @@ class CompiledEntry:
         self.executable = executable
         self.in_avals = in_avals
         self.lowered = lowered
+        self.trace_time = 0.0
+        self.call = _make_call(executable, out_tree) if executable is not None else None
+
+
+def _make_call(executable, out_tree):
+    # precompute the output unflattening so a cache hit does no tree work
+    if out_tree.kind == "leaf":
+
+        def call(leaves):
+            return executable(*leaves)[0]
+
+    elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
+
+        def call(leaves):
+            return tuple(executable(*leaves))
+
+    else:
+
+        def call(leaves):
+            return tree_unflatten(out_tree, executable(*leaves))
+
+    return call
 
 
 def _leaf_signature(x):
@@ -47,14 +74,19 @@ def _leaf_signature(x):
 
 
 def default_backend_compile(program, donate):
-    """Pick the lowering for a program; the NumPy backend replaces this when present."""
+    """Pick the lowering for a program: the generated NumPy kernels by default."""
+    from fflow.config import config
+
+    if config.jit_interpret:
+        return _interpreter(program)
     try:
         from fflow.lowering import numpy_backend
-    except ImportError:
-        numpy_backend = None
-    if numpy_backend is not None and hasattr(numpy_backend, "compile_program"):
-        return numpy_backend.compile_program(program, donate)
+    except ImportError:  # pragma: no cover - the backend ships with fflow
+        return _interpreter(program)
+    return numpy_backend.compile_program(program, donate)
 
+
+def _interpreter(program):
     def run(*args):
         with core.set_current_trace(root_trace):
             return eval_program(program, program.consts, args)
@@ -63,7 +95,11 @@ def default_backend_compile(program, donate):
 
 
 class Jitted:
-    """A jit-compiled function. Call it like the original; `.lower(*args)` for AOT."""
+    """A jit-compiled function. Call it like the original; `.lower(*args)` for AOT.
+
+    `trace_count` counts traces (Python runs of the function); `compile_count`
+    counts code generations. A cache hit runs neither.
+    """
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=()):
         functools.update_wrapper(self, fun)
@@ -71,21 +107,46 @@ class Jitted:
         self.static_argnums = _as_tuple(static_argnums)
         self.static_argnames = _as_tuple(static_argnames)
         self.donate_argnums = _as_tuple(donate_argnums)
-        self.cache = {}
+        self.cache = {}  # generic key -> entry
+        self.fast_cache = {}  # tuple of leaf signatures of flat Array args -> entry
         self.trace_count = 0
+        self.compile_count = 0
         self._last_key = None
-        try:
-            self._signature = inspect.signature(fun)
-        except (TypeError, ValueError):
-            self._signature = None
-        if self.static_argnames and self._signature is not None:
-            params = list(self._signature.parameters)
+        self._last_arg_sigs = None
+        self._signature = None
+        if self.static_argnames:
+            params = list(self._get_signature().parameters)
             extra = tuple(params.index(n) for n in self.static_argnames if n in params)
             self.static_argnums = tuple(sorted(set(self.static_argnums + extra)))
+        self._fast_ok = not self.static_argnums and not self.donate_argnums
+
+    def _get_signature(self):
+        if self._signature is None:
+            try:
+                self._signature = inspect.signature(self.fun)
+            except (TypeError, ValueError):
+                self._signature = False
+        return self._signature or None
 
     # -- the call path ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if kwargs and self._signature is not None and (self.static_argnames or self.static_argnums):
+        # fast path: positional Array arguments, eager, no static/donated args:
+        # one pass over the args, one tuple hash, one call
+        if self._fast_ok and not kwargs and _FAST[0] and core._state.trace is root_trace:
+            key = []
+            for x in args:
+                if type(x) is not Array:
+                    break
+                v = x._value
+                key.append((v.shape, v.dtype, x._weak, x._sharding))
+            else:
+                entry = self.fast_cache.get(tuple(key))
+                if entry is not None:
+                    return entry.call(args)
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args, kwargs):
+        if kwargs and (self.static_argnames or self.static_argnums):
             args, kwargs = self._bind_static_kwargs(args, kwargs)
         dyn_args, static = self._split(args, kwargs)
         leaves, in_tree = tree_flatten((dyn_args, kwargs))
@@ -96,18 +157,30 @@ class Jitted:
         except TypeError:
             raise self._unhashable_error(static) from None
         if entry is None:
-            entry = self._trace(key, dyn_args, kwargs, leaves, in_tree, static)
-        if core._state.trace is root_trace:
-            outs = entry.executable(*leaves)
+            entry = self._trace(key, dyn_args, kwargs, leaves, in_tree, static, args)
+            if (
+                self._fast_ok
+                and entry.call is not None
+                and not kwargs
+                and all(type(a) is Array for a in args)
+            ):
+                self.fast_cache[key[2]] = entry
+        if core._state.trace is root_trace and entry.call is not None:
+            if not _FAST[0]:
+                return tree_unflatten(entry.out_tree, _run_checked(entry, leaves))
+            out = entry.call(leaves)
             if self.donate_argnums:
                 self._mark_donated(args)
-        else:
-            outs = eval_program(entry.program, entry.program.consts, leaves)
+            return out
+        outs = eval_program(entry.program, entry.program.consts, leaves)
         return tree_unflatten(entry.out_tree, outs)
 
     def _bind_static_kwargs(self, args, kwargs):
-        bound = self._signature.bind(*args, **kwargs)
-        params = list(self._signature.parameters)
+        sig = self._get_signature()
+        if sig is None:
+            return args, kwargs
+        bound = sig.bind(*args, **kwargs)
+        params = list(sig.parameters)
         n = max(
             [len(args)]
             + [
@@ -126,7 +199,7 @@ class Jitted:
                 new_args.append(bound.arguments[name])
                 rest.pop(name, None)
             else:
-                new_args.append(self._signature.parameters[name].default)
+                new_args.append(sig.parameters[name].default)
         return tuple(new_args), rest
 
     def _split(self, args, kwargs):
@@ -152,13 +225,14 @@ class Jitted:
                 )
         return TypeError("unhashable static argument")
 
-    def _trace(self, key, dyn_args, kwargs, leaves, in_tree, static):
+    def _trace(self, key, dyn_args, kwargs, leaves, in_tree, static, args=None):
         for _, value in static:
             try:
                 hash(value)
             except TypeError:
                 raise self._unhashable_error(static) from None
-        self._warn_retrace(key)
+        arg_sigs = _argument_signatures(args if args is not None else dyn_args, kwargs, static)
+        self._warn_retrace(key, arg_sigs)
         self.trace_count += 1
         in_avals = [ShapedArray(s, d, w) for s, d, w, _ in (k for k in key[2])]
         static_values = dict((i, v.value if isinstance(v, _StaticBox) else v) for i, v in static)
@@ -173,11 +247,21 @@ class Jitted:
             out_store.set(out_tree)
             return [as_value(x) for x in out_leaves]
 
+        t0 = time.perf_counter()
         program = trace_to_program(flat, in_avals, parent=core._state.trace)
+        trace_time = time.perf_counter() - t0
         has_tracer_consts = any(isinstance(c, Tracer) for c in program.consts)
+        local = all(
+            type(x) is not Array or (x._sharding is None and type(x._value) is np.ndarray)
+            for x in leaves
+        )
         donate = tuple(self._donated_leaf_indices(dyn_args, kwargs, static))
-        executable = None if has_tracer_consts else default_backend_compile(program, donate)
+        executable = None
+        if not has_tracer_consts:
+            self.compile_count += 1
+            executable = default_backend_compile(program, donate) if local else None
         entry = CompiledEntry(program, out_store.value, executable, in_avals)
+        entry.trace_time = trace_time
         if not has_tracer_consts:
             self.cache[key] = entry
         self._last_key = key
@@ -210,32 +294,55 @@ class Jitted:
                     if type(leaf) is Array and not leaf._deleted:
                         leaf.delete()
 
-    def _warn_retrace(self, key):
-        if self._last_key is None or self.trace_count + 1 < RETRACE_WARNING_THRESHOLD:
+    def _warn_retrace(self, key, arg_sigs):
+        last = self._last_arg_sigs
+        self._last_arg_sigs = arg_sigs
+        count = self.trace_count + 1
+        if self._last_key is None or count < RETRACE_WARNING_THRESHOLD:
             return
-        if self.trace_count + 1 != RETRACE_WARNING_THRESHOLD and (self.trace_count + 1) % 50:
+        if count != RETRACE_WARNING_THRESHOLD and count % 50:
             return
-        what = _describe_change(self._last_key, key)
+        what = self._describe_change(last, arg_sigs, self._last_key, key)
         warnings.warn(
-            f"{getattr(self.fun, '__name__', 'function')} was traced "
-            f"{self.trace_count + 1} times by jit: {what}. Every new shape, dtype or static "
-            f"value retraces; pad shapes to a few sizes or make the argument dynamic.",
+            f"{getattr(self.fun, '__name__', 'function')} was traced {count} times by jit: "
+            f"{what}. Every new shape, dtype or static value retraces; pad shapes to a few "
+            f"sizes or mark the argument static (static_argnums) if it takes few values.",
+            RetraceWarning,
             stacklevel=4,
         )
+
+    def _describe_change(self, old, new, old_key, new_key):
+        if old is not None and new is not None:
+            sig = self._get_signature()
+            names = list(sig.parameters) if sig is not None else []
+            for k in list(new):
+                if old.get(k) != new.get(k):
+                    if isinstance(k, int):
+                        label = f"argument {k}" + (f" ({names[k]!r})" if k < len(names) else "")
+                    else:
+                        label = f"argument {k!r}"
+                    return f"{label} changed from {_fmt_sig(old.get(k))} to {_fmt_sig(new[k])}"
+        return _describe_change(old_key, new_key)
 
     # -- ahead-of-time API ----------------------------------------------------------
     def lower(self, *args, **kwargs):
         """Trace and lower for these arguments: `.as_text()`, `.compile()`."""
         from fflow.transforms.lowered import Lowered
 
+        if kwargs and (self.static_argnames or self.static_argnums):
+            args, kwargs = self._bind_static_kwargs(args, kwargs)
         dyn_args, static = self._split(args, kwargs)
         leaves, in_tree = tree_flatten((dyn_args, kwargs))
+        leaves = [x if type(x) is Array else as_value(x) for x in leaves]
         key = (in_tree, static, tuple(_leaf_signature(x) for x in leaves))
-        entry = self.cache.get(key) or self._trace(key, dyn_args, kwargs, leaves, in_tree, static)
-        return Lowered(entry)
+        entry = self.cache.get(key) or self._trace(
+            key, dyn_args, kwargs, leaves, in_tree, static, args
+        )
+        return Lowered(entry, in_tree)
 
     def clear_cache(self):
         self.cache.clear()
+        self.fast_cache.clear()
 
     def _cache_size(self):
         return len(self.cache)
@@ -244,6 +351,56 @@ class Jitted:
         if obj is None:
             return self
         return functools.partial(self, obj)
+
+
+class RetraceWarning(UserWarning):
+    """A jitted function was traced again and again (new shapes, dtypes or static args)."""
+
+
+# False while debug_nans / jit_interpret is on: every call takes the checked path
+_FAST = [True]
+
+
+def _run_checked(entry, leaves):
+    """Run a cached program equation by equation (interpret / debug_nans modes)."""
+    from fflow.debug import run_interpreted
+
+    return run_interpreted(entry.program, leaves)
+
+
+def _argument_signatures(args, kwargs, static):
+    """Per argument (position or keyword): its leaves' shapes/dtypes or static value."""
+    out = {}
+    static_pos = {i: v for i, v in static}
+    for i, a in enumerate(args):
+        if i in static_pos:
+            out[i] = ("static", _unbox(static_pos[i]))
+            continue
+        try:
+            out[i] = tuple(
+                (
+                    tuple(np.shape(x)),
+                    str(np.result_type(x)) if not hasattr(x, "dtype") else str(x.dtype),
+                )
+                for x in tree_flatten(a)[0]
+            )
+        except Exception:
+            out[i] = ("?",)
+    for k, a in (kwargs or {}).items():
+        try:
+            out[k] = tuple((tuple(np.shape(x)), str(x.dtype)) for x in tree_flatten(a)[0])
+        except Exception:
+            out[k] = ("?",)
+    return out
+
+
+def _fmt_sig(sig):
+    if sig is None:
+        return "(absent)"
+    if sig and sig[0] == "static":
+        return f"static value {sig[1]!r}"
+    parts = [f"{d}{list(s)}" for s, d in sig if True] if sig != ("?",) else ["?"]
+    return ", ".join(parts) if len(parts) != 1 else parts[0]
 
 
 class _StaticBox:

@@ -1,0 +1,596 @@
+"""NumPy code generation: one Python function of NumPy calls per program.
+
+`compile_program(program, donate)` runs the shared passes (DCE, folding, CSE,
+fusion grouping, liveness), renders the schedule as Python source and `exec`s it
+once. The generated function takes the program's flat input `Array`s and returns
+its output `Array`s; it is what a jitted function calls on a cache hit.
+
+Rules of the rendering:
+
+* an equation with a row in `ROWS` is rendered inline; every other primitive
+  calls its own `impl` (the reference), so every primitive works and gives the
+  eager numbers;
+* a value is written in place (`out=`, in-place scatter) only when the buffer
+  was allocated by this function (or donated and not shared, checked at run time
+  by reference count), has the right shape/dtype and — counting every view of
+  it — is dead afterwards; input buffers are never written otherwise (they may be
+  read-only zero-stride views);
+* fused elementwise groups reuse their temporaries in place and, when large, run
+  in cache-sized chunks (split over threads when that pays: NumPy's ufunc loops
+  release the GIL) or as one native loop (`lowering/native.py`) when a C compiler
+  is available.
+"""
+
+import sys
+
+import numpy as np
+from fflow.lowering import passes
+from fflow.lowering.passes import FusionGroup
+
+from fflow.array import Array
+from fflow.core import Literal, Var
+
+CHUNK = 16384  # elements per chunk of a fused group (temporaries stay in L2)
+CHUNK_MIN_SIZE = 1 << 17  # below this, a fused group runs unchunked
+
+# prims whose impl is exactly this NumPy ufunc (checked against impl at import)
+_UFUNC_BY_NAME = {
+    "square": np.square,
+    "atan2": np.arctan2,
+    "rem": np.fmod,
+    "pow": np.power,
+    "cbrt": np.cbrt,
+    "nextafter": np.nextafter,
+    "shift_left": np.left_shift,
+    "shift_right_logical": np.right_shift,
+}
+
+
+def ufunc_of(prim):
+    """The NumPy ufunc that is this elementwise primitive's implementation, or None."""
+    if isinstance(prim.impl, np.ufunc):
+        return prim.impl
+    return _UFUNC_BY_NAME.get(prim.name)
+
+
+def _sole_refcount_probe():
+    # reference count of a buffer held only by its Array and one local variable, as
+    # seen from inside a generated function (measured, not assumed)
+    ns = {}
+    exec("def probe(a0):\n    v0 = a0._value\n    return _rc(v0)\n", {"_rc": sys.getrefcount}, ns)
+    return ns["probe"](Array(np.zeros(2)))
+
+
+_SOLE = None
+
+
+def _donatable(x):
+    """Whether donated input `x` may be overwritten: writeable, not a view, not shared."""
+    return type(x) is np.ndarray and x.base is None and x.flags.writeable
+
+
+class _Ctx:
+    """State of one rendering: names, globals, lines, ownership of buffers."""
+
+    def __init__(self, program, steps, live, donate):
+        self.program = program
+        self.steps = steps
+        self.live = live
+        self.names = {}
+        self.globals = {"np": np, "Array": Array}
+        self.lines = []
+        self.fresh = set()  # vars whose buffer this function allocated
+        self.donated = {}  # donated invar -> name of its runtime "may overwrite" flag
+        self.outset = {v for v in program.outvars if type(v) is Var}
+        self._gid = 0
+        self.donate = donate
+        self.splat = {}  # broadcast-scalar constant -> name of its scalar
+
+    def name(self, v):
+        if type(v) is Literal:
+            return self.literal(v)
+        n = self.names.get(v)
+        if n is None:
+            n = f"v{len(self.names)}"
+            self.names[v] = n
+        return n
+
+    def literal(self, lit, as_array=False):
+        dtype = lit.aval.dtype
+        value = np.asarray(lit.value, dtype)
+        if as_array:
+            return self.const(value, "L")
+        return self.const(dtype.type(value[()]) if value.ndim == 0 else value, "L")
+
+    def const(self, value, prefix="g"):
+        name = f"{prefix}{self._gid}"
+        self._gid += 1
+        self.globals[name] = value
+        return name
+
+    def emit(self, line, indent=1):
+        self.lines.append("    " * indent + line)
+
+    def arg(self, v, as_array=False):
+        """How an input appears in a call (literals as scalars or 0-d arrays)."""
+        if type(v) is Literal:
+            return self.literal(v, as_array)
+        return self.name(v)
+
+    def ew_args(self, eqn, chunk_names=None):
+        """Arguments of an elementwise call: scalars where another operand has the shape."""
+        shape = eqn.outputs[0].aval.shape
+        full = any(
+            type(v) is Var and v not in self.splat and v.aval.shape == shape for v in eqn.inputs
+        )
+        args = []
+        for v in eqn.inputs:
+            if chunk_names is not None and v in chunk_names:
+                args.append(chunk_names[v])
+            elif type(v) is Literal:
+                args.append(self.literal(v, as_array=not full))
+            elif v in self.splat and full:
+                args.append(self.splat[v])
+            else:
+                args.append(self.name(v))
+        return args
+
+    def inplace_target(self, step_index, eqn_out, candidates):
+        """An input whose buffer may hold `eqn_out`: (name, condition or None) or None."""
+        aval = eqn_out.aval
+        if aval.ndim == 0:
+            return None
+        for v in candidates:
+            if type(v) is not Var or v.aval.shape != aval.shape or v.aval.dtype != aval.dtype:
+                continue
+            if v in self.outset or not self.live.buffer_dead_after(v, step_index):
+                continue
+            if v in self.fresh:
+                return self.name(v), None
+            if v in self.donated:
+                return self.name(v), self.donated[v]
+        return None
+
+
+# -- rows: eqn -> source -------------------------------------------------------------
+
+
+def _params_call(ctx, eqn, prefix):
+    fn = ctx.const(eqn.primitive.impl, f"{prefix}_{eqn.primitive.name}_")
+    if not eqn.params:
+        return fn + "({})"
+    p = ctx.const(dict(eqn.params), "p")
+    return fn + "({}, **" + p + ")"
+
+
+def emit_fallback(ctx, eqn, i):
+    """Call the primitive's reference implementation (any primitive)."""
+    args = ", ".join(ctx.arg(v, as_array=True) for v in eqn.inputs)
+    call = _params_call(ctx, eqn, "impl").format(args)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    if not outs:
+        ctx.emit(call)
+    elif eqn.primitive.multiple_results:
+        ctx.emit(f"{', '.join(outs) + (',' if len(outs) == 1 else '')} = {call}")
+    else:
+        ctx.emit(f"{outs[0]} = {call}")
+
+
+def ufunc_expr(ctx, eqn, args, out=None, cond=None):
+    """`np.ufunc(args[, out=...])` for an elementwise eqn, or None if it has no row."""
+    prim = eqn.primitive
+    uf = ufunc_of(prim)
+    if uf is None:
+        special = _SPECIAL_ELEMENTWISE.get(prim.name)
+        return special(ctx, eqn, args) if special else None
+    name = f"np.{uf.__name__}"
+    if out is None:
+        return f"{name}({', '.join(args)})"
+    target = out if cond is None else f"{out} if {cond} else None"
+    return f"{name}({', '.join(args)}, out={target})"
+
+
+def _select_expr(ctx, eqn, args):
+    which = eqn.inputs[0]
+    if len(eqn.inputs) == 3 and which.aval.dtype == np.bool_:
+        return f"np.where({args[0]}, {args[2]}, {args[1]})"
+    return None
+
+
+def _convert_expr(ctx, eqn, args):
+    x = eqn.inputs[0]
+    new = np.dtype(eqn.params["new_dtype"])
+    if x.aval.dtype.kind == "f" and new.kind in "iu":
+        return None
+    return f"{args[0]}.astype({ctx.const(new, 'dt')})"
+
+
+def _integer_pow_expr(ctx, eqn, args):
+    y = eqn.params["y"]
+    if y < 0:
+        return None
+    return f"np.power({args[0]}, {int(y)})"
+
+
+_SPECIAL_ELEMENTWISE = {
+    "select_n": _select_expr,
+    "convert_element_type": _convert_expr,
+    "integer_pow": _integer_pow_expr,
+}
+
+
+def emit_elementwise(ctx, eqn, i):
+    out = eqn.outputs[0]
+    if eqn.primitive.name == "convert_element_type" and (
+        eqn.inputs[0].aval.dtype == np.dtype(eqn.params["new_dtype"])
+    ):
+        ctx.emit(f"{ctx.name(out)} = {ctx.arg(eqn.inputs[0], True)}")
+        return
+    args = ctx.ew_args(eqn)
+    target = None
+    if ufunc_of(eqn.primitive) is not None:
+        target = ctx.inplace_target(i, out, eqn.inputs)
+    if target is None:
+        expr = ufunc_expr(ctx, eqn, args)
+    else:
+        expr = ufunc_expr(ctx, eqn, args, out=target[0], cond=target[1])
+    if expr is None:
+        return emit_fallback(ctx, eqn, i)
+    ctx.emit(f"{ctx.name(out)} = {expr}")
+    if out.aval.ndim:
+        ctx.fresh.add(out)
+
+
+def emit_dot(ctx, eqn, i):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    lhs, rhs = eqn.inputs
+    pet = eqn.params.get("preferred_element_type")
+    la, ra = lhs.aval, rhs.aval
+    plain = (
+        not lb
+        and la.ndim == 2
+        and ra.ndim == 2
+        and len(lc) == 1
+        and la.dtype == ra.dtype
+        and la.dtype.kind == "f"
+        and la.dtype.itemsize >= 4
+        and (pet is None or np.dtype(pet) == la.dtype)
+    )
+    if not plain:
+        return emit_fallback(ctx, eqn, i)
+    a = ctx.name(lhs) + (".T" if lc[0] == 0 else "")
+    b = ctx.name(rhs) + (".T" if rc[0] == 1 else "")
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.matmul({a}, {b})")
+    ctx.fresh.add(eqn.outputs[0])
+
+
+def emit_reduce_sum(ctx, eqn, i):
+    x = eqn.inputs[0]
+    if x.aval.dtype.kind != "f" or x.aval.dtype.itemsize < 4:
+        return emit_fallback(ctx, eqn, i)
+    out = eqn.outputs[0]
+    ctx.emit(f"{ctx.name(out)} = np.sum({ctx.arg(x, True)}, axis={tuple(eqn.params['axes'])})")
+    if out.aval.ndim:
+        ctx.fresh.add(out)
+
+
+def emit_broadcast(ctx, eqn, i):
+    x = eqn.inputs[0]
+    shape = tuple(eqn.params["shape"])
+    dims = eqn.params["broadcast_dimensions"]
+    expanded = [1] * len(shape)
+    for src, d in enumerate(dims):
+        expanded[d] = x.aval.shape[src]
+    src = ctx.arg(x, True)
+    if tuple(expanded) != x.aval.shape:
+        src = f"{src}.reshape({tuple(expanded)})"
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.broadcast_to({src}, {shape})")
+
+
+def emit_reshape(ctx, eqn, i):
+    new = tuple(eqn.params["new_sizes"])
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = {ctx.arg(eqn.inputs[0], True)}.reshape({new})")
+
+
+def emit_transpose(ctx, eqn, i):
+    perm = tuple(eqn.params["permutation"])
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.transpose({ctx.arg(eqn.inputs[0], True)}, {perm})")
+
+
+def _scatter_into(ufunc):
+    def into(out, indices, updates, axes):
+        moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
+        idx = []
+        inb = np.ones(indices.shape[:-1], dtype=bool)
+        for k, a in enumerate(axes):
+            ik = indices[..., k]
+            inb &= (ik >= 0) & (ik < out.shape[a])
+            idx.append(ik)
+        idx = tuple(idx)
+        if not inb.all():
+            idx = tuple(i[inb] for i in idx)
+            updates = updates[inb]
+        if ufunc is None:
+            moved[idx] = updates
+        else:
+            ufunc.at(moved, idx, updates)
+        return out
+
+    return into
+
+
+_SCATTER_INTO = {
+    "scatter": _scatter_into(None),
+    "scatter_add": _scatter_into(np.add),
+    "scatter_mul": _scatter_into(np.multiply),
+    "scatter_min": _scatter_into(np.minimum),
+    "scatter_max": _scatter_into(np.maximum),
+}
+
+
+def _dus_into(out, update, *starts):
+    starts = [int(min(max(int(s), 0), d - n)) for d, n, s in zip(out.shape, update.shape, starts)]
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return out
+
+
+def emit_update(ctx, eqn, i):
+    """scatter*/dynamic_update_slice: in place when the operand's buffer is free."""
+    operand = eqn.inputs[0]
+    out = eqn.outputs[0]
+    target = ctx.inplace_target(i, out, [operand])
+    if target is None:
+        emit_fallback(ctx, eqn, i)
+        ctx.fresh.add(out)
+        return
+    name, cond = target
+    rest = ", ".join(ctx.arg(v, True) for v in eqn.inputs[1:])
+    if eqn.primitive.name == "dynamic_update_slice":
+        fn = ctx.const(_dus_into, "dus_into")
+        inplace = f"{fn}({name}, {rest})"
+    else:
+        fn = ctx.const(_SCATTER_INTO[eqn.primitive.name], "scatter_into")
+        inplace = f"{fn}({name}, {rest}, {tuple(eqn.params['axes'])})"
+    if cond is None:
+        ctx.emit(f"{ctx.name(out)} = {inplace}")
+    else:
+        args = ", ".join(ctx.arg(v, as_array=True) for v in eqn.inputs)
+        copy = _params_call(ctx, eqn, "impl").format(args)
+        ctx.emit(f"{ctx.name(out)} = {inplace} if {cond} else {copy}")
+    ctx.fresh.add(out)
+
+
+ROWS = {
+    "dot_general": emit_dot,
+    "reduce_sum": emit_reduce_sum,
+    "broadcast_in_dim": emit_broadcast,
+    "reshape": emit_reshape,
+    "transpose": emit_transpose,
+    "dynamic_update_slice": emit_update,
+    **{name: emit_update for name in _SCATTER_INTO},
+}
+
+
+def emit_eqn(ctx, eqn, i):
+    row = ROWS.get(eqn.primitive.name)
+    if row is not None:
+        return row(ctx, eqn, i)
+    if passes.is_fusible(eqn):
+        return emit_elementwise(ctx, eqn, i)
+    return emit_fallback(ctx, eqn, i)
+
+
+# -- fused groups -------------------------------------------------------------------
+
+
+def _group_rows_ok(ctx, group):
+    for e in group.eqns:
+        if ufunc_of(e.primitive) is None and e.primitive.name not in _SPECIAL_ELEMENTWISE:
+            return False
+    return True
+
+
+def emit_group(ctx, group, i):
+    """A fused elementwise group: temporaries reused in place, chunked when large."""
+    from fflow.lowering import native
+
+    if native.enabled() and native.emit_native_group(ctx, group, i):
+        return
+    if group.size >= CHUNK_MIN_SIZE and _chunkable(group):
+        return emit_chunked_group(ctx, group, i)
+    internal_last = {}
+    for k, e in enumerate(group.eqns):
+        for v in e.inputs:
+            if type(v) is Var:
+                internal_last[v] = k
+    produced = set()
+    for k, e in enumerate(group.eqns):
+        out = e.outputs[0]
+        target = None
+        if ufunc_of(e.primitive) is not None and out.aval.ndim:
+            for v in e.inputs:
+                if (
+                    v in produced
+                    and v in ctx.fresh
+                    and internal_last[v] == k
+                    and v.aval.dtype == out.aval.dtype
+                    and v.aval.shape == out.aval.shape
+                ):
+                    target = (ctx.name(v), None)
+                    break
+            if target is None and e is group.root:
+                target = ctx.inplace_target(i, out, [v for v in e.inputs if v not in produced])
+            elif target is None:
+                ext = [v for v in e.inputs if v not in produced]
+                # an external input may be overwritten only if no later member reads it
+                ext = [v for v in ext if not any(v in f.inputs for f in group.eqns[k + 1 :])]
+                target = ctx.inplace_target(i, out, ext)
+        emit_one = _emit_member(ctx, e, target)
+        if not emit_one:
+            emit_fallback(ctx, e, i)
+        elif out.aval.ndim:
+            ctx.fresh.add(out)
+        produced.add(out)
+
+
+def _emit_member(ctx, e, target):
+    args = ctx.ew_args(e)
+    if target is None:
+        expr = ufunc_expr(ctx, e, args)
+    else:
+        expr = ufunc_expr(ctx, e, args, out=target[0], cond=target[1])
+    if expr is None:
+        return False
+    ctx.emit(f"{ctx.name(e.outputs[0])} = {expr}")
+    return True
+
+
+def _chunkable(group):
+    for e in group.eqns:
+        if ufunc_of(e.primitive) is None:
+            return False
+        for v in e.inputs:
+            if type(v) is Var and v.aval.shape not in ((), group.shape):
+                return False
+    return True
+
+
+def emit_chunked_group(ctx, group, i):
+    """Run the group over flat chunks; the temporaries of one chunk stay in cache."""
+    root = group.outputs[0]
+    out = ctx.name(root)
+    n = group.size
+    target = ctx.inplace_target(i, root, group.inputs)
+    if target is not None and target[1] is None:
+        ctx.emit(f"{out} = {target[0]}")
+    else:
+        dt = ctx.const(root.aval.dtype, "dt")
+        alloc = f"np.empty({group.shape}, {dt})"
+        if target is not None:
+            alloc = f"{target[0]} if {target[1]} else {alloc}"
+        ctx.emit(f"{out} = {alloc}")
+    flat = {}
+    for v in group.inputs:
+        if v in ctx.splat:
+            flat[v] = ctx.splat[v]
+        elif v.aval.shape == ():
+            flat[v] = ctx.name(v)
+        else:
+            f = f"{ctx.name(v)}_f"
+            ctx.emit(f"{f} = {ctx.name(v)}.reshape(-1)")
+            flat[v] = f
+    ctx.emit(f"{out}_f = {out}.reshape(-1)")
+    # temporaries: one chunk buffer per dtype, reused when its value is dead
+    last = {}
+    for k, e in enumerate(group.eqns):
+        for v in e.inputs:
+            last[v] = k
+    pool = {}
+    bufs = []
+    assign = {}
+    for k, e in enumerate(group.eqns[:-1]):
+        o = e.outputs[0]
+        dt = o.aval.dtype
+        free = pool.setdefault(dt, [])
+        if free:
+            assign[o] = free.pop()
+        else:
+            b = f"_t{len(bufs)}_{id(group) % 10000}"
+            bufs.append((b, dt))
+            assign[o] = b
+        for v in e.inputs:
+            if v in assign and last[v] == k and v is not o:
+                pool.setdefault(v.aval.dtype, []).append(assign[v])
+    for b, dt in bufs:
+        ctx.emit(f"{b} = np.empty({min(CHUNK, n)}, {ctx.const(dt, 'dt')})")
+    ctx.emit(f"for _s in range(0, {n}, {CHUNK}):")
+    ctx.emit(f"_e = min(_s + {CHUNK}, {n})", 2)
+    for e in group.eqns:
+        args = []
+        for v in e.inputs:
+            if type(v) is Literal:
+                args.append(ctx.literal(v))
+            elif v in assign:
+                args.append(f"{assign[v]}[:_e - _s]")
+            elif v.aval.shape == () or v in ctx.splat:
+                args.append(flat[v])
+            else:
+                args.append(f"{flat[v]}[_s:_e]")
+        dest = f"{out}_f[_s:_e]" if e is group.root else f"{assign[e.outputs[0]]}[:_e - _s]"
+        ctx.emit(f"{ufunc_expr(ctx, e, args, out=dest)}", 2)
+    ctx.fresh.add(root)
+
+
+# -- the compiled function ----------------------------------------------------------
+
+
+def compile_program(program, donate=(), *, name="fflow_kernel"):
+    """Compile `program` to a Python function of its input Arrays -> output Arrays.
+
+    The function carries `.source` (the generated code), `.program` (after the
+    passes), `.steps` (the schedule), `.report` (pass times and counts).
+    """
+    global _SOLE
+    if _SOLE is None:
+        _SOLE = _sole_refcount_probe()
+    report = passes.PassReport()
+    opt, report = passes.optimize(program, report)
+    steps = passes.fusion_groups(opt)
+    live = passes.liveness(steps, opt.outvars)
+    ctx = _Ctx(opt, steps, live, tuple(donate))
+    for v, c in zip(opt.constvars, opt.consts):
+        value = c._value if type(c) is Array else np.asarray(c)
+        ctx.names[v] = ctx.const(value, "c")
+        if value.ndim and all(s == 0 for s in value.strides) and value.size:
+            # a broadcast scalar: ufuncs get the scalar (same dtype, same numbers, cheaper)
+            ctx.splat[v] = ctx.const(value.reshape(-1)[0], "s")
+    args = [f"a{k}" for k in range(len(opt.invars))]
+    used = set()
+    for step in steps:
+        used.update(passes.step_inputs(step))
+    used.update(v for v in opt.outvars if type(v) is Var)
+    for k, v in enumerate(opt.invars):
+        if v in used:
+            ctx.emit(f"{ctx.name(v)} = a{k}._value")
+    if donate:
+        ctx.globals["_rc"] = sys.getrefcount
+        ctx.globals["_donatable"] = _donatable
+        for k in donate:
+            v = opt.invars[k]
+            if v in used and v.aval.ndim and v not in ctx.outset:
+                flag = f"own{k}"
+                ctx.emit(f"{flag} = _rc({ctx.name(v)}) <= {_SOLE} and _donatable({ctx.name(v)})")
+                ctx.donated[v] = flag
+    for i, step in enumerate(steps):
+        if type(step) is FusionGroup:
+            emit_group(ctx, step, i)
+        else:
+            emit_eqn(ctx, step, i)
+    outs = []
+    for v in opt.outvars:
+        weak = ", True" if v.aval.weak_type else ""
+        if type(v) is Literal:
+            outs.append(f"Array(np.asarray({ctx.literal(v, True)}).copy(){weak})")
+        else:
+            src = _array_name(ctx, v)
+            if v.aval.ndim == 0:
+                src = f"np.asarray({src}, {ctx.const(v.aval.dtype, 'dt')})"
+            outs.append(f"Array({src}{weak})")
+    ctx.emit(f"return [{', '.join(outs)}]")
+    source = f"def {name}({', '.join(args)}):\n" + "\n".join(ctx.lines) + "\n"
+    code = compile(source, f"<fflow generated {name}>", "exec")
+    exec(code, ctx.globals)
+    fn = ctx.globals[name]
+    fn.source = source
+    fn.program = opt
+    fn.steps = steps
+    fn.report = report
+    fn.liveness = live
+    return fn
+
+
+def _array_name(ctx, v):
+    return ctx.name(v)
+
+
+__all__ = ["compile_program", "ROWS", "ufunc_of", "CHUNK"]

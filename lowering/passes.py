@@ -1,0 +1,453 @@
+"""IR passes shared by the backends: DCE, CSE, constant folding, elementwise fusion
+grouping and buffer liveness.
+
+The passes never change what a program computes, bit for bit:
+
+* constant folding only evaluates equations whose inputs are all known, with the
+  primitive's own implementation (so `1 + x*0` keeps `x`'s NaN; no algebra);
+* DCE and CSE keep every equation of an effectful primitive (trait "effect",
+  e.g. `fflow.debug.print`), in order.
+
+Backends consume a *schedule*: the program's equations in order, where runs of
+elementwise equations are replaced by `FusionGroup`s, plus a `Liveness` table
+saying after which step each value (and each buffer, counting views) is dead.
+"""
+
+import time
+
+import numpy as np
+
+from fflow.core import Eqn, Literal, Program, Var
+
+FOLD_MAX_SIZE = 1024  # fold array-valued results only while they stay small
+
+
+def is_effectful(eqn):
+    return "effect" in eqn.primitive.traits
+
+
+def has_subprograms(eqn):
+    for value in eqn.params.values():
+        if isinstance(value, Program):
+            return True
+        if isinstance(value, (tuple, list)) and any(isinstance(v, Program) for v in value):
+            return True
+    return False
+
+
+# -- DCE ------------------------------------------------------------------------------
+
+
+def dce(program):
+    """Drop equations none of whose outputs is used (effectful ones always stay)."""
+    live = {v for v in program.outvars if type(v) is Var}
+    kept = []
+    for eqn in reversed(program.eqns):
+        if is_effectful(eqn) or any(v in live for v in eqn.outputs):
+            kept.append(eqn)
+            live.update(v for v in eqn.inputs if type(v) is Var)
+    kept.reverse()
+    used = [(v, c) for v, c in zip(program.constvars, program.consts) if v in live]
+    return program.replace(eqns=kept, constvars=[v for v, _ in used], consts=[c for _, c in used])
+
+
+# -- CSE ------------------------------------------------------------------------------
+
+
+def _literal_key(lit):
+    value = np.asarray(lit.value)
+    # bytes, not ==: keeps 0.0 and -0.0 apart and makes NaN equal to itself
+    return ("lit", value.dtype.str, value.tobytes(), lit.aval.weak_type)
+
+
+def _params_key(params):
+    items = []
+    for k in sorted(params):
+        v = params[k]
+        if isinstance(v, np.ndarray):
+            return None
+        if isinstance(v, list):
+            v = tuple(v)
+        items.append((k, v))
+    key = tuple(items)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def cse(program):
+    """Merge equations that apply the same primitive to the same inputs and params."""
+    rename = {}
+    seen = {}
+    eqns = []
+
+    def sub(v):
+        return v if type(v) is Literal else rename.get(v, v)
+
+    def key_of(v):
+        return _literal_key(v) if type(v) is Literal else v.id
+
+    # identical constants (by identity) are one value already; fold equal consts too
+    const_key = {}
+    for v, c in zip(program.constvars, program.consts):
+        arr = np.asarray(c) if not hasattr(c, "_trace") else None
+        if arr is None or arr.size > FOLD_MAX_SIZE and not _is_splat(arr):
+            continue
+        k = (arr.dtype.str, arr.shape, _splat_bytes(arr))
+        if k in const_key:
+            rename[v] = const_key[k]
+        else:
+            const_key[k] = v
+
+    for eqn in program.eqns:
+        inputs = [sub(v) for v in eqn.inputs]
+        eqn = eqn.replace(inputs=inputs) if inputs != eqn.inputs else eqn
+        pkey = None if is_effectful(eqn) else _params_key(eqn.params)
+        if pkey is not None:
+            key = (eqn.primitive, tuple(key_of(v) for v in inputs), pkey)
+            prev = seen.get(key)
+            if prev is not None and all(
+                a.aval == b.aval for a, b in zip(prev.outputs, eqn.outputs)
+            ):
+                for a, b in zip(eqn.outputs, prev.outputs):
+                    rename[a] = b
+                continue
+            seen[key] = eqn
+        eqns.append(eqn)
+    outvars = [sub(v) for v in program.outvars]
+    return dce(program.replace(eqns=eqns, outvars=outvars))
+
+
+def _is_splat(arr):
+    return arr.ndim > 0 and all(s == 0 for s in arr.strides)
+
+
+def _splat_bytes(arr):
+    if _is_splat(arr):
+        return ("splat", arr.reshape(-1)[:1].tobytes())
+    return arr.tobytes()
+
+
+# -- constant folding -----------------------------------------------------------------
+
+
+def fold_constants(program):
+    """Evaluate equations whose inputs are all constants, with the primitive's impl.
+
+    Scalar results become literals; small array results (or broadcast scalars, kept
+    as zero-stride views) become constants. Nothing is simplified algebraically.
+    """
+    known = {}
+    for v, c in zip(program.constvars, program.consts):
+        if not hasattr(c, "_trace"):
+            arr = np.asarray(c)
+            if arr.size <= FOLD_MAX_SIZE or _is_splat(arr):
+                known[v] = arr
+    new_consts = []
+    eqns = []
+    replace = {}
+
+    def sub(v):
+        return v if type(v) is Literal else replace.get(v, v)
+
+    for eqn in program.eqns:
+        inputs = [sub(v) for v in eqn.inputs]
+        eqn = eqn.replace(inputs=inputs) if inputs != eqn.inputs else eqn
+        folded = _try_fold(eqn, known)
+        if folded is None:
+            eqns.append(eqn)
+            continue
+        for var, value in zip(eqn.outputs, folded):
+            if var.aval.shape == ():
+                replace[var] = Literal(value, var.aval)
+            else:
+                known[var] = value
+                new_consts.append((var, value))
+    outvars = [sub(v) for v in program.outvars]
+    return program.replace(
+        eqns=eqns,
+        outvars=outvars,
+        constvars=list(program.constvars) + [v for v, _ in new_consts],
+        consts=list(program.consts) + [c for _, c in new_consts],
+    )
+
+
+def _try_fold(eqn, known):
+    prim = eqn.primitive
+    if prim.impl is None or is_effectful(eqn) or has_subprograms(eqn) or not eqn.inputs:
+        return None
+    if "random" in prim.traits:
+        return None
+    vals = []
+    for v in eqn.inputs:
+        if type(v) is Literal:
+            vals.append(np.asarray(v.value, v.aval.dtype))
+        elif v in known:
+            vals.append(known[v])
+        else:
+            return None
+    if any(v.aval.size > FOLD_MAX_SIZE for v in eqn.outputs):
+        splat = "elementwise" in prim.traits and all(a.ndim == 0 or _is_splat(a) for a in vals)
+        if not splat:
+            return None
+        # an elementwise op of broadcast scalars is a broadcast scalar
+        shape = eqn.outputs[0].aval.shape
+        vals = [a.reshape(-1)[:1].reshape(()) if a.ndim else a for a in vals]
+        out = _eval(prim, vals, eqn.params)
+        if out is None:
+            return None
+        return [np.broadcast_to(np.asarray(out, eqn.outputs[0].aval.dtype), shape)]
+    out = _eval(prim, vals, eqn.params)
+    if out is None:
+        return None
+    outs = list(out) if prim.multiple_results else [out]
+    result = []
+    for var, o in zip(eqn.outputs, outs):
+        o = np.asarray(o)
+        if o.dtype != var.aval.dtype or o.shape != var.aval.shape:
+            return None
+        result.append(o)
+    return result
+
+
+def _eval(prim, vals, params):
+    try:
+        with np.errstate(all="ignore"):
+            return prim.impl(*vals, **params)
+    except Exception:  # leave it to run time, where the error names the user's line
+        return None
+
+
+# -- fusion ---------------------------------------------------------------------------
+
+
+def is_fusible(eqn):
+    """Elementwise, one output, no sub-programs, no effects."""
+    prim = eqn.primitive
+    return (
+        "elementwise" in prim.traits
+        and not prim.multiple_results
+        and not is_effectful(eqn)
+        and not has_subprograms(eqn)
+        and all(
+            type(v) is Literal or v.aval.shape in ((), eqn.outputs[0].aval.shape)
+            for v in eqn.inputs
+        )
+    )
+
+
+class FusionGroup:
+    """A connected set of elementwise equations with one output (its `root`).
+
+    `eqns` are in program order; every value they produce except the root's output
+    is consumed only inside the group. `inputs` are the external values (Vars and
+    Literals) in first-use order. All members have the output's shape.
+    """
+
+    __slots__ = ("eqns", "inputs", "outputs", "shape")
+
+    def __init__(self, eqns):
+        self.eqns = eqns
+        produced = set()
+        inputs = []
+        seen = set()
+        for e in eqns:
+            for v in e.inputs:
+                if type(v) is Var and v not in produced and v not in seen:
+                    seen.add(v)
+                    inputs.append(v)
+            produced.update(e.outputs)
+        self.inputs = inputs
+        self.outputs = [eqns[-1].outputs[0]]
+        self.shape = eqns[-1].outputs[0].aval.shape
+
+    @property
+    def root(self):
+        return self.eqns[-1]
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        names = " ".join(e.primitive.name for e in self.eqns)
+        return f"FusionGroup[{names}] -> {self.outputs[0].aval.str_short()}"
+
+
+def step_inputs(step):
+    if type(step) is FusionGroup:
+        return step.inputs
+    return [v for v in step.inputs if type(v) is Var]
+
+
+def step_outputs(step):
+    return step.outputs
+
+
+def fusion_groups(program, min_size=2):
+    """The program as a list of steps: `Eqn`s and `FusionGroup`s (in a valid order).
+
+    A reverse pass puts an elementwise equation into its consumers' group when all
+    of its consumers are in that one group (and its value is not a program output).
+    A group is emitted at its root's position, which is valid because every member
+    and every external input precedes the root.
+    """
+    eqns = program.eqns
+    consumers = {}
+    for i, e in enumerate(eqns):
+        for v in e.inputs:
+            if type(v) is Var:
+                consumers.setdefault(v, set()).add(i)
+    outset = {v for v in program.outvars if type(v) is Var}
+    group_of = [None] * len(eqns)
+    for i in range(len(eqns) - 1, -1, -1):
+        e = eqns[i]
+        if not is_fusible(e):
+            continue
+        out = e.outputs[0]
+        users = consumers.get(out, ())
+        gid = None
+        if out not in outset and users:
+            gids = {group_of[j] for j in users}
+            if len(gids) == 1:
+                (gid,) = gids
+                if gid is not None and eqns[gid].outputs[0].aval.shape != out.aval.shape:
+                    gid = None
+        group_of[i] = i if gid is None else gid
+    members = {}
+    for i, g in enumerate(group_of):
+        if g is not None:
+            members.setdefault(g, []).append(eqns[i])
+    steps = []
+    for i, e in enumerate(eqns):
+        g = group_of[i]
+        if g is None:
+            steps.append(e)
+        elif g == i:
+            group = members[g]
+            steps.extend(group if len(group) < min_size else [FusionGroup(group)])
+    return steps
+
+
+# -- liveness -------------------------------------------------------------------------
+
+# primitives whose NumPy result may be a view of (share memory with) an input
+VIEW_PRIMITIVES = {
+    "reshape",
+    "transpose",
+    "broadcast_in_dim",
+    "squeeze",
+    "slice",
+    "rev",
+    "stop_gradient",
+    "convert_element_type",
+    "dynamic_slice",
+    "expand_dims",
+}
+
+
+class Liveness:
+    """When each value dies, and which values share a buffer.
+
+    `last_use[v]` is the index of the last step reading `v` (len(steps) for program
+    outputs). `alias[v]` is the set of values that may share `v`'s memory (views);
+    `buffer_dead_after(v, i)` says whether `v`'s memory may be overwritten by step i.
+    """
+
+    def __init__(self, steps, outvars, may_alias):
+        n = len(steps)
+        self.last_use = {}
+        for i, step in enumerate(steps):
+            for v in step_inputs(step):
+                self.last_use[v] = i
+        for v in outvars:
+            if type(v) is Var:
+                self.last_use[v] = n + 1
+        # union-find over views
+        parent = {}
+
+        def find(v):
+            while parent.get(v, v) is not v:
+                v = parent[v]
+            return v
+
+        for step in steps:
+            if type(step) is FusionGroup or not may_alias(step):
+                continue
+            for a in step.inputs:
+                if type(a) is not Var:
+                    continue
+                for b in step.outputs:
+                    ra, rb = find(a), find(b)
+                    if ra is not rb:
+                        parent[rb] = ra
+        groups = {}
+        for v in list(parent):
+            groups.setdefault(find(v), []).append(v)
+        self.alias = {}
+        for root, vs in groups.items():
+            members = set(vs) | {root}
+            for v in members:
+                self.alias[v] = members
+
+    def dead_after(self, v, i):
+        return self.last_use.get(v, -1) <= i
+
+    def buffer_dead_after(self, v, i):
+        group = self.alias.get(v)
+        if group is None:
+            return self.dead_after(v, i)
+        return all(self.last_use.get(w, -1) <= i for w in group)
+
+
+def default_may_alias(eqn):
+    return eqn.primitive.name in VIEW_PRIMITIVES or eqn.primitive.multiple_results
+
+
+def liveness(steps, outvars, may_alias=default_may_alias):
+    return Liveness(steps, outvars, may_alias)
+
+
+# -- the pipeline ---------------------------------------------------------------------
+
+
+class PassReport:
+    """What the passes did (read by `fflow.explain`)."""
+
+    def __init__(self):
+        self.times = {}
+        self.counts = {}
+
+    def run(self, name, fn, program):
+        t0 = time.perf_counter()
+        out = fn(program)
+        self.times[name] = time.perf_counter() - t0
+        self.counts[name] = len(out.eqns)
+        return out
+
+
+def optimize(program, report=None):
+    """DCE, constant folding, CSE (which ends with DCE) — in that order."""
+    report = report or PassReport()
+    report.counts["input"] = len(program.eqns)
+    program = report.run("dce", dce, program)
+    program = report.run("fold", fold_constants, program)
+    program = report.run("cse", cse, program)
+    return program, report
+
+
+__all__ = [
+    "dce",
+    "cse",
+    "fold_constants",
+    "fusion_groups",
+    "FusionGroup",
+    "Liveness",
+    "liveness",
+    "optimize",
+    "PassReport",
+    "is_effectful",
+    "Eqn",
+]
