@@ -43,6 +43,7 @@ _LAZY = {
     "remat": ("fflow.transforms.custom", "checkpoint"),
     "nn": ("fflow.nn", None),
     "random": ("fflow.random", None),
+    "scipy": ("fflow.scipy", None),
     "config": ("fflow.config", "config"),
     "debug": ("fflow.debug", None),
     "explain": ("fflow.explain", "explain"),

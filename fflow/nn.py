@@ -1,0 +1,460 @@
+"""fflow.nn: activations, softmax/logsumexp, one_hot, standardize and initializers,
+with `jax.nn`'s names, defaults and numerics.
+
+Softmax, log_softmax and logsumexp subtract a `stop_gradient`-ed maximum, so large
+inputs neither overflow nor give NaN gradients.
+
+Example:
+    >>> import fflow.numpy as jnp
+    >>> from fflow import nn
+    >>> nn.softmax(jnp.array([1000.0, 1000.0])).tolist()
+    [0.5, 0.5]
+    >>> nn.relu(jnp.array([-1.0, 2.0])).tolist()
+    [0.0, 2.0]
+"""
+
+import math
+import sys
+import types
+
+import numpy as np
+
+import fflow.numpy as jnp
+from fflow import dtypes, lax
+
+
+def _float(x):
+    x = jnp.asarray(x)
+    return x if dtypes.is_inexact(x.dtype) else x.astype(dtypes.float_)
+
+
+def _const(x, value):
+    return np.asarray(value, dtype=x.dtype)
+
+
+# ----------------------------------------------------------------------------
+# Activations
+
+
+def relu(x):
+    """max(x, 0); the derivative at 0 is 0 (as in JAX) and NaN stays NaN."""
+    x = jnp.asarray(x)
+    return jnp.where(x <= 0, jnp.zeros_like(x), x)
+
+
+def relu6(x):
+    """min(max(x, 0), 6); the derivative is 0 at both kinks (as in JAX)."""
+    x = jnp.asarray(x)
+    zero = jnp.zeros_like(x)
+    return jnp.where(x <= 0, zero, jnp.where(x >= 6, jnp.full_like(x, 6), x))
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+    return lax.logistic(_float(x))
+
+
+def log_sigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
+    return -softplus(-_float(x))
+
+
+def softplus(x):
+    """log(1 + exp(x)), stable for large |x|."""
+    return jnp.logaddexp(_float(x), 0)
+
+
+def soft_sign(x):
+    x = _float(x)
+    return x / (jnp.abs(x) + 1)
+
+
+def silu(x):
+    """x * sigmoid(x) (also called swish)."""
+    x = _float(x)
+    return x * sigmoid(x)
+
+
+swish = silu
+
+
+def gelu(x, approximate=True):
+    """Gaussian error linear unit; tanh approximation by default, exact erf form with
+    `approximate=False` (both as in JAX)."""
+    x = _float(x)
+    if approximate:
+        c = _const(x, math.sqrt(2 / math.pi))
+        cdf = 0.5 * (1.0 + jnp.tanh(c * (x + 0.044715 * (x**3))))
+        return x * cdf
+    return 0.5 * x * (1.0 + lax.erf(x * _const(x, math.sqrt(0.5))))
+
+
+def elu(x, alpha=1.0):
+    x = _float(x)
+    safe = jnp.where(x > 0, jnp.zeros_like(x), x)
+    return jnp.where(x > 0, x, alpha * jnp.expm1(safe))
+
+
+def celu(x, alpha=1.0):
+    x = _float(x)
+    return jnp.maximum(x, 0.0) + alpha * jnp.expm1(jnp.minimum(x, 0.0) / alpha)
+
+
+def selu(x):
+    alpha = 1.6732632423543772848170429916717
+    scale = 1.0507009873554804934193349852946
+    return scale * elu(x, alpha)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    x = _float(x)
+    return jnp.where(x >= 0, x, negative_slope * x)
+
+
+def hard_tanh(x):
+    x = _float(x)
+    return jnp.where(x > 1, jnp.ones_like(x), jnp.where(x < -1, -jnp.ones_like(x), x))
+
+
+def hard_sigmoid(x):
+    return relu6(_float(x) + 3.0) / 6.0
+
+
+def hard_silu(x):
+    x = _float(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def tanh(x):
+    return jnp.tanh(x)
+
+
+def mish(x):
+    x = _float(x)
+    return x * jnp.tanh(softplus(x))
+
+
+def squareplus(x, b=4):
+    x = _float(x)
+    return (x + jnp.sqrt(jnp.square(x) + b)) / 2
+
+
+def sparse_plus(x):
+    x = _float(x)
+    return jnp.where(x <= -1.0, 0.0, jnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4))
+
+
+def glu(x, axis=-1):
+    """Gated linear unit: split `x` in two along `axis`, a * sigmoid(b)."""
+    a, b = jnp.split(x, 2, axis=axis)
+    return a * sigmoid(b)
+
+
+# ----------------------------------------------------------------------------
+# Normalizers
+
+
+def _reduce_max(x, axis, where):
+    if where is None:
+        return jnp.max(x, axis=axis, keepdims=True)
+    return jnp.max(x, axis=axis, keepdims=True, where=where, initial=-np.inf)
+
+
+def softmax(x, axis=-1, where=None, initial=None):
+    """exp(x) / sum(exp(x)) along `axis`, computed with the max subtracted.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import nn
+        >>> g = fflow.grad(lambda x: nn.softmax(x)[0])(jnp.array([1e4, 0.0]))
+        >>> bool(jnp.all(jnp.isfinite(g)))
+        True
+    """
+    x = _float(x)
+    x_max = _reduce_max(x, axis, where)
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    unnormalized = jnp.exp(x_safe - lax.stop_gradient(x_max))
+    total = jnp.sum(unnormalized, axis=axis, keepdims=True, where=where)
+    result = unnormalized / total
+    if where is not None:
+        result = jnp.where(where, result, 0)
+    return result
+
+
+def log_softmax(x, axis=-1, where=None, initial=None):
+    """x - logsumexp(x) along `axis`."""
+    x = _float(x)
+    x_max = _reduce_max(x, axis, where)
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    shifted = x_safe - lax.stop_gradient(x_max)
+    shifted_lse = jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True, where=where))
+    result = shifted - shifted_lse
+    if where is not None:
+        result = jnp.where(where, result, -np.inf)
+    return result
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """log(sum(b * exp(a))) along `axis`, stable for large inputs (JAX's algorithm).
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> from fflow import nn
+        >>> round(float(nn.logsumexp(jnp.array([1000.0, 1000.0]))), 4)
+        1000.6931
+    """
+    a = _float(a)
+    if b is not None:
+        a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
+    if axis is None:
+        dims = tuple(range(a.ndim))
+    elif isinstance(axis, (tuple, list)):
+        dims = tuple(int(d) % max(a.ndim, 1) for d in axis)
+    else:
+        dims = (int(axis) % max(a.ndim, 1),)
+    if where is None:
+        amax = jnp.max(a, axis=dims, keepdims=True) if dims else a
+    else:
+        amax = jnp.max(a, axis=dims, keepdims=True, where=where, initial=-np.inf)
+    amax = lax.stop_gradient(jnp.where(jnp.isfinite(amax), amax, jnp.zeros_like(amax)))
+    exp_a = jnp.exp(a - amax)
+    if b is not None:
+        exp_a = exp_a * b
+    sumexp = jnp.sum(exp_a, axis=dims, keepdims=keepdims, where=where)
+    sign = jnp.sign(sumexp)
+    sumexp = jnp.abs(sumexp)
+    out = jnp.log(sumexp) + (amax if keepdims else jnp.squeeze(amax, dims))
+    if return_sign:
+        return out, sign
+    if b is not None:
+        out = jnp.where(sign < 0, np.nan, out)
+    return out
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
+    """(x - mean) / sqrt(variance + epsilon) along `axis`."""
+    x = _float(x)
+    if mean is None:
+        mean = jnp.mean(x, axis=axis, keepdims=True, where=where)
+    if variance is None:
+        variance = jnp.mean(jnp.square(x), axis=axis, keepdims=True, where=where) - jnp.square(mean)
+    return (x - mean) * lax.rsqrt(jnp.asarray(variance + epsilon, x.dtype))
+
+
+normalize = standardize
+
+
+def one_hot(x, num_classes, *, dtype=None, axis=-1):
+    """One-hot encoding: `out[..., c] = (x == c)` (float32 by default); values outside
+    [0, num_classes) give all zeros.
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> from fflow import nn
+        >>> nn.one_hot(jnp.array([0, 2]), 3).tolist()
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    dtype = dtypes.float_ if dtype is None else dtypes.canonicalize(dtype)
+    x = jnp.asarray(x)
+    out_ndim = x.ndim + 1
+    pos = int(axis) % out_ndim
+    lhs = jnp.expand_dims(x, pos)
+    shape = [1] * out_ndim
+    shape[pos] = int(num_classes)
+    rhs = jnp.reshape(jnp.arange(int(num_classes), dtype=x.dtype), shape)
+    return jnp.equal(lhs, rhs).astype(dtype)
+
+
+# ----------------------------------------------------------------------------
+# Initializers: `init(key, shape, dtype=float32)`, as in jax.nn.initializers
+
+
+def _compute_fans(shape, in_axis=-2, out_axis=-1, batch_axis=()):
+    if len(shape) <= 1:
+        from fflow.errors import ShapeError, user_error
+
+        raise user_error(
+            ShapeError,
+            f"can't compute input and output sizes of a {len(shape)}-dimensional weights "
+            "tensor; it must be at least 2-D. Fix: use normal/uniform for biases.",
+        )
+
+    def size(axes):
+        if isinstance(axes, int):
+            return shape[axes]
+        return math.prod(shape[i] for i in axes)
+
+    in_size, out_size, batch_size = size(in_axis), size(out_axis), size(batch_axis)
+    receptive = math.prod(shape) / in_size / out_size / batch_size
+    return in_size * receptive, out_size * receptive
+
+
+def _init_shape(shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def zeros(key, shape, dtype=None):
+    return jnp.zeros(_init_shape(shape), dtype or dtypes.float_)
+
+
+def ones(key, shape, dtype=None):
+    return jnp.ones(_init_shape(shape), dtype or dtypes.float_)
+
+
+def constant(value, dtype=None):
+    def init(key, shape, dtype=dtype):
+        return jnp.full(_init_shape(shape), value, dtype or dtypes.float_)
+
+    return init
+
+
+def normal(stddev=1e-2, dtype=None):
+    def init(key, shape, dtype=dtype):
+        from fflow import random
+
+        dtype = dtype or dtypes.float_
+        return random.normal(key, _init_shape(shape), dtype) * np.asarray(stddev, dtype)
+
+    return init
+
+
+def uniform(scale=1e-2, dtype=None):
+    def init(key, shape, dtype=dtype):
+        from fflow import random
+
+        dtype = dtype or dtypes.float_
+        return random.uniform(key, _init_shape(shape), dtype) * np.asarray(scale, dtype)
+
+    return init
+
+
+def truncated_normal(stddev=1e-2, dtype=None, lower=-2.0, upper=2.0):
+    def init(key, shape, dtype=dtype):
+        from fflow import random
+
+        dtype = dtype or dtypes.float_
+        sample = random.truncated_normal(key, lower, upper, _init_shape(shape), dtype)
+        return sample * np.asarray(stddev, dtype)
+
+    return init
+
+
+def variance_scaling(scale, mode, distribution, in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    """Samples with variance `scale / fan` (fan_in, fan_out or fan_avg)."""
+
+    def init(key, shape, dtype=dtype):
+        from fflow import random
+
+        dtype = dtypes.canonicalize(dtype or dtypes.float_)
+        shape = _init_shape(shape)
+        fan_in, fan_out = _compute_fans(shape, in_axis, out_axis, batch_axis)
+        if mode == "fan_in":
+            denominator = fan_in
+        elif mode == "fan_out":
+            denominator = fan_out
+        elif mode == "fan_avg":
+            denominator = (fan_in + fan_out) / 2
+        else:
+            raise ValueError(f"invalid mode for variance scaling initializer: {mode}")
+        variance = np.asarray(scale / denominator, dtype=dtype)
+        if distribution == "truncated_normal":
+            # the stddev of a standard normal truncated to (-2, 2)
+            stddev = np.sqrt(variance) / np.asarray(0.87962566103423978, dtype)
+            return random.truncated_normal(key, -2, 2, shape, dtype) * stddev.astype(dtype)
+        if distribution == "normal":
+            return random.normal(key, shape, dtype) * np.sqrt(variance).astype(dtype)
+        if distribution == "uniform":
+            limit = np.sqrt(3 * variance).astype(dtype)
+            return random.uniform(key, shape, dtype, -1) * limit
+        raise ValueError(f"invalid distribution for variance scaling initializer: {distribution}")
+
+    return init
+
+
+def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(1.0, "fan_avg", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def glorot_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(
+        1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis, dtype
+    )
+
+
+def lecun_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(1.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+def he_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(2.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def he_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+def orthogonal(scale=1.0, column_axis=-1, dtype=None):
+    """Orthogonal matrices (QR of a normal sample, computed eagerly with NumPy)."""
+
+    def init(key, shape, dtype=dtype):
+        from fflow import random
+
+        dtype = dtypes.canonicalize(dtype or dtypes.float_)
+        shape = _init_shape(shape)
+        if len(shape) < 2:
+            raise ValueError("orthogonal initializer requires at least a 2D shape")
+        n_rows = math.prod(shape) // shape[column_axis]
+        n_cols = shape[column_axis]
+        matrix_shape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
+        a = np.asarray(random.normal(key, matrix_shape, dtype), np.float64)
+        q, r = np.linalg.qr(a)
+        q = q * np.sign(np.diag(r))
+        if n_rows < n_cols:
+            q = q.T
+        q = np.moveaxis(
+            q.reshape(tuple(np.delete(shape, column_axis)) + (n_cols,)), -1, column_axis
+        )
+        return jnp.asarray((scale * q).astype(dtype))
+
+    return init
+
+
+xavier_uniform, xavier_normal = glorot_uniform, glorot_normal
+kaiming_uniform, kaiming_normal = he_uniform, he_normal
+
+initializers = types.ModuleType(
+    "fflow.nn.initializers", "jax.nn.initializers: init(key, shape, dtype) functions."
+)
+for _name in (
+    "zeros",
+    "ones",
+    "constant",
+    "normal",
+    "uniform",
+    "truncated_normal",
+    "variance_scaling",
+    "glorot_uniform",
+    "glorot_normal",
+    "xavier_uniform",
+    "xavier_normal",
+    "lecun_uniform",
+    "lecun_normal",
+    "he_uniform",
+    "he_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "orthogonal",
+):
+    setattr(initializers, _name, globals()[_name])
+# `import fflow.nn.initializers` and `from fflow.nn.initializers import ...` both work
+sys.modules["fflow.nn.initializers"] = initializers
+del _name

@@ -1,0 +1,3 @@
+"""fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`)."""
+
+from fflow.scipy import special  # noqa: F401

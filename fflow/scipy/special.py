@@ -1,0 +1,91 @@
+"""fflow.scipy.special: `jax.scipy.special` functions over fflow primitives.
+
+Example:
+    >>> import fflow.numpy as jnp
+    >>> from fflow.scipy.special import expit, logsumexp
+    >>> expit(jnp.array([0.0])).tolist()
+    [0.5]
+    >>> round(float(logsumexp(jnp.array([0.0, 0.0]))), 5)
+    0.69315
+"""
+
+import math
+
+import numpy as np
+
+import fflow.numpy as jnp
+from fflow import dtypes, lax
+from fflow.nn import log_softmax, logsumexp, softmax  # noqa: F401
+
+
+def _float(x):
+    x = jnp.asarray(x)
+    return x if dtypes.is_inexact(x.dtype) else x.astype(dtypes.float_)
+
+
+def _promote_float(x, y):
+    dtype = jnp.result_type(x, y)
+    if not dtypes.is_inexact(dtype):
+        dtype = dtypes.float_
+    return jnp.broadcast_arrays(jnp.asarray(x, dtype), jnp.asarray(y, dtype))
+
+
+def erf(x):
+    return lax.erf(_float(x))
+
+
+def erfc(x):
+    x = _float(x)
+    return 1 - lax.erf(x)
+
+
+def erfinv(x):
+    return lax.erf_inv(_float(x))
+
+
+def expit(x):
+    """The logistic sigmoid 1 / (1 + exp(-x))."""
+    return lax.logistic(_float(x))
+
+
+def logit(x):
+    """log(x / (1 - x)), the inverse of expit."""
+    x = _float(x)
+    return jnp.log(x / (1 - x))
+
+
+def xlogy(x, y):
+    """x * log(y), defined as 0 where x == 0."""
+    x, y = _promote_float(x, y)
+    safe_y = jnp.where(x == 0, jnp.ones_like(y), y)
+    return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(safe_y))
+
+
+def xlog1py(x, y):
+    """x * log1p(y), defined as 0 where x == 0."""
+    x, y = _promote_float(x, y)
+    safe_y = jnp.where(x == 0, jnp.zeros_like(y), y)
+    return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(safe_y))
+
+
+def entr(x):
+    """-x * log(x) for x > 0, 0 at 0, -inf below."""
+    x = _float(x)
+    safe = jnp.where(x > 0, x, jnp.ones_like(x))
+    return jnp.where(x > 0, -x * jnp.log(safe), jnp.where(x == 0, 0.0, -np.inf))
+
+
+def ndtr(x):
+    """The standard normal CDF."""
+    x = _float(x)
+    return 0.5 * (1 + lax.erf(x * np.asarray(1 / math.sqrt(2), x.dtype)))
+
+
+def ndtri(p):
+    """The inverse of the standard normal CDF."""
+    p = _float(p)
+    return np.asarray(math.sqrt(2), p.dtype) * lax.erf_inv(2 * p - 1)
+
+
+def log_ndtr(x):
+    return jnp.log(ndtr(x))
