@@ -22,15 +22,15 @@ defjvp(sin_p, lambda g, x: lax.mul(g, lax.cos(x)))
 cos_p = unary("cos", np.cos)
 defjvp(cos_p, lambda g, x: lax.neg(lax.mul(g, lax.sin(x))))
 
-tan_p = unary("tan", np.tan)
+tan_p = unary("tan", np.tan, amp="fp32")
 defjvp_with_output(
     tan_p, lambda out, xs, ts: lax.mul(ts[0], lax.add(lax.full_like(out, 1), lax.mul(out, out)))
 )
 
-asin_p = unary("asin", np.arcsin)
+asin_p = unary("asin", np.arcsin, amp="fp32")
 defjvp(asin_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x)))))
 
-acos_p = unary("acos", np.arccos)
+acos_p = unary("acos", np.arccos, amp="fp32")
 defjvp(
     acos_p,
     lambda g, x: lax.neg(lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x))))),
@@ -39,10 +39,10 @@ defjvp(
 atan_p = unary("atan", np.arctan)
 defjvp(atan_p, lambda g, x: lax.div(g, lax.add(lax.full_like(x, 1), lax.mul(x, x))))
 
-sinh_p = unary("sinh", np.sinh)
+sinh_p = unary("sinh", np.sinh, amp="fp32")
 defjvp(sinh_p, lambda g, x: lax.mul(g, lax.cosh(x)))
 
-cosh_p = unary("cosh", np.cosh)
+cosh_p = unary("cosh", np.cosh, amp="fp32")
 defjvp(cosh_p, lambda g, x: lax.mul(g, lax.sinh(x)))
 
 tanh_p = unary("tanh", np.tanh)
@@ -84,7 +84,7 @@ def _rsqrt(x):
     return np.asarray(1 / np.sqrt(x), dtype=x.dtype)
 
 
-rsqrt_p = unary("rsqrt", _rsqrt)
+rsqrt_p = unary("rsqrt", _rsqrt, amp="fp32")
 defjvp_with_output(
     rsqrt_p,
     lambda out, xs, ts: lax.mul(ts[0], lax.mul(lax.div(out, xs[0]), lax.full_like(out, -0.5))),
@@ -240,7 +240,8 @@ def _square(x):
     return np.square(x)
 
 
-square_p = unary("square", _square, float_only=False)
+# fp32: squares of fp16 values overflow above 256 (norms, variances)
+square_p = unary("square", _square, float_only=False, amp="fp32")
 defjvp(square_p, lambda g, x: lax.mul(g, lax.mul(x, lax.full_like(x, 2))))
 
 
@@ -254,7 +255,7 @@ def _integer_pow_jvp(g, x, *, y):
     return lax.mul(g, lax.mul(lax.full_like(x, y), lax.integer_pow(x, y - 1)))
 
 
-integer_pow_p = unary("integer_pow", _integer_pow, float_only=False)
+integer_pow_p = unary("integer_pow", _integer_pow, float_only=False, amp="fp32")
 defjvp(integer_pow_p, _integer_pow_jvp)
 
 

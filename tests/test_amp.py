@@ -1,0 +1,305 @@
+"""amp: the rewritten program (casts, classes, folding), policies, accumulation,
+master weights and composition with grad / jit / vmap.
+
+References are the un-rewritten fp32 function and NumPy; the structural tests read
+the equations of the rewritten program."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fflow
+import fflow.numpy as jnp
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+LOW = {"bf16": BF16, "fp16": F16}
+
+
+def log_softmax(z):
+    shifted = z - jnp.max(z, axis=-1, keepdims=True)
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
+def predict(params, x):
+    h = jnp.maximum(x @ params["w1"] + params["b1"], 0.0)
+    return h @ params["w2"] + params["b2"]
+
+
+def loss_fn(params, x, y):
+    logp = log_softmax(predict(params, x))
+    one_hot = (y[:, None] == jnp.arange(4)[None, :]).astype(jnp.float32)
+    return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
+
+
+def make_mlp(seed=0, n=16, d=8, h=32):
+    rng = np.random.default_rng(seed)
+    params = {
+        "w1": jnp.asarray((rng.normal(size=(d, h)) / np.sqrt(d)).astype(np.float32)),
+        "b1": jnp.asarray(rng.normal(size=h).astype(np.float32) * 0.1),
+        "w2": jnp.asarray((rng.normal(size=(h, 4)) / np.sqrt(h)).astype(np.float32)),
+        "b2": jnp.zeros(4),
+    }
+    x = jnp.asarray(rng.normal(size=(n, d)).astype(np.float32))
+    y = jnp.asarray(rng.integers(0, 4, n).astype(np.int32))
+    return params, x, y
+
+
+def eqns_of(program, name):
+    return [e for e in program.eqns if e.primitive.name == name]
+
+
+def producers(program):
+    return {e.outputs[0]: e for e in program.eqns if len(e.outputs) == 1}
+
+
+def as_np(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------
+# The rewritten program
+
+
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_mlp_program_has_low_matmuls_and_fp32_softmax(policy):
+    params, x, y = make_mlp()
+    low = LOW[policy]
+    plain = fflow.make_jaxpr(loss_fn)(params, x, y)
+    assert not eqns_of(plain, "convert_element_type") or all(
+        e.inputs[0].aval.dtype.kind == "b" for e in eqns_of(plain, "convert_element_type")
+    )
+    prog = fflow.make_jaxpr(fflow.amp(loss_fn, policy))(params, x, y)
+    dots = eqns_of(prog, "dot_general")
+    assert len(dots) == 2
+    for e in dots:
+        assert [v.aval.dtype for v in e.inputs] == [low, low]
+        # fp32 accumulation is explicit in the program
+        assert e.params["preferred_element_type"] == F32
+        assert e.outputs[0].aval.dtype == F32
+    for name in ("exp", "log", "reduce_sum"):
+        found = eqns_of(prog, name)
+        assert found, name
+        for e in found:
+            assert e.inputs[0].aval.dtype == F32, (name, e)
+            assert e.outputs[0].aval.dtype == F32, (name, e)
+    # master weights: the program's inputs and output keep the caller's dtypes
+    assert [v.aval.dtype for v in prog.invars] == [v.aval.dtype for v in plain.invars]
+    assert [v.aval for v in prog.outvars] == [v.aval for v in plain.outvars]
+    # printing shows the casts
+    assert f"convert_element_type[new_dtype={'bf16' if policy == 'bf16' else 'f16'}" in str(prog)
+
+
+def test_casts_fold_and_are_not_repeated():
+    params, x, y = make_mlp()
+
+    def f(params, x):
+        # w1 feeds two matmuls: cast once; the second matmul's fp32 consumer
+        # (exp) reads the fp32 accumulator, not a bf16 -> f32 round trip
+        a = x @ params["w1"]
+        b = (x * 0.5) @ params["w1"]
+        return jnp.sum(jnp.exp(jnp.tanh(a) + b * 0.0)) + jnp.sum(jnp.exp(b))
+
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(params, x)
+    converts = eqns_of(prog, "convert_element_type")
+    keys = [(id(e.inputs[0]), e.params["new_dtype"]) for e in converts]
+    assert len(keys) == len(set(keys)), "the same value was cast to the same dtype twice"
+    prod = producers(prog)
+    for e in converts:
+        src = prod.get(e.inputs[0])
+        if src is not None and src.primitive.name == "convert_element_type":
+            # back-to-back AMP casts fold: never down and straight back up
+            assert src.inputs[0].aval.dtype != e.params["new_dtype"], str(prog)
+
+
+def test_weak_scalars_do_not_widen_low_values():
+    def f(w, x):
+        return jnp.tanh(x @ w) * 2.0 + 1.0
+
+    w = jnp.ones((3, 2))
+    x = jnp.ones((4, 3))
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(w, x)
+    for name in ("tanh", "mul", "add"):
+        (e,) = eqns_of(prog, name)
+        assert e.outputs[0].aval.dtype == BF16, str(prog)
+    # one cast back to the caller's dtype at the very end
+    assert prog.outvars[0].aval.dtype == F32
+    assert eqns_of(prog, "convert_element_type")[-1].outputs[0] is prog.outvars[0]
+
+
+def test_follow_promotes_to_the_widest_input():
+    def f(w, x, b):
+        return (x @ w) + b  # bf16 matmul + f32 bias -> f32 add
+
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(jnp.ones((3, 2)), jnp.ones((4, 3)), jnp.ones(2))
+    (add,) = eqns_of(prog, "add")
+    assert [v.aval.dtype for v in add.inputs] == [F32, F32]
+
+
+def test_float64_and_integers_are_left_alone():
+    def f(a, b, i):
+        return jnp.sum(a @ b), i * 3 + 1
+
+    a = np.ones((3, 3), np.float64)
+    i = jnp.arange(4)
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(a, a, i)
+    assert not eqns_of(prog, "convert_element_type"), str(prog)
+    (s, j) = fflow.amp(f, "bf16")(a, a, i)
+    assert s.dtype == np.float64 and float(s) == 27.0
+    assert j.dtype == i.dtype and j.tolist() == [1, 4, 7, 10]
+
+
+def test_explicit_user_casts_are_honoured():
+    def f(w, x):
+        h = (x @ w).astype(jnp.float32)
+        return h.astype(jnp.float16)
+
+    out = fflow.amp(f, "bf16")(jnp.ones((3, 2)), jnp.ones((4, 3)))
+    assert out.dtype == F16
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.full((4, 2), 3.0))
+
+
+# ----------------------------------------------------------------------------
+# Policies
+
+
+def test_policy_overrides_change_classes():
+    params, x, y = make_mlp()
+    keep_dot = fflow.amp.Policy("bf16", overrides={"dot_general": "deny"})
+    prog = fflow.make_jaxpr(fflow.amp(loss_fn, keep_dot))(params, x, y)
+    assert all(v.aval.dtype == F32 for e in eqns_of(prog, "dot_general") for v in e.inputs)
+    from fflow.primitives.unary import exp_p
+
+    low_exp = fflow.amp.Policy("fp16", overrides={exp_p: "allow", "log": "low"})
+    prog = fflow.make_jaxpr(fflow.amp(loss_fn, low_exp))(params, x, y)
+    for name in ("exp", "log"):
+        assert all(e.inputs[0].aval.dtype == F16 for e in eqns_of(prog, name)), name
+    assert low_exp.class_of("reduce_sum") == "fp32" and low_exp.class_of("add") == "follow"
+
+
+def test_policy_param_and_output_dtypes():
+    pol = fflow.amp.Policy("bf16", param_dtype="bf16", output_dtype="bf16")
+    f = fflow.amp(lambda w, x: jnp.tanh(x @ w), pol)
+    prog = fflow.make_jaxpr(f)(jnp.ones((3, 2)), jnp.ones((4, 3)))
+    assert prog.eqns[0].primitive.name == "convert_element_type"
+    assert prog.outvars[0].aval.dtype == BF16
+    assert f(jnp.ones((3, 2)), jnp.ones((4, 3))).dtype == BF16
+    p = fflow.amp.Policy.resolve("params=float32,compute=float16,output=float32")
+    assert (p.param_dtype, p.compute_dtype, p.output_dtype) == (F32, F16, F32)
+    tree = p.cast_to_compute({"a": jnp.ones(2), "i": jnp.arange(2)})
+    assert tree["a"].dtype == F16 and tree["i"].dtype == np.int32
+
+
+def test_bad_policies_raise_user_errors():
+    with pytest.raises(ValueError, match="unknown policy"):
+        fflow.amp(lambda x: x, "fp8")
+    with pytest.raises(ValueError, match="not a primitive"):
+        fflow.amp.Policy("bf16", overrides={"matmul_typo": "low"})
+    with pytest.raises(ValueError, match="not an AMP class"):
+        fflow.amp.Policy("bf16", overrides={"exp": "sometimes"})
+
+
+# ----------------------------------------------------------------------------
+# Numbers and accumulation
+
+
+@pytest.mark.parametrize("policy,tol", [("bf16", 2e-2), ("fp16", 3e-3)])
+def test_mlp_loss_and_grads_close_to_fp32(policy, tol):
+    # relative-norm tolerances: ~5x the unit roundoff (bf16 2^-8, fp16 2^-11). A seed
+    # with no relu input within rounding of 0 (a flipped relu mask is a legitimate
+    # difference of a whole sample's contribution, not an AMP error).
+    params, x, y = make_mlp(seed=0)
+    ref_loss = float(loss_fn(params, x, y))
+    ref_grads = fflow.grad(loss_fn)(params, x, y)
+    loss = fflow.amp(loss_fn, policy)(params, x, y)
+    assert loss.dtype == F32
+    assert abs(float(loss) - ref_loss) <= tol * (1 + abs(ref_loss))
+    for grads in (
+        fflow.grad(fflow.amp(loss_fn, policy))(params, x, y),
+        fflow.amp(fflow.grad(loss_fn), policy)(params, x, y),
+    ):
+        for k, g in grads.items():
+            assert g.dtype == F32, k  # gradients reach the optimizer in fp32
+            r = as_np(ref_grads[k])
+            err = np.linalg.norm(as_np(g) - r) / np.linalg.norm(r)
+            assert err <= tol, (k, err)
+
+
+def test_low_precision_sums_and_matmuls_accumulate_in_fp32():
+    n = 3000  # bf16 running sums stall at 256; fp16 loses integers above 2048
+    for dt in (BF16, F16):
+        ones = jnp.asarray(np.ones(n, dt))
+        assert float(jnp.sum(ones)) == pytest.approx(n, rel=4e-3)
+        assert float(jnp.cumsum(ones)[-1]) == pytest.approx(n, rel=4e-3)
+        a = jnp.asarray(np.ones((2, n), dt))
+        assert float((a @ a.T)[0, 0]) == pytest.approx(n, rel=4e-3)
+    # under amp, an f32 sum stays f32 and an amp matmul accumulates in f32
+    x = jnp.asarray(np.full((1, 1001), 1.0, np.float32))
+    out = fflow.amp(lambda a, b: a @ b, "bf16")(x, x.T)
+    assert float(out[0, 0]) == 1001.0  # the folded fp32 accumulator, exact
+
+
+def test_eager_python_control_flow_under_amp():
+    def f(w, x):
+        h = x @ w
+        if float(jnp.sum(h)) > 0:  # concrete under eager amp
+            return jnp.sum(jnp.exp(h))
+        return jnp.sum(h)
+
+    w = jnp.ones((3, 2))
+    x = jnp.ones((4, 3))
+    assert float(fflow.amp(f, "bf16")(w, x)) == pytest.approx(float(f(w, x)), rel=1e-2)
+
+
+def test_rewrite_program():
+    params, x, y = make_mlp()
+    prog = fflow.make_jaxpr(loss_fn)(params, x, y)
+    new = fflow.amp.rewrite_program(prog, "fp16")
+    assert [v.aval for v in new.invars] == [v.aval for v in prog.invars]
+    assert all(v.aval.dtype == F16 for e in eqns_of(new, "dot_general") for v in e.inputs)
+
+
+# ----------------------------------------------------------------------------
+# Composition
+
+
+def test_jit_of_amp_matches_eager_amp():
+    params, x, y = make_mlp(seed=2)
+    f = fflow.amp(fflow.value_and_grad(loss_fn), "bf16")
+    loss_e, g_e = f(params, x, y)
+    loss_j, g_j = fflow.jit(f)(params, x, y)
+    np.testing.assert_allclose(float(loss_j), float(loss_e), rtol=1e-6)
+    for k in g_e:
+        np.testing.assert_allclose(as_np(g_j[k]), as_np(g_e[k]), rtol=1e-5, atol=1e-7)
+    g_jg = fflow.jit(fflow.grad(fflow.amp(loss_fn, "bf16")))(params, x, y)
+    g_g = fflow.grad(fflow.amp(loss_fn, "bf16"))(params, x, y)
+    for k in g_g:
+        np.testing.assert_allclose(as_np(g_jg[k]), as_np(g_g[k]), rtol=1e-5, atol=1e-7)
+
+
+def test_amp_of_jit_rewrites_the_jitted_program():
+    params, x, y = make_mlp()
+    prog = fflow.make_jaxpr(fflow.amp(fflow.jit(loss_fn), "bf16"))(params, x, y)
+    assert all(v.aval.dtype == BF16 for e in eqns_of(prog, "dot_general") for v in e.inputs)
+
+
+def test_vmap_of_amp_matches_per_example_amp():
+    vmap = getattr(fflow, "vmap", None)
+    params, x, y = make_mlp(seed=3, n=6)
+
+    def per_example(params, xi, yi):
+        return loss_fn(params, xi[None], yi[None])
+
+    f = fflow.amp(per_example, "bf16")
+    batched = vmap(f, in_axes=(None, 0, 0))(params, x, y)
+    loop = np.array([float(f(params, x[i], y[i])) for i in range(6)])
+    assert batched.dtype == F32
+    np.testing.assert_allclose(as_np(batched), loop, rtol=1e-2, atol=1e-3)
+    # and amp outside vmap: per-example gradients in fp32
+    g = fflow.amp(vmap(fflow.grad(per_example), in_axes=(None, 0, 0)), "bf16")(params, x, y)
+    ref = vmap(fflow.grad(per_example), in_axes=(None, 0, 0))(params, x, y)
+    for k in g:
+        assert g[k].dtype == F32 and g[k].shape == ref[k].shape
+        r = as_np(ref[k])
+        assert np.abs(as_np(g[k]) - r).max() <= 0.1 * (1e-2 + np.abs(r).max())
