@@ -498,3 +498,15 @@ def sort(operand, dimension=-1, is_stable=True, num_keys=1):
 def clamp(min, x, max):  # noqa: A002
     """JAX's lax.clamp(min, x, max)."""
     return globals()["min"](globals()["max"](x, min), max)
+
+
+# Structured control flow (cond, switch, while_loop, fori_loop, scan, map, associative_scan)
+from fflow.lax_control import (  # noqa: E402,F401
+    associative_scan,
+    cond,
+    fori_loop,
+    map,
+    scan,
+    switch,
+    while_loop,
+)

@@ -3,6 +3,7 @@
 from fflow.primitives import (  # noqa: F401
     binary,
     compare,
+    control_flow,
     convert,
     cumulative,
     dot,

@@ -146,3 +146,40 @@ transpose_rules[dot_general_p] = _dot_transpose
 dot_general_p.traits.add("bilinear")
 
 __all__ = ["dtypes"]
+
+
+# -- batching rule (vmap) ---------------------------------------------------------------
+def _dot_general_batch(vals, dims, *, dimension_numbers, preferred_element_type=None):
+    from fflow.transforms import vmap as vm
+
+    (lhs, rhs), (dl, dr) = vals, dims
+    (lc, rc), (lb, rb) = dimension_numbers
+    shift = lambda ds: tuple(d + 1 for d in ds)  # noqa: E731
+    if dl is not vm.not_mapped and dr is not vm.not_mapped:
+        # both batched: the vmapped axis becomes a new leading batch dimension
+        lhs, rhs = vm.moveaxis(lhs, dl, 0), vm.moveaxis(rhs, dr, 0)
+        dn = ((shift(lc), shift(rc)), ((0,) + shift(lb), (0,) + shift(rb)))
+        out_dim = 0
+    elif dl is not vm.not_mapped:
+        # a free dim of lhs: it comes right after the batch dims in the output
+        lhs = vm.moveaxis(lhs, dl, 0)
+        dn = ((shift(lc), rc), (shift(lb), rb))
+        out_dim = len(lb)
+    else:
+        rhs = vm.moveaxis(rhs, dr, 0)
+        dn = ((lc, shift(rc)), (lb, shift(rb)))
+        lhs_ndim = lhs.ndim
+        out_dim = len(lb) + (lhs_ndim - len(lc) - len(lb))
+    out = dot_general_p.bind(
+        lhs, rhs, dimension_numbers=dn, preferred_element_type=preferred_element_type
+    )
+    return out, out_dim
+
+
+def _register_dot_batch_rule():
+    from fflow.transforms.vmap import batch_rules
+
+    batch_rules[dot_general_p] = _dot_general_batch
+
+
+_register_dot_batch_rule()

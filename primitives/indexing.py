@@ -386,3 +386,116 @@ jvp_rules[scatter_min_p] = _scatter_minmax_jvp(scatter_min_p)
 jvp_rules[scatter_max_p] = _scatter_minmax_jvp(scatter_max_p)
 
 __all__ = ["defzero"]
+
+
+# -- batching rules (vmap) ------------------------------------------------------------
+def _window_indices(x_shape, starts, sizes, lead):
+    """Indices (lead..., *sizes, len(x_shape)) of the window at clamped `starts`.
+
+    `starts` are scalars or (lead...)-shaped batched arrays; the start is clamped so
+    the window fits, as dynamic_slice / dynamic_update_slice do.
+    """
+    parts = []
+    nl = len(lead)
+    for k, (d, n, s) in enumerate(zip(x_shape, sizes, starts)):
+        s = lax.convert_element_type(s, np.int32)
+        s = lax.clamp(0, s, d - n)
+        full = tuple(lead) + tuple(sizes)
+        s_b = lax.broadcast_in_dim(s, full, tuple(range(len(s.shape))))
+        ramp = lax.broadcasted_iota(np.int32, full, nl + k)
+        parts.append(lax.reshape(lax.add(s_b, ramp), full + (1,)))
+    return lax.concatenate(parts, len(lead) + len(sizes))
+
+
+def _dynamic_slice_batch(vals, dims, *, slice_sizes):
+    from fflow.transforms import vmap as vm
+
+    x, *starts = vals
+    dx, *dstarts = dims
+    size = vm.batch_size(vals, dims)
+    if all(d is vm.not_mapped for d in dstarts):
+        x = vm.moveaxis(x, dx, 0)
+        zero = np.asarray(0, np.int32)
+        starts = [zero] + [lax.convert_element_type(s, np.int32) for s in starts]
+        return dynamic_slice_p.bind(x, *starts, slice_sizes=(size,) + tuple(slice_sizes)), 0
+    # batched starts: gather every element of each lane's window
+    x = vm.bdim_to_front(x, dx, size)
+    starts = [vm.bdim_to_front(s, d, size) for s, d in zip(starts, dstarts)]
+    idx = _window_indices(x.shape[1:], starts, slice_sizes, (size,))
+    lane = lax.broadcasted_iota(np.int32, idx.shape[:-1] + (1,), 0)
+    idx = lax.concatenate([lane, idx], idx.ndim - 1)
+    return lax.gather(x, idx, tuple(range(x.ndim))), 0
+
+
+def _dus_batch(vals, dims):
+    from fflow.transforms import vmap as vm
+
+    x, update, *starts = vals
+    dx, du, *dstarts = dims
+    size = vm.batch_size(vals, dims)
+    x = vm.bdim_to_front(x, dx, size)
+    update = vm.bdim_to_front(update, du, size)
+    if all(d is vm.not_mapped for d in dstarts):
+        zero = np.asarray(0, np.int32)
+        starts = [zero] + [lax.convert_element_type(s, np.int32) for s in starts]
+        return dynamic_update_slice_p.bind(x, update, *starts), 0
+    starts = [vm.bdim_to_front(s, d, size) for s, d in zip(starts, dstarts)]
+    idx = _window_indices(x.shape[1:], starts, update.shape[1:], (size,))
+    lane = lax.broadcasted_iota(np.int32, idx.shape[:-1] + (1,), 0)
+    idx = lax.concatenate([lane, idx], idx.ndim - 1)
+    return lax.scatter(x, idx, update, tuple(range(x.ndim))), 0
+
+
+def _gather_batch(vals, dims, *, axes):
+    from fflow.transforms import vmap as vm
+
+    (x, indices), (dx, di) = vals, dims
+    if di is vm.not_mapped:
+        # the batch dim becomes one of x's kept dims: put it first among them
+        x = vm.moveaxis(x, dx, 0)
+        out = lax.gather(x, indices, tuple(a + 1 for a in axes))
+        return out, indices.ndim - 1
+    if dx is vm.not_mapped:
+        indices = vm.moveaxis(indices, di, 0)
+        return lax.gather(x, indices, axes), 0
+    x = vm.moveaxis(x, dx, 0)
+    indices = vm.moveaxis(indices, di, 0)
+    lane = lax.broadcasted_iota(indices.dtype, indices.shape[:-1] + (1,), 0)
+    indices = lax.concatenate([lane, indices], indices.ndim - 1)
+    return lax.gather(x, indices, (0,) + tuple(a + 1 for a in axes)), 0
+
+
+def _scatter_batch_for(prim):
+    def rule(vals, dims, *, axes):
+        from fflow.transforms import vmap as vm
+
+        (x, indices, updates), (dx, di, du) = vals, dims
+        size = vm.batch_size(vals, dims)
+        if di is vm.not_mapped:
+            # the batch dim is a kept dim of x (first) and of the updates (after the
+            # index batch dims)
+            x = vm.bdim_to_front(x, dx, size)
+            nb = indices.ndim - 1
+            updates = vm.move_bdim(updates, du, nb, size)
+            return prim.bind(x, indices, updates, axes=tuple(a + 1 for a in axes)), 0
+        x = vm.bdim_to_front(x, dx, size)
+        indices = vm.bdim_to_front(indices, di, size)
+        updates = vm.bdim_to_front(updates, du, size)
+        lane = lax.broadcasted_iota(indices.dtype, indices.shape[:-1] + (1,), 0)
+        indices = lax.concatenate([lane, indices], indices.ndim - 1)
+        return prim.bind(x, indices, updates, axes=(0,) + tuple(a + 1 for a in axes)), 0
+
+    return rule
+
+
+def _register_indexing_batch_rules():
+    from fflow.transforms.vmap import batch_rules
+
+    batch_rules[dynamic_slice_p] = _dynamic_slice_batch
+    batch_rules[dynamic_update_slice_p] = _dus_batch
+    batch_rules[gather_p] = _gather_batch
+    for prim in (scatter_add_p, scatter_p, scatter_mul_p, scatter_min_p, scatter_max_p):
+        batch_rules[prim] = _scatter_batch_for(prim)
+
+
+_register_indexing_batch_rules()

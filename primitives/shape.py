@@ -317,3 +317,108 @@ def _iota_impl(*, dtype, shape, dimension):
 @iota_p.def_abstract_eval
 def _iota_abstract_eval(*, dtype, shape, dimension):
     return ShapedArray(shape, dtype)
+
+
+# -- batching rules (vmap) -------------------------------------------------------------
+def _shape_batch_imports():
+    from fflow.transforms import vmap
+
+    return vmap
+
+
+def _broadcast_in_dim_batch(vals, dims, *, shape, broadcast_dimensions):
+    vm = _shape_batch_imports()
+    (x,), (d,) = vals, dims
+    x = vm.moveaxis(x, d, 0)
+    size = x.shape[0]
+    out = lax.broadcast_in_dim(
+        x, (size,) + tuple(shape), (0,) + tuple(b + 1 for b in broadcast_dimensions)
+    )
+    return out, 0
+
+
+def _reshape_batch(vals, dims, *, new_sizes):
+    vm = _shape_batch_imports()
+    (x,), (d,) = vals, dims
+    x = vm.moveaxis(x, d, 0)
+    size = x.shape[0]
+    return lax.reshape(x, (size,) + tuple(new_sizes)), 0
+
+
+def _transpose_batch(vals, dims, *, permutation):
+    (x,), (d,) = vals, dims
+    # keep the batch dim where it is: permute the other axes around it
+    others = [p if p < d else p + 1 for p in permutation]
+    perm = others[:d] + [d] + others[d:]
+    return lax.transpose(x, perm), d
+
+
+def _squeeze_batch(vals, dims, *, dimensions):
+    vm = _shape_batch_imports()
+    (x,), (d,) = vals, dims
+    x = vm.moveaxis(x, d, 0)
+    return lax.squeeze(x, tuple(a + 1 for a in dimensions)), 0
+
+
+def _slice_batch(vals, dims, *, start_indices, limit_indices, strides):
+    vm = _shape_batch_imports()
+    (x,), (d,) = vals, dims
+    x = vm.moveaxis(x, d, 0)
+    size = x.shape[0]
+    strides = None if strides is None else (1,) + tuple(strides)
+    out = slice_p.bind(
+        x,
+        start_indices=(0,) + tuple(start_indices),
+        limit_indices=(size,) + tuple(limit_indices),
+        strides=strides,
+    )
+    return out, 0
+
+
+def _pad_batch(vals, dims, *, padding_config):
+    vm = _shape_batch_imports()
+    (x, pv), (dx, dpv) = vals, dims
+    size = vm.batch_size(vals, dims)
+    x = vm.bdim_to_front(x, dx, size)
+    config = ((0, 0, 0),) + tuple(padding_config)
+    if dpv is vm.not_mapped:
+        return pad_p.bind(x, pv, padding_config=config), 0
+    # a batched padding value: pad with zeros, then select it where a mask of ones is not
+    zero = lax.full((), 0, x.dtype)
+    padded = pad_p.bind(x, zero, padding_config=config)
+    mask = pad_p.bind(lax.full(x.shape, True, np.bool_), np.asarray(False), padding_config=config)
+    pv = vm.moveaxis(pv, dpv, 0)
+    pv_full = lax.broadcast_in_dim(pv, padded.shape, (0,))
+    return lax.select_n(mask, pv_full, padded), 0
+
+
+def _concatenate_batch(vals, dims, *, dimension):
+    vm = _shape_batch_imports()
+    moved, _ = vm.all_to_front(vals, dims)
+    return concatenate_p.bind(*moved, dimension=dimension + 1), 0
+
+
+def _rev_batch(vals, dims, *, dimensions):
+    (x,), (d,) = vals, dims
+    return lax.rev(x, tuple(a if a < d else a + 1 for a in dimensions)), d
+
+
+def _iota_batch(vals, dims, **params):
+    return iota_p.bind(**params), None  # no operands: never batched
+
+
+def _register_shape_batch_rules():
+    from fflow.transforms.vmap import batch_rules
+
+    batch_rules[broadcast_in_dim_p] = _broadcast_in_dim_batch
+    batch_rules[reshape_p] = _reshape_batch
+    batch_rules[transpose_p] = _transpose_batch
+    batch_rules[squeeze_p] = _squeeze_batch
+    batch_rules[slice_p] = _slice_batch
+    batch_rules[pad_p] = _pad_batch
+    batch_rules[concatenate_p] = _concatenate_batch
+    batch_rules[rev_p] = _rev_batch
+    batch_rules[iota_p] = _iota_batch
+
+
+_register_shape_batch_rules()

@@ -54,3 +54,21 @@ def _sort_jvp(primals, tangents, *, dimension, num_keys=1):
 
 
 jvp_rules[sort_p] = _sort_jvp
+
+
+# -- batching rule (vmap) ---------------------------------------------------------------
+def _sort_batch(vals, dims, *, dimension, num_keys=1):
+    from fflow.transforms import vmap as vm
+
+    moved, _ = vm.all_to_front(vals, dims)
+    outs = sort_p.bind(*moved, dimension=dimension + 1, num_keys=num_keys)
+    return outs, [0] * len(outs)
+
+
+def _register_sort_batch_rule():
+    from fflow.transforms.vmap import batch_rules
+
+    batch_rules[sort_p] = _sort_batch
+
+
+_register_sort_batch_rule()
