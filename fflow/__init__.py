@@ -41,6 +41,8 @@ _LAZY = {
     "custom_vjp": ("fflow.transforms.custom", "custom_vjp"),
     "checkpoint": ("fflow.transforms.custom", "checkpoint"),
     "remat": ("fflow.transforms.custom", "checkpoint"),
+    "checkpoint_policies": ("fflow.transforms.custom", "checkpoint_policies"),
+    "test_util": ("fflow.test_util", None),
     "nn": ("fflow.nn", None),
     "random": ("fflow.random", None),
     "scipy": ("fflow.scipy", None),

@@ -15,7 +15,7 @@ from fflow.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatt
 
 def _instantiate_like(t, primal):
     if type(t) is ad.Zero:
-        return ad.zeros_like_aval(aval_of_value(primal).strip_weak_type())
+        return as_value(ad.zeros_like_aval(aval_of_value(primal).strip_weak_type()))
     return t
 
 
