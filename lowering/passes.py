@@ -176,7 +176,7 @@ def fold_constants(program):
 
 def _try_fold(eqn, known):
     prim = eqn.primitive
-    if prim.impl is None or is_effectful(eqn) or has_subprograms(eqn) or not eqn.inputs:
+    if prim.impl is None or is_effectful(eqn) or has_subprograms(eqn):
         return None
     if "random" in prim.traits:
         return None
