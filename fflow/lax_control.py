@@ -65,12 +65,29 @@ def _trace_tree_fun(fun, in_tree, in_avals, out=None, splat=True):
 
 
 def _strengthen(leaves, avals, mask):
-    """Drop the weak type of the leaves marked in `mask` (JAX's weak-type promotion)."""
+    """Drop the weak type of the leaves marked in `mask`."""
     lax = _lax()
     return [
         lax.convert_element_type(x, a.dtype, weak_type=False) if m else x
         for x, a, m in zip(leaves, avals, mask)
     ]
+
+
+def _promote_weak_inputs(leaves, in_avals, out_avals):
+    """JAX's weak-type promotion of a loop carry: a weakly typed initial value (a
+    Python scalar) takes the type the body gives it, e.g. `fori_loop(0, n, f, 0)`
+    with a float body. Returns (new leaves, changed)."""
+    from fflow import dtypes
+
+    lax = _lax()
+    out, changed = [], False
+    for x, a, b in zip(leaves, in_avals, out_avals):
+        if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
+            dtype, _ = dtypes.result_type((a.dtype, True), (b.dtype, b.weak_type))
+            x = lax.convert_element_type(x, dtype, weak_type=False)
+            changed = True
+        out.append(x)
+    return out, changed
 
 
 def _check_carry(what, in_tree, out_tree, in_avals, out_avals, fix_name="carry"):
@@ -150,15 +167,14 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
     x_avals = [aval_of_value(x).update(shape=aval_of_value(x).shape[1:]) for x in xs_leaves]
     nc = len(init_leaves)
     out = _Out()
-    for _ in range(2):
+    for _ in range(3):
         c_avals = [aval_of_value(c) for c in init_leaves]
         prog, consts, y_tree = _trace_body(f, init_tree, xs_tree, c_avals, x_avals, out)
         out_c_avals = prog.out_avals[:nc]
-        _check_carry("scan body", init_tree, out.carry_tree, c_avals, out_c_avals)
-        weak = [a.weak_type and not b.weak_type for a, b in zip(c_avals, out_c_avals)]
-        if not any(weak):
+        init_leaves, changed = _promote_weak_inputs(init_leaves, c_avals, out_c_avals)
+        if not changed:
             break
-        init_leaves = _strengthen(init_leaves, c_avals, weak)
+    _check_carry("scan body", init_tree, out.carry_tree, c_avals, out_c_avals)
     outs = scan_bind(consts, init_leaves, xs_leaves, prog, length, bool(reverse), int(unroll))
     carry = tree_unflatten(init_tree, outs[:nc])
     ys = tree_unflatten(y_tree, outs[nc:])
@@ -325,18 +341,19 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         return _bounded_while(cond_fun, body_fun, init_val, int(max_steps))
     init_leaves, init_tree = _leaves(init_val)
     out = _Out()
-    for _ in range(2):
+    for _ in range(3):
         c_avals = [aval_of_value(c) for c in init_leaves]
         cond_prog, cconsts, _ = _trace_tree_fun(cond_fun, init_tree, c_avals, splat=False)
         _check_pred(cond_prog)
         body_prog, bconsts, out_tree = _trace_tree_fun(
             body_fun, init_tree, c_avals, out, splat=False
         )
-        _check_carry("while_loop body", init_tree, out_tree, c_avals, body_prog.out_avals, "val")
-        weak = [a.weak_type and not b.weak_type for a, b in zip(c_avals, body_prog.out_avals)]
-        if not any(weak):
+        if out_tree != init_tree:
             break
-        init_leaves = _strengthen(init_leaves, c_avals, weak)
+        init_leaves, changed = _promote_weak_inputs(init_leaves, c_avals, body_prog.out_avals)
+        if not changed:
+            break
+    _check_carry("while_loop body", init_tree, out_tree, c_avals, body_prog.out_avals, "val")
     outs = while_bind(cconsts, bconsts, init_leaves, cond_prog, body_prog)
     return tree_unflatten(init_tree, outs)
 
@@ -354,6 +371,17 @@ def _check_pred(cond_prog):
 
 def _bounded_while(cond_fun, body_fun, init_val, max_steps):
     lax = _lax()
+    init_leaves, init_tree = _leaves(init_val)
+    for _ in range(3):
+        c_avals = [aval_of_value(c) for c in init_leaves]
+        body_prog, _, out_tree = _trace_tree_fun(body_fun, init_tree, c_avals, splat=False)
+        if out_tree != init_tree:
+            break
+        init_leaves, changed = _promote_weak_inputs(init_leaves, c_avals, body_prog.out_avals)
+        if not changed:
+            break
+    _check_carry("while_loop body", init_tree, out_tree, c_avals, body_prog.out_avals, "val")
+    init_val = tree_unflatten(init_tree, init_leaves)
 
     def step(state, _):
         val, done = state
