@@ -2,6 +2,7 @@
 
 from fflow.primitives import (  # noqa: F401
     binary,
+    collectives,
     compare,
     control_flow,
     convert,

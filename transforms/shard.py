@@ -1,0 +1,637 @@
+"""`shard`: OneFlow's SBP on fflow programs, and `with_sbp` constraints.
+
+`shard(f, placement, in_sbp, out_sbp)` traces `f` to a global program, plans an
+SBP for every value (transforms/shard_plan.py), inserts boxing collectives and
+runs one SPMD program per device (transforms/shard_exec.py) on the current
+runtime: simulated devices, or MPI ranks under `python -m fflow.launch`.
+
+A sharded call is one `shard_call` equation, so the other transforms compose:
+`grad(shard(f))` differentiates the global program and re-plans the tangent and
+cotangent programs (cotangents follow the duality B<->P, S(k)<->S(k): a gradient
+of a broadcast parameter is partial and boxing makes it broadcast again, so data
+parallelism's gradient all-reduce appears by itself), `shard(grad(f))` plans the
+whole training step, `jit` stages the call, `vmap` batches the global program.
+
+Eager global arrays (`fflow.to_global`) run op by op through the same rules.
+"""
+
+import functools
+import threading
+
+import numpy as np
+from fflow.transforms import shard_signatures as _sigs  # noqa: F401  (registers rules)
+from fflow.transforms.autodiff import (
+    Zero,
+    backward_pass,
+    deflinear,
+    instantiate,
+    is_undefined,
+    jvp_flat,
+    jvp_rules,
+    tangent_aval,
+    transpose_rules,
+)
+from fflow.transforms.shard_exec import ShardedProgram
+from fflow.transforms.staging import (
+    StagingTracer,
+    eval_program,
+    partial_eval_rules,
+    trace_to_program,
+)
+
+from fflow import array as array_mod
+from fflow import core
+from fflow.api_util import Store, as_value, flatten_fun
+from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
+from fflow.errors import user_error
+from fflow.sharding import (
+    SbpParallel,
+    Split,
+    as_nd_sbp,
+    check_sbp_fits,
+    is_global,
+    placement,
+    to_global,
+)
+from fflow.tree_util import tree_flatten, tree_unflatten
+
+# ----------------------------------------------------------------------------
+# with_sbp: an identity with an SBP constraint
+
+sbp_constraint_p = Primitive("sbp_constraint")
+sbp_constraint_p.amp_class = "follow"
+
+
+@sbp_constraint_p.def_impl
+def _sbp_constraint_impl(x, *, sbp):
+    return x
+
+
+@sbp_constraint_p.def_abstract_eval
+def _sbp_constraint_abstract_eval(x, *, sbp):
+    check_sbp_fits(x.shape, sbp, _mesh_of(sbp), "with_sbp")
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def _mesh_of(sbp):
+    ctx = _ctx.stack[-1] if _ctx.stack else None
+    if ctx is not None and ctx.ndim == len(sbp):
+        return ctx.hierarchy
+    return (1,) * len(sbp)
+
+
+def dual(nd):
+    """The SBP of a cotangent: partial becomes broadcast, split and broadcast stay."""
+    return tuple(Broadcast_() if s.is_partial() else s for s in nd)
+
+
+def Broadcast_():  # noqa: N802
+    from fflow.sharding import B
+
+    return B
+
+
+deflinear(
+    sbp_constraint_p,
+    lambda ct, x, *, sbp: [None if type(ct) is Zero else sbp_constraint_p.bind(ct, sbp=dual(sbp))],
+)
+
+
+class _Ctx(threading.local):
+    stack = []
+
+
+_ctx = _Ctx()
+
+
+def with_sbp(x, sbp):
+    """Constrain the SBP of `x` inside a sharded function (as JAX's sharding constraints).
+
+    Outside `shard`, a global array is boxed to `sbp` right away and a local array is
+    returned unchanged.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> pl = fflow.placement("cpu", [0, 1])
+        >>> f = fflow.shard(lambda x: fflow.with_sbp(x * 2, fflow.sbp.split(0)), pl)
+        >>> f(jnp.arange(4.0)).sbp
+        (S(0),)
+    """
+    if _ctx.stack:
+        pl = _ctx.stack[-1]
+        nd = as_nd_sbp(sbp, pl.ndim, "with_sbp")
+        check_sbp_fits(
+            np.shape(x) if not hasattr(x, "shape") else x.shape, nd, pl.hierarchy, "with_sbp"
+        )
+        return sbp_constraint_p.bind(x, sbp=nd)
+    if is_global(x):
+        return to_global(x, sbp=sbp)
+    return x
+
+
+# ----------------------------------------------------------------------------
+# shard_call: one sharded program as one equation
+
+shard_call_p = Primitive("shard_call", multiple_results=True)
+shard_call_p.amp_class = "follow"
+
+
+@shard_call_p.def_abstract_eval
+def _shard_call_abstract_eval(*avals, sharded):
+    return [v.aval for v in sharded.program.outvars]
+
+
+@shard_call_p.def_impl
+def _shard_call_impl(*args, sharded):
+    # Reached with local NumPy values (e.g. from a jitted program): run and assemble.
+    outs = _run_call(sharded, [array_mod.Array(np.asarray(a)) for a in args])
+    return [np.asarray(o) for o in outs]
+
+
+def _run_call(sp, args):
+    pl = sp.placement
+    ready = []
+    for a, s, v in zip(args, sp.in_sbps, sp.program.invars):
+        if is_global(a):
+            if a.placement != pl:
+                raise user_error(
+                    ValueError,
+                    f"a sharded function on {pl} got an array placed on {a.placement}; "
+                    "mixing placements is not allowed. Fix: to_local() it and to_global() "
+                    "it onto this placement.",
+                )
+            ready.append(to_global(a, sbp=s))
+        else:
+            a = as_value(a)
+            if a.dtype != v.aval.dtype:
+                a = array_mod.Array(np.asarray(a, v.aval.dtype))
+            ready.append(to_global(a, pl, s))
+    return sp.run_global(ready)
+
+
+def bind_call(sp, args):
+    """Bind shard_call; at the root trace run directly so the results stay global arrays."""
+    if core.current_trace() is array_mod.root_trace:
+        return _run_call(sp, list(args))
+    return shard_call_p.bind(*args, sharded=sp)
+
+
+def _key_of(x):
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return id(x)
+
+
+class Sharded:
+    """A sharded function: call it, or inspect its plan with `.plan(*args)`."""
+
+    def __init__(self, fun, pl, in_sbp=None, out_sbp=None):
+        functools.update_wrapper(self, fun)
+        if not isinstance(pl, placement):
+            raise user_error(TypeError, f"shard needs a fflow.placement, got {pl!r}")
+        self.fun = fun
+        self.placement = pl
+        self.in_sbp = in_sbp
+        self.out_sbp = out_sbp
+        self.cache = {}
+        self.trace_count = 0
+
+    def _in_sbps(self, args, leaves):
+        pl = self.placement
+        specs = _sbp_prefix(self.in_sbp, tuple(args), pl.ndim, "in_sbp")
+        out = []
+        for spec, x in zip(specs, leaves):
+            if spec is None:
+                if is_global(x) and x.placement == pl:
+                    spec = x.sbp
+                else:
+                    spec = (Broadcast_(),) * pl.ndim
+            aval = core.aval_of_value(x)
+            check_sbp_fits(aval.shape, spec, pl.hierarchy, "in_sbp")
+            out.append(tuple(spec))
+        return out
+
+    def lower(self, *args):
+        """The ShardedProgram (global program + plan) for these arguments."""
+        return self._entry(args)[0]
+
+    plan = lower
+
+    def _entry(self, args):
+        leaves, in_tree = tree_flatten((tuple(args), {}))
+        leaves = [x if is_global(x) else as_value(x) for x in leaves]
+        in_sbps = self._in_sbps(args, leaves)
+        avals = [core.aval_of_value(x).strip_weak_type() for x in leaves]
+        key = (in_tree, tuple(avals), tuple(in_sbps))
+        entry = self.cache.get(key)
+        if entry is None:
+            store = Store()
+            flat = flatten_fun(self.fun, in_tree, store)
+            _ctx.stack.append(self.placement)
+            try:
+                with set_current_trace(array_mod.root_trace):
+                    program = trace_to_program(flat, avals)
+            finally:
+                _ctx.stack.pop()
+            self.trace_count += 1
+            out_tree = store.value
+            out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
+            sp = ShardedProgram(program, self.placement, in_sbps, out_specs)
+            entry = (sp, out_tree)
+            self.cache[key] = entry
+        return entry + (leaves,)
+
+    def __call__(self, *args):
+        sp, out_tree, leaves = self._entry(args)
+        outs = bind_call(sp, leaves)
+        return tree_unflatten(out_tree, list(outs))
+
+
+def shard(f, placement, in_sbp=None, out_sbp=None):  # noqa: A002
+    """Run `f` SPMD on `placement` with SBP-annotated inputs and outputs.
+
+    Args:
+        f: a function of arrays (pytrees allowed).
+        placement: a `fflow.placement`.
+        in_sbp: SBP of the inputs: one SBP for all, or a pytree prefix of the arguments
+            (a tuple with one entry per positional argument). On an N-D mesh each entry
+            is a tuple with one SBP per mesh axis. None (default) keeps a global array's
+            SBP and broadcasts local arrays.
+        out_sbp: SBP of the outputs (same forms). None lets the planner choose, finishing
+            partial values to broadcast.
+
+    Returns:
+        A callable returning global arrays; `.plan(*args)` shows the planned program.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> pl = fflow.placement("cpu", [0, 1])
+        >>> S, B = fflow.sbp.split, fflow.sbp.broadcast
+        >>> f = fflow.shard(lambda x, w: jnp.tanh(x @ w), pl, in_sbp=(S(0), B))
+        >>> y = f(jnp.ones((4, 3)), jnp.ones((3, 2)))
+        >>> y.sbp, y.shape
+        ((S(0),), (4, 2))
+    """
+    return Sharded(f, placement, in_sbp, out_sbp)
+
+
+class _ND:
+    """An N-D SBP as one pytree leaf."""
+
+    __slots__ = ("sbp",)
+
+    def __init__(self, sbp):
+        self.sbp = sbp
+
+
+def _wrap_nd(spec, ndim):
+    if isinstance(spec, SbpParallel) or spec is None:
+        return spec
+    if (
+        ndim > 1
+        and isinstance(spec, (tuple, list))
+        and len(spec) == ndim
+        and all(isinstance(s, SbpParallel) for s in spec)
+    ):
+        return _ND(tuple(spec))
+    if isinstance(spec, (tuple, list)):
+        return type(spec)(_wrap_nd(s, ndim) for s in spec)
+    if isinstance(spec, dict):
+        return {k: _wrap_nd(v, ndim) for k, v in spec.items()}
+    raise user_error(TypeError, f"not an SBP spec: {spec!r}")
+
+
+def _sbp_prefix(spec, tree, ndim, what):
+    from fflow.tree_util import prefix_broadcast
+
+    try:
+        leaves = prefix_broadcast(_wrap_nd(spec, ndim), tree, what)
+    except ValueError as e:
+        raise user_error(ValueError, f"{what}: {e}") from None
+    out = []
+    for s in leaves:
+        if s is None:
+            out.append(None)
+        elif isinstance(s, _ND):
+            out.append(as_nd_sbp(s.sbp, ndim, what))
+        else:
+            out.append(as_nd_sbp(s, ndim, what))
+    return out
+
+
+def _out_specs(out_sbp, out_tree, program, pl):
+    dummy = tree_unflatten(out_tree, [0] * len(program.outvars))
+    specs = _sbp_prefix(out_sbp, dummy, pl.ndim, "out_sbp")
+    for s, v in zip(specs, program.outvars):
+        if s is not None:
+            check_sbp_fits(v.aval.shape, s, pl.hierarchy, "out_sbp")
+    return specs
+
+
+# ----------------------------------------------------------------------------
+# Autodiff of shard_call: JVP, partial evaluation (for linearize) and transpose
+
+
+def _retrace(fun, avals):
+    with set_current_trace(array_mod.root_trace):
+        return trace_to_program(fun, avals)
+
+
+def _shard_call_jvp(primals, tangents, *, sharded):
+    sp = sharded
+    prog = sp.program
+    nz = [type(t) is not Zero for t in tangents]
+    n = len(primals)
+
+    def jvp_fun(*args):
+        ps = list(args[:n])
+        it = iter(args[n:])
+        ts = [next(it) if z else Zero(tangent_aval(v.aval)) for z, v in zip(nz, prog.invars)]
+        outs, touts = jvp_flat(lambda *xs: eval_program(prog, prog.consts, xs), ps, ts)
+        return list(outs) + [instantiate(t) for t in touts]
+
+    key = ("jvp", tuple(nz))
+    new = sp.derived.get(key) if hasattr(sp, "derived") else None
+    if new is None:
+        avals = [v.aval for v in prog.invars]
+        avals += [tangent_aval(v.aval) for z, v in zip(nz, prog.invars) if z]
+        jprog = _retrace(jvp_fun, avals)
+        in_sbps = sp.in_sbps + [s for z, s in zip(nz, sp.in_sbps) if z]
+        out_sbps = list(sp.out_sbps) + list(sp.out_sbps)
+        new = ShardedProgram(jprog, sp.placement, in_sbps, out_sbps, name="jvp")
+        _derived(sp)[key] = new
+    outs = bind_call(new, [*primals, *[t for t in tangents if type(t) is not Zero]])
+    m = len(prog.outvars)
+    return outs[:m], outs[m:]
+
+
+def _derived(sp):
+    if not hasattr(sp, "derived"):
+        sp.derived = {}
+    return sp.derived
+
+
+jvp_rules[shard_call_p] = _shard_call_jvp
+
+
+def partial_eval_program(prog, known):
+    """Split `prog` into a known part and an unknown part given which inputs are known.
+
+    Returns (known_prog, unknown_prog, out_unknown, residual_vars): known_prog maps
+    known inputs to (known outputs + residuals); unknown_prog maps (residuals +
+    unknown inputs) to the unknown outputs.
+    """
+    unknown = {v for v, k in zip(prog.invars, known) if not k}
+    k_eqns, u_eqns = [], []
+    for eqn in prog.eqns:
+        if any(type(v) is not Literal and v in unknown for v in eqn.inputs):
+            u_eqns.append(eqn)
+            unknown.update(eqn.outputs)
+        else:
+            k_eqns.append(eqn)
+    res, seen = [], set()
+    for eqn in u_eqns:
+        for v in eqn.inputs:
+            if type(v) is not Literal and v not in unknown and v not in seen:
+                seen.add(v)
+                res.append(v)
+    out_unknown = [type(v) is not Literal and v in unknown for v in prog.outvars]
+    k_out = [v for v, u in zip(prog.outvars, out_unknown) if not u]
+    known_prog = Program(
+        [v for v, k in zip(prog.invars, known) if k],
+        prog.constvars,
+        k_eqns,
+        k_out + res,
+        prog.consts,
+    )
+    unknown_prog = Program(
+        res + [v for v, k in zip(prog.invars, known) if not k],
+        [],
+        u_eqns,
+        [v for v, u in zip(prog.outvars, out_unknown) if u],
+    )
+    return known_prog, unknown_prog, out_unknown, res
+
+
+def _shard_call_partial_eval(trace, args, params):
+    sp = params["sharded"]
+    known = [not (isinstance(a, StagingTracer) and a._trace is trace) for a in args]
+    key = ("pe", tuple(known))
+    hit = _derived(sp).get(key)
+    if hit is None:
+        kprog, uprog, out_unknown, res = partial_eval_program(sp.program, known)
+        var_sbp = sp.plan.var_sbp
+        res_sbps = [var_sbp[v] for v in res]
+        k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
+        ksp = ShardedProgram(
+            kprog,
+            sp.placement,
+            [s for s, k in zip(sp.in_sbps, known) if k],
+            k_outs + res_sbps,
+            allow_partial_out=True,
+            name="known",
+        )
+        usp = ShardedProgram(
+            uprog,
+            sp.placement,
+            res_sbps + [s for s, k in zip(sp.in_sbps, known) if not k],
+            [s for s, u in zip(sp.out_sbps, out_unknown) if u],
+            name="linear",
+        )
+        hit = (ksp, usp, out_unknown, len(res))
+        _derived(sp)[key] = hit
+    ksp, usp, out_unknown, n_res = hit
+    known_args = [a for a, k in zip(args, known) if k]
+    with set_current_trace(trace.parent):
+        kouts = bind_call(ksp, known_args)
+    kouts = list(kouts)
+    n_known_out = len(kouts) - n_res
+    res_vals = kouts[n_known_out:]
+    unknown_args = [a for a, k in zip(args, known) if not k]
+    u_avals = [v.aval for v in usp.program.outvars]
+    uouts = trace.stage(shard_call_p, res_vals + unknown_args, dict(sharded=usp), u_avals)
+    k_it, u_it = iter(kouts[:n_known_out]), iter(uouts)
+    return [next(u_it) if u else next(k_it) for u in out_unknown]
+
+
+partial_eval_rules[shard_call_p] = _shard_call_partial_eval
+
+
+def _shard_call_transpose(cts, *args, sharded):
+    sp = sharded
+    prog = sp.program
+    lin = [is_undefined(a) for a in args]
+    ct_nz = [type(c) is not Zero and c is not None for c in cts]
+    key = ("T", tuple(lin), tuple(ct_nz))
+    tsp = _derived(sp).get(key)
+    res_vars = [v for v, li in zip(prog.invars, lin) if not li]
+    lin_vars = [v for v, li in zip(prog.invars, lin) if li]
+    if tsp is None:
+
+        def tfun(*xs):
+            res = list(xs[: len(res_vars)])
+            it = iter(xs[len(res_vars) :])
+            p2 = Program(
+                lin_vars,
+                list(prog.constvars) + res_vars,
+                prog.eqns,
+                prog.outvars,
+                list(prog.consts) + res,
+            )
+            ct_in = [next(it) if z else Zero(v.aval) for z, v in zip(ct_nz, prog.outvars)]
+            return [instantiate(c) for c in backward_pass(p2, ct_in)]
+
+        avals = [v.aval for v in res_vars] + [v.aval for z, v in zip(ct_nz, prog.outvars) if z]
+        tprog = _retrace(tfun, avals)
+        in_sbps = [s for s, li in zip(sp.in_sbps, lin) if not li]
+        in_sbps += [dual(s) for s, z in zip(sp.out_sbps, ct_nz) if z]
+        out_sbps = [dual(s) for s, li in zip(sp.in_sbps, lin) if li]
+        tsp = ShardedProgram(tprog, sp.placement, in_sbps, out_sbps, name="transpose")
+        _derived(sp)[key] = tsp
+    res_vals = [a for a, li in zip(args, lin) if not li]
+    outs = bind_call(tsp, [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]])
+    it = iter(outs)
+    return [next(it) if li else None for li in lin]
+
+
+transpose_rules[shard_call_p] = _shard_call_transpose
+
+
+# ----------------------------------------------------------------------------
+# vmap of shard_call: batch the global program, shift split axes past the batch dim
+
+
+def _shift(nd):
+    return tuple(Split(s.axis + 1) if s.is_split() else s for s in nd)
+
+
+def _shard_call_batch(args, dims, *, sharded):
+    from fflow.transforms.vmap import vmap
+
+    from fflow import lax
+
+    sp = sharded
+    prog = sp.program
+    moved = []
+    for a, d in zip(args, dims):
+        if d is not None and d != 0:
+            perm = (d,) + tuple(
+                i for i in range(np.ndim(a) if not hasattr(a, "ndim") else a.ndim) if i != d
+            )
+            a = lax.transpose(a, perm)
+        moved.append(a)
+    mapped = [d is not None for d in dims]
+    size = next(core.aval_of_value(a).shape[0] for a, m in zip(moved, mapped) if m)
+    key = ("vmap", tuple(mapped), size)
+    bsp = _derived(sp).get(key)
+    if bsp is None:
+        f = vmap(
+            lambda *xs: eval_program(prog, prog.consts, xs),
+            in_axes=tuple(0 if m else None for m in mapped),
+            out_axes=0,
+        )
+        avals = [
+            ShapedArray((size,) + v.aval.shape, v.aval.dtype) if m else v.aval
+            for v, m in zip(prog.invars, mapped)
+        ]
+        bprog = _retrace(lambda *xs: list(f(*xs)), avals)
+        in_sbps = [_shift(s) if m else s for s, m in zip(sp.in_sbps, mapped)]
+        out_sbps = [_shift(s) for s in sp.out_sbps]
+        bsp = ShardedProgram(bprog, sp.placement, in_sbps, out_sbps, name="vmap")
+        _derived(sp)[key] = bsp
+    outs = bind_call(bsp, moved)
+    return list(outs), [0] * len(outs)
+
+
+def _batch_constraint(args, dims, *, sbp):
+    from fflow import lax
+
+    (x,), (d,) = args, dims
+    if d != 0:
+        perm = (d,) + tuple(i for i in range(x.ndim) if i != d)
+        x = lax.transpose(x, perm)
+    return sbp_constraint_p.bind(x, sbp=_shift(sbp)), 0
+
+
+def _register_batch_rules():
+    from fflow.transforms import vmap as vmap_mod
+
+    vmap_mod.batch_rules[shard_call_p] = _shard_call_batch
+    vmap_mod.batch_rules[sbp_constraint_p] = _batch_constraint
+
+
+_register_batch_rules()
+
+
+# ----------------------------------------------------------------------------
+# Eager global arrays: op-by-op dispatch through the same signatures and boxing
+
+_eager_cache = {}
+
+
+def _global_dispatch(prim, args, params):
+    if not any(is_global(a) for a in args):
+        return NotImplemented
+    if prim is shard_call_p:
+        return _run_call(params["sharded"], list(args))
+    if prim is sbp_constraint_p:
+        return to_global(args[0], sbp=params["sbp"])
+    pl = None
+    for a in args:
+        if is_global(a):
+            if pl is None:
+                pl = a.placement
+            elif a.placement != pl:
+                raise user_error(
+                    ValueError,
+                    f"{prim.name} got global arrays on different placements ({pl} and "
+                    f"{a.placement}); mixing placements is not allowed. Fix: move one with "
+                    "to_local() + to_global(), or place both on one placement.",
+                )
+    ready = [a if is_global(a) else to_global(as_value(a), pl) for a in args]
+    avals = tuple(ShapedArray(a.shape, a.dtype) for a in ready)
+    sbps = tuple(a.sbp for a in ready)
+    try:
+        key = (prim, _freeze(params), avals, sbps, pl)
+        hash(key)
+    except TypeError:
+        key = None
+    sp = _eager_cache.get(key) if key is not None else None
+    if sp is None:
+        from fflow.core import Eqn, Var
+
+        invars = [Var(a) for a in avals]
+        out_avals = prim.abstract_eval(*avals, **params)
+        out_avals = out_avals if prim.multiple_results else [out_avals]
+        outvars = [Var(a) for a in out_avals]
+        eqn = Eqn(prim, invars, params, outvars)
+        prog = Program(invars, [], [eqn], outvars)
+        sp = ShardedProgram(
+            prog, pl, list(sbps), [None] * len(outvars), allow_partial_out=True, name="eager"
+        )
+        if key is not None:
+            _eager_cache[key] = sp
+    outs = sp.run_global(ready)
+    weak = all(getattr(a, "weak_type", False) for a in args)
+    for o in outs:
+        o._weak = weak and o._weak
+    return outs if prim.multiple_results else outs[0]
+
+
+def _freeze(x):
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, np.ndarray):
+        raise TypeError("unhashable")
+    hash(x)
+    return x
+
+
+if _global_dispatch not in array_mod.special_dispatch:
+    array_mod.special_dispatch.append(_global_dispatch)
+
+__all__ = ["shard", "with_sbp", "shard_call_p", "sbp_constraint_p", "ShardedProgram", "Literal"]

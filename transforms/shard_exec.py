@@ -1,0 +1,245 @@
+"""From a planned global program to per-device SPMD programs, and running them.
+
+`ShardedProgram` holds the global program, its placement and plan. For each
+device it builds (once) a local program: every equation applied to the device's
+local shapes (or its signature's local kernel), with boxing collectives inserted
+where a consumer needs another SBP than its producer made. Printing a
+ShardedProgram shows the global program with every var's SBP, every inserted
+collective with its bytes, and the total bytes moved per call.
+"""
+
+import numpy as np
+from fflow.primitives.collectives import collective_phases
+from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
+from fflow.transforms.shard_plan import plan_program
+from fflow.transforms.shard_rules import LocalCtx, apply_local
+from fflow.transforms.staging import trace_to_program
+
+from fflow import core
+from fflow.core import Literal, ShapedArray
+from fflow.sharding import local_box, make_global, runtime
+
+
+class ShardedProgram:
+    """A global program planned on a placement (the `sharded` param of shard_call)."""
+
+    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out=False, name="shard"):
+        self.program = program
+        self.placement = pl
+        self.in_sbps = [tuple(s) for s in in_sbps]
+        self.plan = plan_program(program, pl, self.in_sbps, out_sbps, allow_partial_out)
+        self.out_sbps = self.plan.out_sbps
+        self.name = name
+        self._locals = {}
+        self._boxings = None
+
+    # -- inspection -------------------------------------------------------------
+    @property
+    def bytes(self):
+        """Communication bytes per call (the cost model, equal to what runtimes measure)."""
+        return self.plan.bytes
+
+    def boxings(self):
+        """[(where, var, src_sbp, dst_sbp, BoxingPlan)] for every conversion in the plan."""
+        if self._boxings is None:
+            out = []
+            var_sbp = self.plan.var_sbp
+            h = self.placement.hierarchy
+            for k, (eqn, sig) in enumerate(zip(self.program.eqns, self.plan.eqn_sigs)):
+                for v, want in zip(eqn.inputs, sig.ins):
+                    have = _sbp(var_sbp, v, h)
+                    if have != want:
+                        bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
+                        out.append((k, v, have, want, bp))
+            for v, want in zip(self.program.outvars, self.out_sbps):
+                have = _sbp(var_sbp, v, h)
+                if have != want:
+                    bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
+                    out.append(("out", v, have, want, bp))
+            self._boxings = out
+        return self._boxings
+
+    def collectives(self):
+        """Names of all communicating and local boxing primitives, in program order."""
+        names = []
+        for *_, bp in self.boxings():
+            names.extend(bp.collectives())
+        return names
+
+    def count(self, name):
+        return sum(1 for n in self.collectives() if n == name)
+
+    def __str__(self):
+        from fflow.transforms.shard_print import pp_sharded
+
+        return pp_sharded(self)
+
+    __repr__ = __str__
+
+    # -- per-device programs ----------------------------------------------------
+    def local_program(self, flat):
+        prog = self._locals.get(flat)
+        if prog is None:
+            prog = self._build_local(flat)
+            self._locals[flat] = prog
+        return prog
+
+    def local_in_avals(self, flat):
+        pl = self.placement
+        coords = pl.coords(flat)
+        return [
+            ShapedArray(_local_shape(v.aval.shape, s, pl.hierarchy, coords), v.aval.dtype)
+            for v, s in zip(self.program.invars, self.in_sbps)
+        ]
+
+    def _build_local(self, flat):
+        pl = self.placement
+        h = pl.hierarchy
+        coords = pl.coords(flat)
+        prog = self.program
+        plan = self.plan
+
+        def device_fn(*xs):
+            env = {}
+            for v, x in zip(prog.invars, xs):
+                env[v] = x
+            for v, c in zip(prog.constvars, prog.consts):
+                env[v] = _slice_const(c, plan.var_sbp[v], h, coords)
+
+            def read(v, want):
+                if type(v) is Literal:
+                    x = np.asarray(v.value, v.aval.dtype)
+                    have = (_B(),) * len(h)
+                else:
+                    x = env[v]
+                    have = plan.var_sbp[v]
+                if have != want:
+                    bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
+                    x = apply_boxing(x, bp, v.aval.shape, v.aval.dtype, pl, flat)
+                return x
+
+            for eqn, sig in zip(prog.eqns, plan.eqn_sigs):
+                ins = [read(v, want) for v, want in zip(eqn.inputs, sig.ins)]
+                if eqn.primitive.name == "sbp_constraint":
+                    outs = ins
+                else:
+                    ctx = LocalCtx(
+                        [
+                            local_box(v.aval.shape, s, h, coords)
+                            for v, s in zip(eqn.inputs, sig.ins)
+                        ],
+                        [
+                            local_box(v.aval.shape, s, h, coords)
+                            for v, s in zip(eqn.outputs, sig.outs)
+                        ],
+                        [v.aval for v in eqn.inputs],
+                        [v.aval for v in eqn.outputs],
+                        eqn.params,
+                        sig.outs,
+                    )
+                    out = apply_local(eqn.primitive, sig, ctx, ins, eqn.params)
+                    outs = out if eqn.primitive.multiple_results else [out]
+                for v, o in zip(eqn.outputs, outs):
+                    env[v] = o
+            return [read(v, want) for v, want in zip(prog.outvars, self.out_sbps)]
+
+        with core.set_current_trace(_root()):
+            return trace_to_program(device_fn, self.local_in_avals(flat))
+
+    # -- running -------------------------------------------------------------------
+    def run_shards(self, in_shards):
+        """`in_shards[i]` maps flat device index -> local array of input i (this process)."""
+        return runtime().execute(self, in_shards)
+
+    def run_global(self, args):
+        """Run on global Arrays already in `in_sbps`; returns global Arrays."""
+        in_shards = [a._value.shards for a in args]
+        out_shards = self.run_shards(in_shards)
+        outs = []
+        for v, s, shards in zip(self.program.outvars, self.out_sbps, out_shards):
+            outs.append(
+                make_global(v.aval.shape, v.aval.dtype, self.placement, s, shards, v.aval.weak_type)
+            )
+        return outs
+
+
+def _B():
+    from fflow.sharding import B
+
+    return B
+
+
+def _root():
+    from fflow.array import root_trace
+
+    return root_trace
+
+
+def _sbp(var_sbp, v, h):
+    if type(v) is Literal:
+        return (_B(),) * len(h)
+    return var_sbp[v]
+
+
+def _local_shape(shape, nd, hierarchy, coords):
+    return tuple(b - a for a, b in local_box(shape, nd, hierarchy, coords))
+
+
+def _slice_const(c, nd, hierarchy, coords):
+    return c  # constants are broadcast (B): every device has the whole value
+
+
+# ----------------------------------------------------------------------------
+# Executing one device's program: a generator that yields at each collective
+
+
+def is_communicating(prim):
+    return prim in collective_phases
+
+
+def device_steps(prog, args):
+    """Run `prog` on NumPy values; yields (prim, x, params) at collectives, gets the result."""
+    env = {}
+    for v, c in zip(prog.constvars, prog.consts):
+        env[v] = np.asarray(c)
+    for v, a in zip(prog.invars, args):
+        env[v] = a
+    for eqn in prog.eqns:
+        vals = [
+            np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v] for v in eqn.inputs
+        ]
+        prim = eqn.primitive
+        if prim in collective_phases:
+            out = yield (prim, vals[0], eqn.params)
+        else:
+            out = prim.impl(*vals, **eqn.params)
+        if prim.multiple_results:
+            for v, o in zip(eqn.outputs, out):
+                env[v] = np.asarray(o)
+        else:
+            env[eqn.outputs[0]] = np.asarray(out)
+    return [
+        np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v] for v in prog.outvars
+    ]
+
+
+# ----------------------------------------------------------------------------
+# Eager boxing of global arrays = running the identity program with another out SBP
+
+_identity_cache = {}
+
+
+def run_identity(x, pl, target):
+    from fflow.core import Program, Var
+
+    src = x._sharding.sbp
+    key = (x.shape, x.dtype, pl, src, tuple(target))
+    sp = _identity_cache.get(key)
+    if sp is None:
+        v = Var(ShapedArray(x.shape, x.dtype))
+        prog = Program([v], [], [], [v])
+        sp = ShardedProgram(prog, pl, [src], [tuple(target)], allow_partial_out=True)
+        _identity_cache[key] = sp
+    (out,) = sp.run_global([x])
+    out._weak = x._weak
+    return out

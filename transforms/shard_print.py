@@ -1,0 +1,81 @@
+"""Printing a sharded program: every var with its SBP, every inserted collective with
+its bytes, and the total bytes moved per call.
+
+    shard on placement(type='cpu', ranks=[0, 1]): 64 bytes per call
+    { lambda ; a:f32[4,3]{S(0)} b:f32[3,2]{B}. let
+        c:f32[4,2]{S(0)} = dot_general[...] a b
+        d:f32[4,2]{B} = all_gather[mesh_axes=(0,) S(0)->B] c    # 32 bytes
+      in (d) }
+"""
+
+from fflow.core import Literal
+from fflow.printing import _Names, _pp_param
+
+
+def _sbp_text(nd):
+    return "{" + ",".join(repr(s) for s in nd) + "}"
+
+
+def pp_sharded(sp):
+    names = _Names()
+    plan = sp.plan
+    h = sp.placement.hierarchy
+
+    def var(v, nd=None):
+        if type(v) is Literal:
+            return names(v)
+        nd = plan.var_sbp.get(v) if nd is None else nd
+        return f"{names(v)}:{v.aval.str_short()}{_sbp_text(nd) if nd is not None else ''}"
+
+    lines = []
+    boxings = {}
+    for where, v, src, dst, bp in sp.boxings():
+        boxings.setdefault(where, []).append((v, src, dst, bp))
+    replaced = {}
+
+    def use(v):
+        return names(replaced.get(v, v)) if type(v) is not Literal else names(v)
+
+    def emit_boxing(v, src, dst, bp):
+        from fflow.core import Var
+
+        nv = Var(v.aval)
+        ops = ",".join(bp.collectives()) or "relabel"
+        text = f"{var(nv, dst)} = {ops}[{_steps_text(bp)}] {use(v)}"
+        lines.append(text + (f"    # {bp.bytes} bytes" if bp.bytes else ""))
+        return nv
+
+    for k, (eqn, sig) in enumerate(zip(sp.program.eqns, plan.eqn_sigs)):
+        local_names = []
+        for v, want in zip(eqn.inputs, sig.ins):
+            hit = [b for b in boxings.get(k, []) if b[0] is v and b[2] == want]
+            if hit:
+                _, src, dst, bp = hit[0]
+                nv = emit_boxing(v, src, dst, bp)
+                local_names.append(names(nv))
+            else:
+                local_names.append(use(v))
+        params = ""
+        if eqn.params:
+            parts = [f"{p}={_pp_param(eqn.params[p], names, 4)}" for p in sorted(eqn.params)]
+            params = "[" + " ".join(parts) + "]"
+        outs = " ".join(var(v) for v in eqn.outputs)
+        lines.append(f"{outs} = {eqn.primitive.name}{params} {' '.join(local_names)}".rstrip())
+    outs = []
+    for v, want in zip(sp.program.outvars, sp.out_sbps):
+        hit = [b for b in boxings.get("out", []) if b[0] is v and b[2] == want]
+        if hit:
+            outs.append(names(emit_boxing(*hit[0])))
+        else:
+            outs.append(use(v))
+    ins = " ".join(var(v) for v in sp.program.invars)
+    consts = " ".join(var(v) for v in sp.program.constvars)
+    head = f"shard on {sp.placement}: {sp.bytes} bytes per call"
+    if h and len(h) > 1:
+        head += f" (mesh {h})"
+    body = "\n".join("    " + line for line in lines)
+    return f"{head}\n{{ lambda {consts}; {ins}. let\n{body}\n  in ({', '.join(outs)}) }}"
+
+
+def _steps_text(bp):
+    return " ; ".join(s.describe() for s in bp.steps)
