@@ -1,0 +1,225 @@
+"""A thin ctypes wrapper over NVRTC: CUDA C source -> cubin for one GPU architecture.
+
+The library comes from the `nvidia-cuda-nvrtc==13.0.*` wheel (no GPU or driver is
+needed to compile). Results are cached by source hash in memory and on disk
+(`$FFLOW_CACHE_DIR/nvrtc`, default `~/.cache/fflow/nvrtc`), so a second process
+reuses them.
+
+Example:
+    >>> from fflow.lowering import nvrtc
+    >>> src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+    >>> nvrtc.compile_cubin(src)[:4]  # an ELF file
+    b'\\x7fELF'
+"""
+
+import ctypes
+import glob
+import hashlib
+import os
+import site
+import sys
+import threading
+
+DEFAULT_ARCH = "sm_90"
+_lib = None
+_lib_error = None
+_lock = threading.Lock()
+_memory_cache = {}
+
+
+class NVRTCError(RuntimeError):
+    """The CUDA C source did not compile; the message carries NVRTC's log."""
+
+
+class NVRTCUnavailable(RuntimeError):
+    """libnvrtc could not be found or loaded."""
+
+
+def cache_dir(kind):
+    root = os.environ.get("FFLOW_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fflow"
+    )
+    path = os.path.join(root, kind)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _candidate_paths():
+    env = os.environ.get("FFLOW_NVRTC_LIB")
+    if env:
+        yield env
+    roots = list(sys.path)
+    try:
+        roots += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # pragma: no cover - virtualenv without site helpers
+        pass
+    for root in dict.fromkeys(roots):
+        if not root or not os.path.isdir(os.path.join(root, "nvidia")):
+            continue
+        for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*"):
+            for path in sorted(glob.glob(os.path.join(root, pattern))):
+                if "alt" not in os.path.basename(path) and "builtins" not in path:
+                    yield path
+    yield "libnvrtc.so.13"
+    yield "libnvrtc.so"
+
+
+def load_library():
+    """Load libnvrtc once; raise NVRTCUnavailable with where it looked if it is missing."""
+    global _lib, _lib_error
+    if _lib is not None:
+        return _lib
+    if _lib_error is not None:
+        raise NVRTCUnavailable(_lib_error)
+    tried = []
+    for path in _candidate_paths():
+        try:
+            _preload_builtins(path)
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+            continue
+        _declare(lib)
+        _lib = lib
+        return lib
+    _lib_error = (
+        "libnvrtc was not found. Fix: pip install 'nvidia-cuda-nvrtc==13.0.*' "
+        "(or set FFLOW_NVRTC_LIB to the library's path). Tried:\n  " + "\n  ".join(tried)
+    )
+    raise NVRTCUnavailable(_lib_error)
+
+
+def _preload_builtins(path):
+    # libnvrtc dlopens libnvrtc-builtins by soname at compile time; the wheel's lib
+    # folder is not on the loader path, so load it by absolute path first.
+    folder = os.path.dirname(path)
+    if not folder:
+        return
+    for builtins in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so*"))):
+        if "alt" not in os.path.basename(builtins):
+            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+def _declare(lib):
+    c_char_pp = ctypes.POINTER(ctypes.c_char_p)
+    lib.nvrtcCreateProgram.argtypes = [
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        c_char_pp,
+        c_char_pp,
+    ]
+    lib.nvrtcCompileProgram.argtypes = [ctypes.c_void_p, ctypes.c_int, c_char_pp]
+    lib.nvrtcGetProgramLogSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.nvrtcGetProgramLog.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.nvrtcGetCUBINSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.nvrtcGetCUBIN.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+    lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+
+
+def version():
+    """(major, minor) of the loaded NVRTC."""
+    lib = load_library()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    _check(lib, lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+    return major.value, minor.value
+
+
+def available():
+    try:
+        load_library()
+        return True
+    except NVRTCUnavailable:
+        return False
+
+
+def _check(lib, status, what):
+    if status != 0:
+        raise NVRTCError(f"{what} failed: {lib.nvrtcGetErrorString(status).decode()}")
+
+
+def _options(arch, extra):
+    return [f"--gpu-architecture={arch}", "--std=c++17", "-default-device", *extra]
+
+
+def source_key(source, arch=DEFAULT_ARCH, options=()):
+    h = hashlib.sha256()
+    for part in (source, arch, *options, repr(_version_or_none())):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _version_or_none():
+    try:
+        return version()
+    except NVRTCUnavailable:
+        return None
+
+
+def compile_cubin(source, name="fflow_kernel.cu", arch=DEFAULT_ARCH, options=()):
+    """Compile CUDA C to a cubin (bytes) for `arch`; cached in memory and on disk.
+
+    Raises NVRTCError with the compiler log (and numbered source) on a compile error.
+    """
+    key = source_key(source, arch, options)
+    cubin = _memory_cache.get(key)
+    if cubin is not None:
+        return cubin
+    path = os.path.join(cache_dir("nvrtc"), key + ".cubin")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            cubin = f.read()
+        _memory_cache[key] = cubin
+        return cubin
+    cubin = _compile(source, name, arch, options)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(cubin)
+    os.replace(tmp, path)  # atomic: a concurrent process sees all of it or nothing
+    _memory_cache[key] = cubin
+    return cubin
+
+
+def _compile(source, name, arch, options):
+    lib = load_library()
+    prog = ctypes.c_void_p()
+    with _lock:
+        _check(
+            lib,
+            lib.nvrtcCreateProgram(
+                ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
+            ),
+            "nvrtcCreateProgram",
+        )
+        try:
+            opts = [o.encode() for o in _options(arch, options)]
+            arr = (ctypes.c_char_p * len(opts))(*opts)
+            status = lib.nvrtcCompileProgram(prog, len(opts), arr)
+            log = _log(lib, prog)
+            if status != 0:
+                numbered = "\n".join(
+                    f"{i + 1:4d}  {line}" for i, line in enumerate(source.splitlines())
+                )
+                raise NVRTCError(
+                    f"NVRTC could not compile {name} for {arch}:\n{log}\n--- source ---\n{numbered}"
+                )
+            size = ctypes.c_size_t()
+            _check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+            buf = ctypes.create_string_buffer(size.value)
+            _check(lib, lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+            return buf.raw
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _log(lib, prog):
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(max(size.value, 1))
+    lib.nvrtcGetProgramLog(prog, buf)
+    return buf.value.decode(errors="replace")
