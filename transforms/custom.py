@@ -105,22 +105,39 @@ def _run_on_root(program, fun, args):
 
 
 def _resolve_args(fun, args, kwargs):
-    """Keyword arguments bound to positions, as custom functions take positional args."""
-    if not kwargs:
+    """Arguments bound to positions with defaults filled in (as JAX's resolve_kwargs)."""
+    sig = _signature(fun)
+    if sig is None:
+        if kwargs:
+            raise TypeError(f"{_name(fun)}: pass arguments positionally")
         return tuple(args)
-    try:
-        sig = inspect.signature(fun)
-    except (TypeError, ValueError):
-        raise TypeError(f"{_name(fun)}: pass arguments positionally") from None
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
     if bound.kwargs:
         raise user_error(
             TypeError,
             f"{_name(fun)}: keyword-only arguments {sorted(bound.kwargs)} are not supported by "
-            "custom_jvp/custom_vjp/checkpoint. Fix: make them positional.",
+            "custom_jvp/custom_vjp. Fix: make them positional.",
         )
     return tuple(bound.args)
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_cached(fun):
+    try:
+        return inspect.signature(fun)
+    except (TypeError, ValueError):
+        return None
+
+
+def _signature(fun):
+    try:
+        return _signature_cached(fun)
+    except TypeError:  # an unhashable callable
+        try:
+            return inspect.signature(fun)
+        except (TypeError, ValueError):
+            return None
 
 
 def _name(fun):
