@@ -157,3 +157,5 @@ def _register_batch_rules():
 
     table.setdefault(random_bits_p, _bits_batch)
     table.setdefault(random_fold_in_p, _fold_in_batch)
+
+_register_batch_rules()
