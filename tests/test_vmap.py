@@ -230,3 +230,36 @@ def test_jacfwd_jacrev_hessian():
 def test_vmap_of_random_keys_and_python_scalars():
     out = fflow.vmap(lambda x, s: x * s, in_axes=(0, None))(jnp.arange(3.0), 2.0)
     np.testing.assert_allclose(np.asarray(out), [0.0, 2.0, 4.0])
+
+
+def test_custom_rules_survive_vmap():
+    @fflow.custom_jvp
+    def f(x):
+        return jnp.log(1.0 + jnp.exp(x))
+
+    @f.defjvp
+    def f_jvp(p, t):
+        (x,), (tx,) = p, t
+        return f(x), tx * 2.0  # not the true derivative: shows the rule is used
+
+    xs = jnp.array([0.1, 0.2, 3.0])
+    np.testing.assert_allclose(np.asarray(fflow.vmap(f)(xs)), np.log1p(np.exp(np.asarray(xs))))
+    np.testing.assert_allclose(np.asarray(fflow.grad(lambda v: jnp.sum(fflow.vmap(f)(v)))(xs)), 2.0)
+    np.testing.assert_allclose(np.asarray(fflow.vmap(fflow.grad(f))(xs)), 2.0)
+
+    @fflow.custom_vjp
+    def g(x, y):
+        return jnp.sin(x) * y
+
+    g.defvjp(lambda x, y: (g(x, y), (x, y)), lambda res, ct: (ct * 3.0, ct * jnp.sin(res[0])))
+    gx, gy = fflow.grad(lambda v, w: jnp.sum(fflow.vmap(g, (0, None))(v, w)), (0, 1))(xs, 2.0)
+    np.testing.assert_allclose(np.asarray(gx), 3.0)
+    np.testing.assert_allclose(float(gy), np.sum(np.sin(np.asarray(xs))), rtol=1e-6)
+    jac = fflow.jacrev(lambda v: fflow.vmap(g, (0, None))(v, 2.0))(xs)
+    np.testing.assert_allclose(np.asarray(jac), 3.0 * np.eye(3))
+    h = fflow.checkpoint(lambda x: jnp.sin(jnp.sin(x)))
+    ref = np.cos(np.sin(np.asarray(xs))) * np.cos(np.asarray(xs))
+    np.testing.assert_allclose(np.asarray(fflow.vmap(fflow.grad(h))(xs)), ref, rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(fflow.grad(lambda v: jnp.sum(fflow.vmap(h)(v)))(xs)), ref, rtol=1e-6
+    )
