@@ -369,7 +369,92 @@ def emit_update(ctx, eqn, i):
     ctx.fresh.add(out)
 
 
+# -- control flow: Python loops around compiled bodies ---------------------------------
+
+_BODY_CACHE = {}  # id(program) -> (program, kernel); programs are long-lived in jit caches
+
+
+def body_kernel(program):
+    """A raw (NumPy in, NumPy out) compiled kernel for a closed body program."""
+    hit = _BODY_CACHE.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    if program.constvars:
+        consts = [np.asarray(c) for c in program.consts]
+        closed = program.replace(
+            invars=list(program.constvars) + list(program.invars), constvars=[], consts=[]
+        )
+        inner = compile_program(closed, name="body", raw=True)
+
+        def kernel(*args):
+            return inner(*consts, *args)
+
+        kernel.source = inner.source
+    else:
+        kernel = compile_program(program, name="body", raw=True)
+    _BODY_CACHE[id(program)] = (program, kernel)
+    return kernel
+
+
+def _tuple_target(names):
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
+def emit_cond(ctx, eqn, i):
+    branches = eqn.params["branches"]
+    kernels = ctx.const(tuple(body_kernel(b) for b in branches), "branches")
+    idx, *ops = eqn.inputs
+    args = ", ".join(ctx.arg(v, True) for v in ops)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    pick = f"min(max(int({ctx.arg(idx, True)}), 0), {len(branches) - 1})"
+    call = f"{kernels}[{pick}]({args})"
+    ctx.emit(f"{_tuple_target(outs)} = {call}" if outs else call)
+
+
+def emit_while(ctx, eqn, i):
+    p = eqn.params
+    cond_k = ctx.const(body_kernel(p["cond_jaxpr"]), "cond")
+    body_k = ctx.const(body_kernel(p["body_jaxpr"]), "body")
+    args = [ctx.arg(v, True) for v in eqn.inputs]
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, carry = args[:nc], args[nc : nc + nb], args[nc + nb :]
+    outs = [ctx.name(v) for v in eqn.outputs]
+    ctx.emit(f"{_tuple_target(outs)} = {_tuple_target(carry)}")
+    c_args = ", ".join(cconsts + outs)
+    b_args = ", ".join(bconsts + outs)
+    ctx.emit(f"while {cond_k}({c_args})[0]:")
+    ctx.emit(f"{_tuple_target(outs)} = {body_k}({b_args})", 2)
+
+
+def emit_scan(ctx, eqn, i):
+    p = eqn.params
+    body = p["jaxpr"]
+    nconst, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
+    body_k = ctx.const(body_kernel(body), "scan_body")
+    args = [ctx.arg(v, True) for v in eqn.inputs]
+    consts, carry, xs = args[:nconst], args[nconst : nconst + ncarry], args[nconst + ncarry :]
+    outs = [ctx.name(v) for v in eqn.outputs]
+    c_out, y_out = outs[:ncarry], outs[ncarry:]
+    for name, aval in zip(y_out, body.out_avals[ncarry:]):
+        dt = ctx.const(aval.dtype, "dt")
+        ctx.emit(f"{name} = np.empty({(length,) + tuple(aval.shape)}, {dt})")
+    if c_out:
+        ctx.emit(f"{_tuple_target(c_out)} = {_tuple_target(carry)}")
+    order = f"range({length} - 1, -1, -1)" if p.get("reverse") else f"range({length})"
+    ctx.emit(f"for _i in {order}:")
+    call_args = ", ".join(consts + c_out + [f"{x}[_i]" for x in xs])
+    ys = [f"_y{k}" for k in range(len(y_out))]
+    ctx.emit(f"{_tuple_target(c_out + ys)} = {body_k}({call_args})", 2)
+    for name, y in zip(y_out, ys):
+        ctx.emit(f"{name}[_i] = {y}", 2)
+    for v in eqn.outputs[ncarry:]:
+        ctx.fresh.add(v)
+
+
 ROWS = {
+    "cond": emit_cond,
+    "while": emit_while,
+    "scan": emit_scan,
     "dot_general": emit_dot,
     "reduce_sum": emit_reduce_sum,
     "broadcast_in_dim": emit_broadcast,
@@ -533,9 +618,10 @@ def emit_chunked_group(ctx, group, i):
 # -- the compiled function ----------------------------------------------------------
 
 
-def compile_program(program, donate=(), *, name="fflow_kernel"):
+def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
     """Compile `program` to a Python function of its input Arrays -> output Arrays.
 
+    With `raw=True` (bodies of control flow) it maps NumPy arrays to NumPy arrays.
     The function carries `.source` (the generated code), `.program` (after the
     passes), `.steps` (the schedule), `.report` (pass times and counts).
     """
@@ -560,7 +646,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel"):
     used.update(v for v in opt.outvars if type(v) is Var)
     for k, v in enumerate(opt.invars):
         if v in used:
-            ctx.emit(f"{ctx.name(v)} = a{k}._value")
+            ctx.emit(f"{ctx.name(v)} = a{k}" + ("" if raw else "._value"))
     if donate:
         ctx.globals["_rc"] = sys.getrefcount
         ctx.globals["_donatable"] = _donatable
@@ -577,6 +663,15 @@ def compile_program(program, donate=(), *, name="fflow_kernel"):
             emit_eqn(ctx, step, i)
     outs = []
     for v in opt.outvars:
+        if raw:
+            dt = ctx.const(v.aval.dtype, "dt")
+            if type(v) is Literal:
+                outs.append(f"np.array({ctx.literal(v, True)}, {dt})")
+            elif v.aval.ndim == 0:
+                outs.append(f"np.asarray({ctx.name(v)}, {dt})")
+            else:
+                outs.append(ctx.name(v))
+            continue
         weak = ", True" if v.aval.weak_type else ""
         if type(v) is Literal:
             outs.append(f"Array(np.asarray({ctx.literal(v, True)}).copy(){weak})")
