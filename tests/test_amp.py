@@ -303,3 +303,21 @@ def test_vmap_of_amp_matches_per_example_amp():
         assert g[k].dtype == F32 and g[k].shape == ref[k].shape
         r = as_np(ref[k])
         assert np.abs(as_np(g[k]) - r).max() <= 0.1 * (1e-2 + np.abs(r).max())
+
+
+def test_amp_training_example_learns_like_fp32():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+    try:
+        import amp_training
+    finally:
+        sys.path.pop(0)
+    r = amp_training.main(steps=100, batch_size=64, hidden=64, log_every=50)
+    assert r["fp32"]["accuracy"] >= 0.85
+    for name in ("bf16", "fp16"):
+        assert abs(r[name]["accuracy"] - r["fp32"]["accuracy"]) <= 0.03, name
+        for (_, ref), (_, got) in zip(r["fp32"]["curve"], r[name]["curve"]):
+            assert abs(got - ref) <= 0.02 * (1 + ref), name
+    assert r["fp16"]["skipped"] == 0

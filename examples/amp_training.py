@@ -1,0 +1,178 @@
+"""Mixed-precision training of the digits MLP: fp32 vs amp bf16 vs amp fp16 + loss scaling.
+
+    python examples/amp_training.py             # full run
+    python examples/amp_training.py --tiny      # a few steps (used by the tests)
+
+The model and the Adam optimizer are the same for the three runs; only the loss
+function changes: `loss_fn`, `fflow.amp(loss_fn, "bf16")` and
+`fflow.amp(loss_fn, "fp16")`. The parameters (master weights) and the optimizer state
+stay fp32; the rewritten loss computes its matmuls in bf16/fp16 with fp32
+accumulation and its softmax/log/sum in fp32. fp16 training carries a
+`DynamicLossScale` through the loop and skips the steps whose gradients overflow.
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow.tree_util import tree_map
+
+
+def load_digits_split(seed=0, test_fraction=0.2):
+    """Digits 8x8 images scaled to [0, 1] (bundled with scikit-learn: no download)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int32)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(len(x) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return (x[train], y[train]), (x[test], y[test])
+
+
+def init_params(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    params = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w = rng.normal(0.0, np.sqrt(2.0 / n_in), (n_in, n_out)).astype(np.float32)
+        params.append({"w": jnp.asarray(w), "b": jnp.zeros(n_out)})
+    return params
+
+
+def predict(params, x):
+    for layer in params[:-1]:
+        x = jnp.maximum(x @ layer["w"] + layer["b"], 0.0)
+    return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def log_softmax(logits):
+    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
+def loss_fn(params, x, y):
+    logp = log_softmax(predict(params, x))
+    one_hot = (y[:, None] == jnp.arange(10)[None, :]).astype(jnp.float32)
+    return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
+
+
+def adam_init(params):
+    zeros = tree_map(jnp.zeros_like, params)
+    return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.float32)}
+
+
+def adam_update(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    t = state["t"] + 1.0
+    m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
+    v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
+    scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+    params = tree_map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps), params, m, v)
+    return params, {"m": m, "v": v, "t": t}
+
+
+def make_train_step(policy):
+    """A jitted step for `policy` in (None, "bf16", "fp16"); returns the new state."""
+    loss = loss_fn if policy is None else fflow.amp(loss_fn, policy)
+    value_and_grad = fflow.amp.scaled_value_and_grad(loss)
+
+    @fflow.jit
+    def train_step(params, opt_state, loss_scale, x, y):
+        value, grads, finite = value_and_grad(loss_scale, params, x, y)
+        new_params, new_opt_state = adam_update(params, grads, opt_state)
+        # an overflowing fp16 step changes nothing but the loss scale
+        params = fflow.amp.select_tree(finite, new_params, params)
+        opt_state = fflow.amp.select_tree(finite, new_opt_state, opt_state)
+        return params, opt_state, loss_scale.adjust(finite), value, finite
+
+    return train_step
+
+
+@fflow.jit
+def accuracy(params, x, y):
+    return jnp.mean((jnp.argmax(predict(params, x), axis=-1) == y).astype(jnp.float32))
+
+
+def describe_program(policy, params, x, y):
+    """Count where the rewritten loss computes: matmul, fp32-class and cast equations."""
+    prog = fflow.make_jaxpr(fflow.amp(loss_fn, policy))(params, x, y)
+    names = [e.primitive.name for e in prog.eqns]
+    dots = [e for e in prog.eqns if e.primitive.name == "dot_general"]
+    dot_dtypes = sorted({str(e.inputs[0].aval.str_short().split("[")[0]) for e in dots})
+    fp32 = [e for e in prog.eqns if e.primitive.name in ("exp", "log", "reduce_sum")]
+    fp32_ok = all(e.outputs[0].aval.dtype == np.float32 for e in fp32)
+    return (
+        f"{policy}: {len(dots)} matmuls with {'/'.join(dot_dtypes)} inputs, "
+        f"{len(fp32)} exp/log/sum equations {'all in f32' if fp32_ok else 'NOT all f32'}, "
+        f"{names.count('convert_element_type')} casts in {len(names)} equations"
+    )
+
+
+def train(policy, data, steps, batch_size, hidden, seed, log_every):
+    (x_train, y_train), (x_test, y_test) = data
+    params = init_params([64, hidden, hidden, 10], seed)
+    opt_state = adam_init(params)
+    if policy == "fp16":
+        loss_scale = fflow.amp.DynamicLossScale()
+    else:  # fp32 and bf16 (fp32's exponent range) need no scaling
+        loss_scale = fflow.amp.NoOpLossScale()
+    step_fn = make_train_step(policy)
+    rng = np.random.default_rng(seed)
+    curve, scales, skipped = [], [], 0
+    for step in range(1, steps + 1):
+        idx = rng.integers(0, len(x_train), batch_size)
+        params, opt_state, loss_scale, loss, finite = step_fn(
+            params, opt_state, loss_scale, x_train[idx], y_train[idx]
+        )
+        skipped += not bool(finite)
+        if step % log_every == 0 or step == steps:
+            curve.append((step, float(loss)))
+            scales.append(float(loss_scale.loss_scale))
+    acc = float(accuracy(params, x_test, y_test))
+    return {"curve": curve, "scales": scales, "skipped": skipped, "accuracy": acc}
+
+
+def main(steps=600, batch_size=128, hidden=128, seed=0, log_every=50):
+    data = load_digits_split(seed)
+    (x_train, y_train), _ = data
+    probe = init_params([64, hidden, hidden, 10], seed)
+    for policy in ("bf16", "fp16"):
+        print(describe_program(policy, probe, x_train[:batch_size], y_train[:batch_size]))
+    results = {}
+    for name, policy in (("fp32", None), ("bf16", "bf16"), ("fp16", "fp16")):
+        start = time.perf_counter()
+        results[name] = train(policy, data, steps, batch_size, hidden, seed, log_every)
+        results[name]["seconds"] = time.perf_counter() - start
+
+    print(f"\n{'step':>6} {'fp32 loss':>10} {'bf16 loss':>10} {'fp16 loss':>10} {'fp16 scale':>11}")
+    for i, (step, loss32) in enumerate(results["fp32"]["curve"]):
+        lb = results["bf16"]["curve"][i][1]
+        lh = results["fp16"]["curve"][i][1]
+        scale = results["fp16"]["scales"][i]
+        print(f"{step:6d} {loss32:10.4f} {lb:10.4f} {lh:10.4f} {scale:11.0f}")
+    print()
+    base = results["fp32"]["accuracy"]
+    for name in ("fp32", "bf16", "fp16"):
+        r = results[name]
+        extra = f", {r['skipped']} skipped steps" if name == "fp16" else ""
+        print(
+            f"{name}: test accuracy {r['accuracy']:.3f} ({r['accuracy'] - base:+.3f} vs fp32)"
+            f"{extra}, {r['seconds']:.1f} s"
+        )
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--tiny", action="store_true", help="a few steps, for the tests")
+    args = parser.parse_args()
+    if args.tiny:
+        main(steps=20, batch_size=32, hidden=32, log_every=5)
+    else:
+        main(args.steps, args.batch_size, args.hidden)
