@@ -165,3 +165,16 @@ def test_config_api():
     with pytest.raises(AttributeError, match="known options"):
         fflow.config.update("no_such_option", 1)
     assert isinstance(fflow.config.cpu_devices, int)
+
+
+def test_explain_reports_passes_groups_and_bytes():
+    def f(x):
+        return jnp.tanh(x * 2 + 1) * 3, jnp.sin(x) + jnp.sin(x)
+
+    report = fflow.explain(f)(jnp.ones((64, 64)))
+    assert report.eqns_after < report.eqns_before  # CSE merged the two sins
+    assert report.groups and all(len(g.eqns) >= 2 for g in report.groups)
+    assert 0 < report.bytes_moved < report.bytes_unfused
+    assert set(report.pass_times) >= {"dce", "fold", "cse"}
+    text = str(report)
+    assert "fused" in text and "trace" in text
