@@ -133,7 +133,7 @@ class Builder:
         return name
 
     def lin(self, idx, shape):
-        if self.flat is not None and size_of(shape) == self.flat:
+        if self.flat is not None and shape and size_of(shape) == self.flat:
             return idx[0]
         return linear(idx, shape, self.k.lit)
 

@@ -255,6 +255,10 @@ class F64Renderer(Renderer):
     ctype = compute = "double"
     suffix = ""
 
+    def __init__(self, dtype):
+        super().__init__(dtype)
+        self.code_for_op["erf_inv"] = lambda x: f"erfinv({x})"
+
     def lit(self, value):
         v = float(value)
         if math.isnan(v) or math.isinf(v):

@@ -400,3 +400,27 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
 }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+
+// CUDA's double erfinv (not in libm): Giles' single-precision start, then Newton on erf.
+static inline double erfinv(double y) {
+  if (y <= -1.0 || y >= 1.0) return y == 1.0 ? __longlong_as_double(0x7ff0000000000000LL)
+                                   : y == -1.0 ? -__longlong_as_double(0x7ff0000000000000LL)
+                                               : __longlong_as_double(0x7ff8000000000000LL);
+  double w = -log1p(-y * y), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    const double c[] = {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                        -0.00125372503, -0.00417768164, 0.246640727, 1.50140941};
+    for (double ci : c) p = p * w + ci;
+  } else {
+    w = sqrt(w) - 3.0;
+    p = -0.000200214257;
+    const double c[] = {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                        -0.0076224613, 0.00943887047, 1.00167406, 2.83297682};
+    for (double ci : c) p = p * w + ci;
+  }
+  double x = p * y;
+  for (int i = 0; i < 4; ++i) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+  return x;
+}
