@@ -132,7 +132,9 @@ def storage_dtype(dtype):
 
 def to_device(host, device):
     """Copy a NumPy array to `device` as a DeviceBuffer."""
-    host = np.ascontiguousarray(host)
+    host = np.asarray(host)
+    if not host.flags.c_contiguous:
+        host = host.copy()  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     if device.platform == "gpu":
         cupy = _cupy()
         with cupy.cuda.Device(device.id):

@@ -454,7 +454,7 @@ class CupyRuntime:
         if type(value) is DeviceBuffer:
             data = value.data
             if not data.flags.c_contiguous or data.data.ptr % 16:
-                data = self.cp.ascontiguousarray(data).copy()
+                data = data.copy(order="C")
             return data
         return to_device(np.asarray(value, aval.dtype), self.device).data
 
