@@ -490,8 +490,9 @@ def emit_group(ctx, group, i):
 
     if native.enabled() and native.emit_native_group(ctx, group, i):
         return
-    if group.size >= CHUNK_MIN_SIZE and _chunkable(group):
-        return emit_chunked_group(ctx, group, i)
+    rows = _chunk_rows(group)
+    if rows is not None and _chunkable(group):
+        return emit_chunked_group(ctx, group, i, rows)
     internal_last = {}
     for k, e in enumerate(group.eqns):
         for v in e.inputs:
@@ -549,11 +550,24 @@ def _chunkable(group):
     return True
 
 
-def emit_chunked_group(ctx, group, i):
-    """Run the group over flat chunks; the temporaries of one chunk stay in cache."""
+def _chunk_rows(group):
+    """Rows of the leading axis per chunk, or None when the group is not worth chunking."""
+    shape = group.shape
+    if len(shape) == 0 or group.size < CHUNK_MIN_SIZE:
+        return None
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    rows = max(1, CHUNK // max(inner, 1))
+    return rows if rows < shape[0] else None
+
+
+def emit_chunked_group(ctx, group, i, rows):
+    """Run the group over row blocks of the leading axis; temporaries stay in cache.
+
+    Slicing rows works for any memory layout (no flattening copies).
+    """
     root = group.outputs[0]
     out = ctx.name(root)
-    n = group.size
+    n0 = group.shape[0]
     target = ctx.inplace_target(i, root, group.inputs)
     if target is not None and target[1] is None:
         ctx.emit(f"{out} = {target[0]}")
@@ -563,18 +577,7 @@ def emit_chunked_group(ctx, group, i):
         if target is not None:
             alloc = f"{target[0]} if {target[1]} else {alloc}"
         ctx.emit(f"{out} = {alloc}")
-    flat = {}
-    for v in group.inputs:
-        if v in ctx.splat:
-            flat[v] = ctx.splat[v]
-        elif v.aval.shape == ():
-            flat[v] = ctx.name(v)
-        else:
-            f = f"{ctx.name(v)}_f"
-            ctx.emit(f"{f} = {ctx.name(v)}.reshape(-1)")
-            flat[v] = f
-    ctx.emit(f"{out}_f = {out}.reshape(-1)")
-    # temporaries: one chunk buffer per dtype, reused when its value is dead
+    # temporaries: one row-block buffer per live value, reused once it is dead
     last = {}
     for k, e in enumerate(group.eqns):
         for v in e.inputs:
@@ -584,21 +587,21 @@ def emit_chunked_group(ctx, group, i):
     assign = {}
     for k, e in enumerate(group.eqns[:-1]):
         o = e.outputs[0]
-        dt = o.aval.dtype
-        free = pool.setdefault(dt, [])
+        free = pool.setdefault(o.aval.dtype, [])
         if free:
             assign[o] = free.pop()
         else:
-            b = f"_t{len(bufs)}_{id(group) % 10000}"
-            bufs.append((b, dt))
+            b = f"_t{len(bufs)}_{ctx._gid}"
+            bufs.append((b, o.aval.dtype))
             assign[o] = b
         for v in e.inputs:
             if v in assign and last[v] == k and v is not o:
                 pool.setdefault(v.aval.dtype, []).append(assign[v])
+    block = (rows,) + tuple(group.shape[1:])
     for b, dt in bufs:
-        ctx.emit(f"{b} = np.empty({min(CHUNK, n)}, {ctx.const(dt, 'dt')})")
-    ctx.emit(f"for _s in range(0, {n}, {CHUNK}):")
-    ctx.emit(f"_e = min(_s + {CHUNK}, {n})", 2)
+        ctx.emit(f"{b} = np.empty({block}, {ctx.const(dt, 'dt')})")
+    ctx.emit(f"for _s in range(0, {n0}, {rows}):")
+    ctx.emit(f"_e = min(_s + {rows}, {n0})", 2)
     for e in group.eqns:
         args = []
         for v in e.inputs:
@@ -606,11 +609,13 @@ def emit_chunked_group(ctx, group, i):
                 args.append(ctx.literal(v))
             elif v in assign:
                 args.append(f"{assign[v]}[:_e - _s]")
-            elif v.aval.shape == () or v in ctx.splat:
-                args.append(flat[v])
+            elif v in ctx.splat:
+                args.append(ctx.splat[v])
+            elif v.aval.shape == ():
+                args.append(ctx.name(v))
             else:
-                args.append(f"{flat[v]}[_s:_e]")
-        dest = f"{out}_f[_s:_e]" if e is group.root else f"{assign[e.outputs[0]]}[:_e - _s]"
+                args.append(f"{ctx.name(v)}[_s:_e]")
+        dest = f"{out}[_s:_e]" if e is group.root else f"{assign[e.outputs[0]]}[:_e - _s]"
         ctx.emit(f"{ufunc_expr(ctx, e, args, out=dest)}", 2)
     ctx.fresh.add(root)
 

@@ -189,6 +189,10 @@ def _try_fold(eqn, known):
         else:
             return None
     if any(v.aval.size > FOLD_MAX_SIZE for v in eqn.outputs):
+        if prim.name == "broadcast_in_dim" and vals[0].size == 1:
+            # a broadcast scalar stays a zero-stride view (no memory, no work)
+            scalar = np.asarray(vals[0], eqn.outputs[0].aval.dtype).reshape(())
+            return [np.broadcast_to(scalar, eqn.outputs[0].aval.shape)]
         splat = "elementwise" in prim.traits and all(a.ndim == 0 or _is_splat(a) for a in vals)
         if not splat:
             return None
@@ -218,6 +222,57 @@ def _eval(prim, vals, params):
             return prim.impl(*vals, **params)
     except Exception:  # leave it to run time, where the error names the user's line
         return None
+
+
+# -- dot followed by transpose ----------------------------------------------------------
+
+
+def fold_dot_transpose(program):
+    """`transpose(dot(a, b))` of a 2-D matmul -> `dot(b, a)` (a contiguous result).
+
+    Reverse mode produces `dot(g, x)` with a transpose for weight gradients; doing
+    the product the other way round saves the strided copy that reading the
+    transposed view costs later.
+    """
+    uses = {}
+    for e in program.eqns:
+        for v in e.inputs:
+            if type(v) is Var:
+                uses[v] = uses.get(v, 0) + 1
+    for v in program.outvars:
+        if type(v) is Var:
+            uses[v] = uses.get(v, 0) + 1
+    producer = {}
+    for e in program.eqns:
+        if e.primitive.name == "dot_general" and _plain_matmul(e) and uses.get(e.outputs[0]) == 1:
+            producer[e.outputs[0]] = e
+    if not producer:
+        return program
+    dead = set()
+    eqns = []
+    for e in program.eqns:
+        src = e.inputs[0] if e.inputs else None
+        if (
+            e.primitive.name == "transpose"
+            and tuple(e.params["permutation"]) == (1, 0)
+            and src in producer
+        ):
+            dot = producer[src]
+            (lc, rc), _ = dot.params["dimension_numbers"]
+            params = dict(dot.params, dimension_numbers=((tuple(rc), tuple(lc)), ((), ())))
+            eqns.append(dot.replace(inputs=dot.inputs[::-1], params=params, outputs=e.outputs))
+            dead.add(id(dot))
+        else:
+            eqns.append(e)
+    eqns = [e for e in eqns if id(e) not in dead]
+    # the swapped dot now sits where the transpose was: still after both operands
+    return program.replace(eqns=eqns)
+
+
+def _plain_matmul(e):
+    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+    a, b = e.inputs
+    return not lb and len(lc) == 1 and a.aval.ndim == 2 and b.aval.ndim == 2
 
 
 # -- fusion ---------------------------------------------------------------------------
@@ -435,6 +490,7 @@ def optimize(program, report=None):
     program = report.run("dce", dce, program)
     program = report.run("fold", fold_constants, program)
     program = report.run("cse", cse, program)
+    program = report.run("dot_t", fold_dot_transpose, program)
     return program, report
 
 

@@ -1,0 +1,193 @@
+"""MLP training step (784-512-512-10, batch 128, ReLU, softmax cross-entropy, SGD):
+fflow jit vs JAX jit vs PyTorch eager vs hand-written NumPy; and the first call
+(trace + lower + compile + run) of fflow vs JAX."""
+
+import time
+
+import numpy as np
+from common import load_jax, load_torch, median_time, parse_args, print_table, wanted
+
+LR = 0.01
+
+
+def sizes(tiny):
+    return (8, (784, 32, 32, 10)) if tiny else (128, (784, 512, 512, 10))
+
+
+def init(dims, seed=0):
+    rng = np.random.default_rng(seed)
+    params = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        params.append((rng.normal(0, a**-0.5, (a, b)).astype(np.float32), np.zeros(b, np.float32)))
+    return params
+
+
+def data(batch, dims, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, dims[0])).astype(np.float32)
+    y = np.eye(dims[-1], dtype=np.float32)[rng.integers(0, dims[-1], batch)]
+    return x, y
+
+
+def make_fflow_step(lr=LR):
+    import fflow
+    import fflow.numpy as jnp
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            if i < len(params) - 1:
+                h = jnp.maximum(h, 0.0)
+        return -jnp.mean(jnp.sum(fflow.nn.log_softmax(h) * y, axis=-1))
+
+    def step(params, x, y):
+        value, grads = fflow.value_and_grad(loss)(params, x, y)
+        new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
+        return new, value
+
+    return fflow.jit(step, donate_argnums=0)
+
+
+def make_jax_step(jax, lr=LR):
+    jnp = jax.numpy
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            if i < len(params) - 1:
+                h = jnp.maximum(h, 0.0)
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(h) * y, axis=-1))
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
+        return new, value
+
+    return jax.jit(step)
+
+
+def numpy_step(params, x, y, lr=LR):
+    """Hand-written forward and backward, updating the parameters in place."""
+    acts = [x]
+    h = x
+    for i, (w, b) in enumerate(params):
+        h = h @ w
+        h += b
+        if i < len(params) - 1:
+            np.maximum(h, 0, out=h)
+        acts.append(h)
+    logits = acts[-1]
+    m = logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits - m)
+    s = e.sum(axis=-1, keepdims=True)
+    logp = logits - m - np.log(s)
+    loss = -np.mean(np.sum(logp * y, axis=-1))
+    g = (e / s - y) / x.shape[0]
+    for i in range(len(params) - 1, -1, -1):
+        w, b = params[i]
+        a = acts[i]
+        gw = a.T @ g
+        gb = g.sum(axis=0)
+        if i > 0:
+            g = g @ w.T
+            g *= acts[i] > 0
+        w -= lr * gw
+        b -= lr * gb
+    return params, loss
+
+
+def torch_setup(torch, params):
+    tp = [
+        (torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True))
+        for w, b in params
+    ]
+
+    def step(x, y):
+        h = x
+        for i, (w, b) in enumerate(tp):
+            h = h @ w + b
+            if i < len(tp) - 1:
+                h = torch.relu(h)
+        loss = -(torch.log_softmax(h, -1) * y).sum(-1).mean()
+        for w, b in tp:
+            w.grad = None
+            b.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for w, b in tp:
+                w -= LR * w.grad
+                b -= LR * b.grad
+        return loss
+
+    return step
+
+
+def main():
+    args = parse_args(__doc__)
+    batch, dims = sizes(args.tiny)
+    reps = args.reps or (2 if args.tiny else 30)
+    x, y = data(batch, dims)
+    step_times, first_times = {}, {}
+
+    if wanted(args, "fflow"):
+        import fflow.numpy as jnp
+
+        step = make_fflow_step()
+        state = {"p": [(jnp.asarray(w.copy()), jnp.asarray(b.copy())) for w, b in init(dims)]}
+        fx, fy = jnp.asarray(x), jnp.asarray(y)
+
+        def run_fflow():
+            state["p"], loss = step(state["p"], fx, fy)
+            return loss
+
+        step_times["fflow"] = median_time(run_fflow, reps)
+        firsts = []
+        for k in range(1 if args.tiny else 3):
+            params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in init(dims)]
+            t0 = time.perf_counter()
+            fresh = make_fflow_step(LR * (1 + k))  # a new function: trace + lower + compile
+            fresh(params, fx, fy)[1].block_until_ready()
+            firsts.append(time.perf_counter() - t0)
+        first_times["fflow"] = float(np.median(firsts))
+
+    jax = load_jax() if wanted(args, "jax") else None
+    if jax is not None:
+        step = make_jax_step(jax)
+        state = {"p": [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in init(dims)]}
+        jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
+
+        def run_jax():
+            state["p"], loss = step(state["p"], jx, jy)
+            loss.block_until_ready()
+
+        step_times["jax.jit"] = median_time(run_jax, reps)
+        firsts = []
+        for k in range(1 if args.tiny else 3):
+            params = [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in init(dims)]
+            t0 = time.perf_counter()
+            fresh = make_jax_step(jax, LR * (1 + k))
+            fresh(params, jx, jy)[1].block_until_ready()
+            firsts.append(time.perf_counter() - t0)
+        first_times["jax.jit"] = float(np.median(firsts))
+
+    torch = load_torch() if wanted(args, "torch") else None
+    if torch is not None:
+        tstep = torch_setup(torch, init(dims))
+        tx, ty = torch.tensor(x), torch.tensor(y)
+        step_times["torch eager"] = median_time(lambda: tstep(tx, ty), reps)
+
+    if wanted(args, "numpy"):
+        params = init(dims)
+        step_times["numpy"] = median_time(lambda: numpy_step(params, x, y), reps)
+
+    name = f"MLP step {'-'.join(map(str, dims))}, batch {batch}"
+    print_table(
+        "MLP training step",
+        [(name, step_times), ("first call (trace+lower+compile+run)", first_times)],
+    )
+
+
+if __name__ == "__main__":
+    main()
