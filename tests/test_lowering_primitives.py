@@ -91,6 +91,7 @@ INT_OPS = {
     "shift_right_logical": lambda a, b: lax.shift_right_logical(
         lax.convert_element_type(a, np.uint32), lax.convert_element_type(lax.abs(b), np.uint32)
     ),
+    "shift_right_arithmetic": lambda a, b: primitives["shift_right_arithmetic"].bind(a, lax.abs(b)),
     "int_div": lambda a, b: lax.div(a, b),
     "int_rem": lambda a, b: lax.rem(a, b),
 }
