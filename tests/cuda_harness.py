@@ -2,6 +2,8 @@
 kernel of a batch with one NVRTC call (sm_90 cubin) and one g++ call (host shim),
 run each case through the shim and compare with eager NumPy evaluation."""
 
+import os
+
 import numpy as np
 from fflow.lowering import cuda_backend, nvrtc, shim
 from hypothesis import given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 import fflow
 from fflow.core import primitives
 
-BF16 = np.dtype("bfloat16") if False else None  # set below (ml_dtypes is a test dep)
+BF16 = None  # ml_dtypes is a test dependency; without it bf16 cases are left out
 try:
     import ml_dtypes
 
@@ -21,6 +23,10 @@ except ImportError:  # pragma: no cover
 FLOATS = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)] + (
     [BF16] if BF16 is not None else []
 )
+
+# "cuda_shim" (default): kernels run on the CPU; "cuda": on a real GPU through CuPy
+# (benchmarks/gpu_check.py sets this on a GPU machine)
+BACKEND = os.environ.get("FFLOW_CUDA_TEST_BACKEND", "cuda_shim")
 
 TOL = {"float32": 2e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1.6e-2}
 
@@ -76,22 +82,29 @@ def run_cases(cases, exact_kinds="biu"):
                 continue
             raise
         program = fflow.make_jaxpr(fn)(*args)
-        exe = cuda_backend.compile_program(program, verify_nvrtc=False)
+        exe = cuda_backend.compile_program(program, backend=BACKEND, verify_nvrtc=False)
         built.append((label, exe, args, ref))
     kernels = {k.name: k for _, exe, _, _ in built for k in exe.plan.kernels}
     sources = [k.source for k in kernels.values()]
     if sources and nvrtc_required():
         cubin = nvrtc.compile_cubin("\n".join(sources))
         assert cubin[:4] == b"\x7fELF"
-    shim.preload(sources)
+    if BACKEND == "cuda_shim":
+        shim.preload(sources)
     for label, exe, args, ref in built:
         with np.errstate(all="ignore"):
-            outs = exe(*[fflow.numpy.asarray(a) for a in args])
+            outs = exe(*[to_backend(a) for a in args])
         refs = fflow.tree_util.tree_leaves(ref)
         assert len(outs) == len(refs), label
         for o, r in zip(outs, refs):
             compare(o, r, label, exact_kinds)
     return built
+
+
+def to_backend(a):
+    if BACKEND == "cuda":
+        return fflow.device_put(np.asarray(a), fflow.devices("gpu")[0])
+    return fflow.numpy.asarray(a)
 
 
 def compare(out, ref, label, exact_kinds="biu"):

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from cuda_harness import compare, run_cases
+from cuda_harness import BACKEND, compare, run_cases, to_backend
 from fflow.lowering import cuda_backend
 from fflow.transforms.staging import trace_to_program
 
@@ -98,7 +98,9 @@ def test_matmul_epilogue_is_one_kernel_after_gemm():
 
 def test_plan_text_lists_kernels_grid_block_and_bytes():
     x = rng.standard_normal((4, 5)).astype(np.float32)
-    exe = cuda_backend.compile_program(fflow.make_jaxpr(lambda x: nn.softmax(x) @ x.T)(x))
+    exe = cuda_backend.compile_program(
+        fflow.make_jaxpr(lambda x: nn.softmax(x) @ x.T)(x), backend=BACKEND
+    )
     text = exe.source
     assert "grid=(" in text and "block=(" in text and "read=80B" in text
     assert "cublas gemm" in text and "__global__ void fflow_row_" in text
@@ -145,9 +147,9 @@ def _load_gpu_check():
 
 def _compare_program(fn, *args):
     program = fflow.make_jaxpr(fn)(*args)
-    exe = cuda_backend.compile_program(program)
+    exe = cuda_backend.compile_program(program, backend=BACKEND)
     flat = fflow.tree_util.tree_leaves(args)
-    outs = exe(*[jnp.asarray(a) for a in flat])
+    outs = exe(*[to_backend(a) for a in flat])
     refs = fflow.tree_util.tree_leaves(fn(*args))
     for o, r in zip(outs, refs):
         np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=2e-4, atol=2e-5)
@@ -174,7 +176,7 @@ def test_transformer_block_training_step_through_the_shim():
 
 
 def test_device_put_eager_ops_on_the_simulated_gpu():
-    dev = fflow.devices("cuda_shim")[0]
+    dev = fflow.devices("gpu" if BACKEND == "cuda" else "cuda_shim")[0]
     a = rng.standard_normal((3, 4)).astype(np.float32)
     x = fflow.device_put(a, dev)
     assert x.device == dev
