@@ -321,3 +321,56 @@ def test_amp_training_example_learns_like_fp32():
         for (_, ref), (_, got) in zip(r["fp32"]["curve"], r[name]["curve"]):
             assert abs(got - ref) <= 0.02 * (1 + ref), name
     assert r["fp16"]["skipped"] == 0
+
+
+def test_control_flow_bodies_are_rewritten():
+    from fflow import lax
+
+    rng = np.random.default_rng(0)
+    w = jnp.asarray((rng.normal(size=(4, 4)) / 2).astype(np.float32))
+    x = jnp.asarray(rng.normal(size=(3, 4)).astype(np.float32))
+
+    def f(w, x):
+        def body(h, _):
+            h = jnp.tanh(h @ w)
+            return h, jnp.sum(jnp.exp(h))
+
+        h, ys = lax.scan(body, x, None, length=5)
+        h = lax.cond(jnp.sum(h) > 0, lambda h: h @ w, lambda h: h * 2.0, h)
+        h = lax.fori_loop(0, 3, lambda i, h: jnp.tanh(h @ w), h)
+        return jnp.sum(h) + jnp.sum(ys)
+
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(w, x)
+    nested = []
+    for e in prog.eqns:
+        for v in e.params.values():
+            progs = v if isinstance(v, (tuple, list)) else [v]
+            nested += [p for p in progs if isinstance(p, fflow.core.Program)]
+    assert len(nested) == 4  # scan body, two cond branches, fori body
+    dots = [e for p in nested for e in eqns_of(p, "dot_general")]
+    assert len(dots) == 3 and all(v.aval.dtype == BF16 for e in dots for v in e.inputs)
+    exps = [e for p in nested for e in eqns_of(p, "exp")]
+    assert exps and all(e.inputs[0].aval.dtype == F32 for e in exps)
+    ref = float(f(w, x))
+    for g in (fflow.amp(f, "bf16"), fflow.jit(fflow.amp(f, "fp16"))):
+        assert float(g(w, x)) == pytest.approx(ref, rel=2e-2)
+    g_ref = as_np(fflow.grad(f)(w, x))
+    for g in (fflow.grad(fflow.amp(f, "bf16"))(w, x), fflow.amp(fflow.grad(f), "bf16")(w, x)):
+        assert g.dtype == F32
+        assert np.linalg.norm(as_np(g) - g_ref) <= 3e-2 * np.linalg.norm(g_ref)
+
+
+def test_amp_around_a_sharded_call_keeps_its_input_dtypes():
+    pytest.importorskip("fflow.transforms.shard")
+    params, x, y = make_mlp(seed=0, n=16)
+    pl = fflow.placement("cpu", [0, 1])
+    S, B = fflow.sbp.split, fflow.sbp.broadcast
+    inner = fflow.shard(fflow.value_and_grad(loss_fn), pl, in_sbp=(B, S(0), S(0)))
+
+    def f(params, x, y):
+        return inner(params, jnp.tanh(x @ params["w0"]), y)  # a bf16 value flows in
+
+    params = dict(params, w0=jnp.eye(8) * 0.5)
+    loss, _ = fflow.amp(f, "bf16")(params, x, y)
+    ref, _ = fflow.value_and_grad(loss_fn)(params, jnp.tanh(x * 0.5), y)
+    assert float(np.asarray(loss)) == pytest.approx(float(ref), rel=1e-2)

@@ -16,7 +16,9 @@ when a consumer wants it back — the down-and-up round trip folds away.
 """
 
 import functools
+import weakref
 
+import numpy as np
 from fflow.transforms.amp_policy import CLASSES, FOLLOW, FP32, KEEP, LOW, Policy
 from fflow.transforms.amp_scale import (
     DynamicLossScale,
@@ -27,28 +29,35 @@ from fflow.transforms.amp_scale import (
 )
 
 from fflow import core, dtypes, lax
-from fflow.core import aval_of_value, set_current_trace
+from fflow.core import Program, aval_of_value, set_current_trace
 from fflow.dtypes import float32
 from fflow.tree_util import tree_flatten, tree_unflatten
 
-# prim -> rule(trace, prim, amp_class, tracers, params) -> physical output(s), or
-# (output(s), casts) where casts maps a dtype to a wider original of the output, for
-# primitives whose AMP rewrite needs more than "cast the inputs, bind" (the default).
+# prim -> rule(trace, prim, amp_class, tracers, params) -> physical output(s) (each
+# possibly a `Rounded(value, dtype)`: to be rounded when first read), for primitives
+# whose AMP rewrite needs more than "cast the inputs, bind" (the default rule).
 amp_rules = {}
 
 
 class AmpTracer(core.Tracer):
-    """A value under `amp`: its logical aval, its physical value on the parent trace,
-    whether it is weak (a constant built from Python scalars) and its casts so far."""
+    """A value under `amp`: its logical aval (what user code sees), its physical dtype,
+    its physical values on the parent trace by dtype (`casts`: the value itself plus
+    the casts made of it, or a wider original it is a rounding of), and whether it is
+    weak (a constant built from Python scalars, which follows the other operands)."""
 
-    __slots__ = ("_aval", "value", "weak", "casts")
+    __slots__ = ("_aval", "_dtype", "casts", "weak")
 
-    def __init__(self, trace, aval, value, weak=False, casts=None):
+    def __init__(self, trace, aval, dtype, casts, weak=False):
         self._trace = trace
         self._aval = aval
-        self.value = value
+        self._dtype = dtype
+        self.casts = casts
         self.weak = weak
-        self.casts = casts if casts is not None else {}
+
+    @classmethod
+    def of(cls, trace, aval, value, weak=False):
+        dtype = aval_of_value(value).dtype
+        return cls(trace, aval, dtype, {dtype: value}, weak)
 
     @property
     def aval(self):
@@ -56,7 +65,23 @@ class AmpTracer(core.Tracer):
 
     @property
     def physical_dtype(self):
-        return aval_of_value(self.value).dtype
+        return self._dtype
+
+    @property
+    def is_float(self):
+        return dtypes.is_float(self._dtype)
+
+    @property
+    def value(self):
+        """The physical value; a pending rounding (a matmul's fp32 accumulator to
+        bf16) is materialized on first use, so unused roundings never appear."""
+        v = self.casts.get(self._dtype)
+        if v is None:
+            src = max(self.casts.values(), key=lambda x: aval_of_value(x).dtype.itemsize)
+            with set_current_trace(self._trace.parent):
+                v = lax.convert_element_type(src, self._dtype)
+            self.casts[self._dtype] = v
+        return v
 
     def concrete_value(self):
         v = self.value
@@ -65,8 +90,14 @@ class AmpTracer(core.Tracer):
         return v
 
 
-def _is_float(x):
-    return dtypes.is_float(aval_of_value(x).dtype)
+class Rounded:
+    """A rule's result `value` that is to be rounded to `dtype` when first read."""
+
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value, dtype):
+        self.value = value
+        self.dtype = dtype
 
 
 def _widest(dts):
@@ -102,10 +133,10 @@ class AmpTrace(core.Trace):
         if isinstance(x, core.Tracer):
             core.check_not_leaked(x)
         entry = self._foreign.get(id(x))
-        if entry is not None and entry.value is x:
+        if entry is not None and entry.casts.get(entry.physical_dtype) is x:
             return entry
         aval = aval_of_value(x)
-        t = AmpTracer(self, aval, x, weak=aval.weak_type or _is_weak_const(x))
+        t = AmpTracer.of(self, aval, x, weak=aval.weak_type or _is_weak_const(x))
         self._foreign[id(x)] = t  # keeps x alive, so the id stays unique
         return t
 
@@ -116,15 +147,22 @@ class AmpTrace(core.Trace):
         if param is not None and dtypes.is_float(aval.dtype) and aval.dtype != param:
             with set_current_trace(self.parent):
                 value = lax.convert_element_type(x, param)
-        return AmpTracer(self, aval, value, weak=aval.weak_type)
+        return AmpTracer.of(self, aval, value, weak=aval.weak_type)
 
     def cast(self, t, dtype):
-        """`t`'s physical value in `dtype` (on the parent trace), cast once and remembered."""
-        if t.physical_dtype == dtype:
+        """`t`'s physical value in `dtype` (on the parent trace), cast once and remembered.
+
+        A value that is a rounding of a wider original is cast from that original."""
+        if dtype == t.physical_dtype:
             return t.value
         out = t.casts.get(dtype)
         if out is None:
-            out = lax.convert_element_type(t.value, dtype)
+            widest = max(t.casts, key=lambda d: d.itemsize, default=t.physical_dtype)
+            if widest.itemsize > t.physical_dtype.itemsize:
+                src = t.casts[widest]  # round once, from the wider original
+            else:
+                src = t.value
+            out = lax.convert_element_type(src, dtype)
             t.casts[dtype] = out
         return out
 
@@ -144,18 +182,21 @@ class AmpTrace(core.Trace):
         ins = [self.lift(a) for a in args]
         out_avals = prim.abstract_eval(*[t.aval for t in ins], **params)
         cls = self.policy.class_of(prim)
-        rule = amp_rules.get(prim, _class_rule)
+        rule = amp_rules.get(prim)
+        if rule is None:
+            rule = _nested_rule if _has_nested_programs(params) else _class_rule
         with set_current_trace(self.parent):
             outs = rule(self, prim, cls, ins, params)
-        floats_in = [t for t in ins if _is_float(t.value)]
-        weak = cls == FOLLOW and all(t.weak for t in floats_in)
+        weak = cls == FOLLOW and all(t.weak for t in ins if t.is_float)
         if prim.multiple_results:
-            outs, casts = outs if isinstance(outs, tuple) else (outs, [None] * len(outs))
-            return [
-                AmpTracer(self, a, o, weak=weak, casts=c) for a, o, c in zip(out_avals, outs, casts)
-            ]
-        out, casts = outs if isinstance(outs, tuple) else (outs, None)
-        return AmpTracer(self, out_avals, out, weak=weak, casts=casts)
+            return [self._box(a, o, weak) for a, o in zip(out_avals, outs)]
+        return self._box(out_avals, outs, weak)
+
+    def _box(self, aval, out, weak):
+        if type(out) is Rounded:
+            dtype = np.dtype(out.dtype)
+            return AmpTracer(self, aval, dtype, {aval_of_value(out.value).dtype: out.value}, weak)
+        return AmpTracer.of(self, aval, out, weak)
 
 
 # ----------------------------------------------------------------------------
@@ -164,13 +205,13 @@ class AmpTrace(core.Trace):
 
 def _keep(trace, ins, prim, params):
     """Bind in the dtypes of the un-rewritten program."""
-    vals = [trace.cast(t, t.aval.dtype) if _is_float(t.value) else t.value for t in ins]
+    vals = [trace.cast(t, t.aval.dtype) if t.is_float else t.value for t in ins]
     return prim.bind(*vals, **params)
 
 
 def _target_dtype(trace, cls, ins):
     """The dtype the floating inputs of an equation of class `cls` are cast to, or None."""
-    floats = [t for t in ins if _is_float(t.value)]
+    floats = [t for t in ins if t.is_float]
     if not floats:
         return None
     if cls == LOW:
@@ -192,8 +233,53 @@ def _class_rule(trace, prim, cls, ins, params):
         return _keep(trace, ins, prim, params)
     if target is None:
         return prim.bind(*[t.value for t in ins], **params)
-    vals = [trace.cast(t, target) if _is_float(t.value) else t.value for t in ins]
+    vals = [trace.cast(t, target) if t.is_float else t.value for t in ins]
     return prim.bind(*vals, **params)
+
+
+def _has_nested_programs(params):
+    found = False
+    for v in params.values():
+        if callable(v) and not isinstance(v, Program):
+            return False  # custom_jvp/vjp: a Python rule must agree with the program
+        if isinstance(v, Program) or (
+            isinstance(v, (tuple, list)) and v and all(isinstance(p, Program) for p in v)
+        ):
+            found = True
+    return found
+
+
+_rewritten = weakref.WeakKeyDictionary()  # closed Program -> {policy: its AMP rewrite}
+
+
+def _rewrite_nested(program, policy):
+    cache = _rewritten.setdefault(program, {})
+    new = cache.get(policy)
+    if new is None:
+        new = rewrite_program(program, policy)
+        if new.constvars or len(new.outvars) != len(program.outvars):
+            new = program  # nested programs must stay closed; keep the original
+        cache[policy] = new
+    return new
+
+
+def _nested_rule(trace, prim, cls, ins, params):
+    """Control flow (cond, while, scan) and checkpoint: the operands keep their
+    dtypes (a loop carry's type is fixed) while the nested programs are rewritten.
+
+    A rewritten program has the signature of the original (outputs are cast back to
+    their dtypes), so it drops into the same equation.
+    """
+    if cls == KEEP:
+        return _keep(trace, ins, prim, params)
+    new_params = {}
+    for k, v in params.items():
+        if isinstance(v, Program):
+            v = _rewrite_nested(v, trace.policy)
+        elif isinstance(v, (tuple, list)) and v and all(isinstance(p, Program) for p in v):
+            v = type(v)(_rewrite_nested(p, trace.policy) for p in v)
+        new_params[k] = v
+    return _keep(trace, ins, prim, new_params)
 
 
 def _dot_general_amp(trace, prim, cls, ins, params):
@@ -218,15 +304,14 @@ def _dot_general_amp(trace, prim, cls, ins, params):
         return lax.convert_element_type(out, requested)
     if acc == target:
         return out
-    low = lax.convert_element_type(out, target)
-    return low, {acc: out}
+    return Rounded(out, target)
 
 
 def _convert_amp(trace, prim, cls, ins, params):
     """A cast the user wrote: its output dtype is honoured whatever AMP did upstream."""
     (t,) = ins
     new_dtype = params["new_dtype"]
-    if params.get("weak_type", False) or not _is_float(t.value):
+    if params.get("weak_type", False) or not t.is_float:
         from fflow.primitives.convert import convert_element_type_p
 
         if t.physical_dtype == new_dtype and not params.get("weak_type", False):
@@ -284,7 +369,21 @@ def rewrite_program(program, policy="bf16"):
     def run(*args):
         return eval_program(program, program.consts, list(args))
 
-    return trace_to_program(amp_transform(run, policy), program.in_avals)
+    return _drop_dead_casts(trace_to_program(amp_transform(run, policy), program.in_avals))
+
+
+def _drop_dead_casts(program):
+    """Remove casts nobody reads (a matmul's rounded output whose consumers all
+    read the fp32 accumulator). jit's DCE does this too; nested programs are
+    printed and lowered as they are, so clean them here."""
+    used = {v for v in program.outvars if isinstance(v, core.Var)}
+    kept = []
+    for eqn in reversed(program.eqns):
+        if eqn.primitive.name == "convert_element_type" and eqn.outputs[0] not in used:
+            continue
+        kept.append(eqn)
+        used.update(v for v in eqn.inputs if isinstance(v, core.Var))
+    return program.replace(eqns=kept[::-1])
 
 
 def scaled_value_and_grad(fun, argnums=0, has_aux=False):

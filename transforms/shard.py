@@ -133,7 +133,7 @@ def with_sbp(x, sbp):
 # shard_call: one sharded program as one equation
 
 shard_call_p = Primitive("shard_call", multiple_results=True)
-shard_call_p.amp_class = "follow"
+shard_call_p.amp_class = "keep"  # its program is planned for these input dtypes
 
 
 @shard_call_p.def_abstract_eval

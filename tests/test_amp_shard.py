@@ -1,0 +1,57 @@
+"""shard(amp(...)): a data-parallel AMP step on simulated devices gives the numbers
+of the unsharded AMP step, and AMP's casts do not change any value's SBP."""
+
+import re
+
+import numpy as np
+import pytest
+
+import fflow
+
+shard_mod = pytest.importorskip("fflow.transforms.shard")
+
+from test_amp import as_np, loss_fn, make_mlp  # noqa: E402
+
+
+def _placement_and_sbp():
+    return fflow.placement("cpu", [0, 1]), fflow.sbp.split, fflow.sbp.broadcast
+
+
+@pytest.mark.parametrize("policy", ["bf16", "fp16"])
+def test_sharded_data_parallel_amp_step_matches_unsharded(policy):
+    params, x, y = make_mlp(seed=0, n=16)
+    pl, S, B = _placement_and_sbp()
+    step = fflow.amp(fflow.value_and_grad(loss_fn), policy)
+    loss_ref, grads_ref = step(params, x, y)
+    sharded = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)))
+    loss, grads = sharded(params, x, y)
+    np.testing.assert_allclose(np.asarray(loss), float(loss_ref), rtol=1e-5)
+    ulp = 2.0**-7 if policy == "bf16" else 2.0**-10  # one unit in the last place
+    for k, g in grads.items():
+        assert np.asarray(g).dtype == np.float32, k
+        ref = as_np(grads_ref[k])
+        # the partial sums are reduced in fp32 before AMP rounds the result, so the
+        # only differences come from the fp32 summation order: within one
+        # low-precision ulp of the gradient's scale
+        np.testing.assert_allclose(
+            as_np(np.asarray(g)), ref, rtol=ulp, atol=ulp * np.abs(ref).max()
+        )
+
+
+def test_amp_casts_keep_the_sbp_of_their_input():
+    params, x, y = make_mlp(seed=0, n=16)
+    pl, S, B = _placement_and_sbp()
+    sharded = fflow.shard(
+        fflow.amp(fflow.value_and_grad(loss_fn), "bf16"), pl, in_sbp=(B, S(0), S(0))
+    )
+    text = str(sharded.plan(params, x, y))
+    sbp_of = {}
+    for name, sbp in re.findall(r"\b([a-z]+):[a-z0-9]+\[[0-9,]*\]\{([^}]*)\}", text):
+        sbp_of[name] = sbp
+    casts = re.findall(
+        r"\b([a-z]+):bf16\[[0-9,]*\]\{([^}]*)\} = convert_element_type\[[^\]]*\] ([a-z]+)", text
+    )
+    assert casts, text
+    for out, sbp, src in casts:
+        if src in sbp_of:
+            assert sbp_of[src] == sbp, (out, src, sbp_of[src], sbp)
