@@ -18,6 +18,8 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
   a C compiler is available (else chunked NumPy).
 * `cpu_devices` (8): number of simulated CPU devices for `shard`.
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
+* `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
+  the CPU through the host shim (tests); inputs on a GPU always use "cuda".
 """
 
 import os
@@ -30,6 +32,7 @@ _DEFAULTS = {
     "cpu_devices": 8,
     "explain_log": False,
     "enable_x64": False,
+    "jit_backend": "numpy",
 }
 
 

@@ -65,7 +65,7 @@ def _leaf_signature(x):
     t = type(x)
     if t is Array:
         v = x._value
-        return (v.shape, v.dtype, x._weak, x._sharding)
+        return (v.shape, v.dtype, x._weak, x._sharding if type(v) is np.ndarray else _where(x))
     if isinstance(x, Tracer):
         a = x.aval
         return (a.shape, a.dtype, a.weak_type, None)
@@ -73,10 +73,21 @@ def _leaf_signature(x):
     return (a.shape, a.dtype, a._weak, None)
 
 
-def default_backend_compile(program, donate):
-    """Pick the lowering for a program: the generated NumPy kernels by default."""
+def _where(x):
+    # GPU arrays (fflow.device.DeviceBuffer values) key the cache by their device too
+    return x._sharding if x._sharding is not None else getattr(x._value, "device", None)
+
+
+def default_backend_compile(program, donate, device=None):
+    """Pick the lowering for a program: the generated NumPy kernels by default, the CUDA
+    backend for inputs on a GPU or when `config.jit_backend` asks for it."""
     from fflow.config import config
 
+    if device is not None or config.jit_backend != "numpy":
+        from fflow.lowering import cuda_backend
+
+        backend = device.backend if device is not None else config.jit_backend
+        return cuda_backend.compile_program(program, donate, backend=backend, device=device)
     if config.jit_interpret:
         return _interpreter(program)
     try:
@@ -138,7 +149,8 @@ class Jitted:
                 if type(x) is not Array:
                     break
                 v = x._value
-                key.append((v.shape, v.dtype, x._weak, x._sharding))
+                where = x._sharding if type(v) is np.ndarray else _where(x)
+                key.append((v.shape, v.dtype, x._weak, where))
             else:
                 entry = self.fast_cache.get(tuple(key))
                 if entry is not None:
@@ -259,7 +271,14 @@ class Jitted:
         executable = None
         if not has_tracer_consts:
             self.compile_count += 1
-            executable = default_backend_compile(program, donate) if local else None
+            device = None
+            if not local:
+                arrays = (x for x in leaves if type(x) is Array)
+                device = _where(next(x for x in arrays if type(x._value) is not np.ndarray))
+            if device is not None and not hasattr(device, "backend"):
+                device = None  # a global (sharded) array: evaluated by its runtime
+            if local or device is not None:
+                executable = default_backend_compile(program, donate, device)
         entry = CompiledEntry(program, out_store.value, executable, in_avals)
         entry.trace_time = trace_time
         if not has_tracer_consts:
