@@ -10,6 +10,7 @@ Example:
     {'a': [30], 'b': (10, 20)}
 """
 
+import collections
 import dataclasses
 import functools
 
@@ -131,13 +132,20 @@ def _flatten(x, leaves, is_leaf):
         return PyTreeDef(
             ("dataclass", t), names, tuple(_flatten(getattr(x, n), leaves, is_leaf) for n in names)
         )
-    if isinstance(x, dict):  # OrderedDict, defaultdict...
-        keys = sorted(x)
+    if isinstance(x, dict):  # OrderedDict (insertion order, as in JAX), defaultdict...
+        keys = _dictlike_keys(x)
+        factory = getattr(x, "default_factory", None)
         return PyTreeDef(
-            ("dictlike", t), tuple(keys), tuple(_flatten(x[k], leaves, is_leaf) for k in keys)
+            ("dictlike", t, factory),
+            tuple(keys),
+            tuple(_flatten(x[k], leaves, is_leaf) for k in keys),
         )
     leaves.append(x)
     return LEAF
+
+
+def _dictlike_keys(x):
+    return list(x) if isinstance(x, collections.OrderedDict) else sorted(x)
 
 
 def tree_flatten(tree, is_leaf=None):
@@ -163,7 +171,7 @@ def _unflatten(treedef, it):
     if isinstance(kind, tuple) and kind[0] == "dataclass":
         return kind[1](**dict(zip(treedef.aux, children)))
     if isinstance(kind, tuple) and kind[0] == "dictlike":
-        out = kind[1]()
+        out = kind[1](kind[2]) if kind[2] is not None else kind[1]()
         out.update(zip(treedef.aux, children))
         return out
     entry = _registry.get(kind)
@@ -238,6 +246,8 @@ def prefix_broadcast(prefix, tree, what="in_axes"):
             or type(p) not in (tuple, list, dict)
             and not _is_namedtuple(p)
             and type(p) not in _registry
+            and not (dataclasses.is_dataclass(p) and not isinstance(p, type))
+            and not isinstance(p, dict)
         ):
             leaves_out.extend([p] * len(tree_leaves(t)))
             return
@@ -267,4 +277,10 @@ def _children(x):
         return list(children), (t, _hashable(aux))
     if _is_namedtuple(x):
         return list(x), (t, len(x))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        return [getattr(x, n) for n in names], (t, names)
+    if isinstance(x, dict):
+        keys = _dictlike_keys(x)
+        return [x[k] for k in keys], (t, tuple(keys))
     return [x], ("leaf",)
