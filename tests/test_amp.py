@@ -374,3 +374,19 @@ def test_amp_around_a_sharded_call_keeps_its_input_dtypes():
     loss, _ = fflow.amp(f, "bf16")(params, x, y)
     ref, _ = fflow.value_and_grad(loss_fn)(params, jnp.tanh(x * 0.5), y)
     assert float(np.asarray(loss)) == pytest.approx(float(ref), rel=1e-2)
+
+
+def test_param_dtype_bf16_keeps_activations_low_and_grads_fp32():
+    params, x, y = make_mlp()
+    pol = fflow.amp.Policy("bf16", param_dtype="bf16")
+    prog = fflow.make_jaxpr(fflow.grad(fflow.amp(loss_fn, pol)))(params, x, y)
+    forward_adds = eqns_of(prog, "add")[:2]  # the two bias adds come first
+    assert all(v.aval.dtype == BF16 for e in forward_adds for v in e.inputs), str(prog)
+    (relu,) = eqns_of(prog, "max")
+    assert relu.outputs[0].aval.dtype == BF16
+    assert [v.aval.dtype for v in prog.outvars] == [F32] * 4
+    grads = fflow.grad(fflow.amp(loss_fn, pol))(params, x, y)
+    ref = fflow.grad(loss_fn)(params, x, y)
+    for k in ref:
+        r = as_np(ref[k])
+        assert np.linalg.norm(as_np(grads[k]) - r) <= 3e-2 * np.linalg.norm(r), k

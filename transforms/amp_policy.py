@@ -78,8 +78,11 @@ class Policy:
     Args:
         compute_dtype: the dtype of "low" primitives (bfloat16 or float16).
         param_dtype: floating inputs of the rewritten function are cast to this dtype
-            on entry; None (the default) leaves them as they come, so fp32 master
-            weights stay fp32 outside the rewritten region and their gradients are fp32.
+            on entry to the rewritten region. The caller's fp32 master weights are
+            untouched and their gradients still come back fp32 (the cast's transpose
+            casts them back). With "bf16" biases and activations stay bf16 too; None
+            (the default) leaves inputs as they come, so a follow-class op mixing a
+            bf16 matmul result with an fp32 bias runs in fp32.
         output_dtype: floating outputs are cast to this; None (the default) gives
             each output the dtype the un-rewritten function would return.
         overrides: ``{primitive or its name: class}`` replacing a primitive's
