@@ -54,11 +54,17 @@ def _pp_param(value, names, indent):
 
         return dtypes.short_name(value)
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, Program) for v in value):
-        inner = ",\n".join(" " * (indent + 2) + _pp(v, names, indent + 2, True) for v in value)
-        return "(\n" + inner + "\n" + " " * indent + ")"
+        inner = "\n".join(" " * (indent + 4) + _pp(v, names, indent + 4, True) for v in value)
+        return "(\n" + inner + "\n" + " " * (indent + 2) + ")"
     if callable(value) and not isinstance(value, type):
         return getattr(value, "__name__", "fn")
     return str(value)
+
+
+def _has_program(value):
+    if isinstance(value, Program):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, Program) for v in value)
 
 
 def _pp_eqn(eqn, names, indent):
@@ -66,7 +72,12 @@ def _pp_eqn(eqn, names, indent):
     params = ""
     if eqn.params:
         parts = [f"{k}={_pp_param(eqn.params[k], names, indent)}" for k in sorted(eqn.params)]
-        params = "[" + " ".join(parts) + "]"
+        if any(_has_program(v) for v in eqn.params.values()):
+            # nested programs (cond, scan, while...): one param per line, as JAX prints
+            pad = " " * (indent + 2)
+            params = "[\n" + "\n".join(pad + p for p in parts) + "\n" + " " * indent + "]"
+        else:
+            params = "[" + " ".join(parts) + "]"
     args = " ".join(names(v) for v in eqn.inputs)
     lhs = outs if outs else "_"
     return f"{lhs} = {eqn.primitive.name}{params}{' ' + args if args else ''}"
