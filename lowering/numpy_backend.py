@@ -16,9 +16,7 @@ Rules of the rendering:
   it — is dead afterwards; input buffers are never written otherwise (they may be
   read-only zero-stride views);
 * fused elementwise groups reuse their temporaries in place and, when large, run
-  in cache-sized chunks (split over threads when that pays: NumPy's ufunc loops
-  release the GIL) or as one native loop (`lowering/native.py`) when a C compiler
-  is available.
+  in row blocks of the leading axis, so that their temporaries stay in cache.
 """
 
 import sys
@@ -60,6 +58,13 @@ def ufunc_of(prim, dtype=None):
 
 def _ufunc(eqn):
     return ufunc_of(eqn.primitive, eqn.inputs[0].aval.dtype if eqn.inputs else None)
+
+
+def _supports_out(eqn):
+    """Whether the row of this elementwise eqn can write into a given buffer (`out=`)."""
+    if eqn.primitive.name == "integer_pow":
+        return eqn.params["y"] >= 2
+    return _ufunc(eqn) is not None
 
 
 def _sole_refcount_probe():
@@ -190,6 +195,9 @@ def ufunc_expr(ctx, eqn, args, out=None, cond=None):
     prim = eqn.primitive
     uf = _ufunc(eqn)
     if uf is None:
+        if prim.name == "integer_pow":
+            target = out if cond is None or out is None else f"{out} if {cond} else None"
+            return _integer_pow_expr(ctx, eqn, args, target)
         special = _SPECIAL_ELEMENTWISE.get(prim.name)
         return special(ctx, eqn, args) if special else None
     name = f"np.{uf.__name__}"
@@ -214,11 +222,26 @@ def _convert_expr(ctx, eqn, args):
     return f"{args[0]}.astype({ctx.const(new, 'dt')})"
 
 
-def _integer_pow_expr(ctx, eqn, args):
+def _integer_pow_expr(ctx, eqn, args, out=None):
+    # the same multiplication tree as the impl (repeated squaring), inline
+    from fflow.primitives.unary import integer_pow_by_squaring
+
     y = eqn.params["y"]
-    if y < 0:
+    if y < 1:
         return None
-    return f"np.power({args[0]}, {int(y)})"
+    if y == 1:
+        return None if out is not None else f"np.multiply({args[0]}, 1)"
+    products = []
+
+    def mul(a, b):
+        products.append((a, b))
+        return f"np.multiply({a}, {b})"
+
+    expr = integer_pow_by_squaring(args[0], y, mul)
+    if out is not None:
+        assert expr.endswith(")")
+        expr = expr[:-1] + f", out={out})"
+    return expr
 
 
 _SPECIAL_ELEMENTWISE = {
@@ -237,7 +260,7 @@ def emit_elementwise(ctx, eqn, i):
         return
     args = ctx.ew_args(eqn)
     target = None
-    if _ufunc(eqn) is not None:
+    if _supports_out(eqn):
         target = ctx.inplace_target(i, out, eqn.inputs)
     if target is None:
         expr = ufunc_expr(ctx, eqn, args)
@@ -486,10 +509,6 @@ def _group_rows_ok(ctx, group):
 
 def emit_group(ctx, group, i):
     """A fused elementwise group: temporaries reused in place, chunked when large."""
-    from fflow.lowering import native
-
-    if native.enabled() and native.emit_native_group(ctx, group, i):
-        return
     rows = _chunk_rows(group)
     if rows is not None and _chunkable(group):
         return emit_chunked_group(ctx, group, i, rows)
@@ -502,7 +521,7 @@ def emit_group(ctx, group, i):
     for k, e in enumerate(group.eqns):
         out = e.outputs[0]
         target = None
-        if _ufunc(e) is not None and out.aval.ndim:
+        if _supports_out(e) and out.aval.ndim:
             for v in e.inputs:
                 if (
                     v in produced
@@ -542,7 +561,7 @@ def _emit_member(ctx, e, target):
 
 def _chunkable(group):
     for e in group.eqns:
-        if _ufunc(e) is None:
+        if not _supports_out(e):
             return False
         for v in e.inputs:
             if type(v) is Var and v.aval.shape not in ((), group.shape):

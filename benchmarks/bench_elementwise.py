@@ -1,0 +1,94 @@
+"""Elementwise chain `tanh(gelu(a*x + b)) * c` on 4M float32 values, forward and
+gradient (of the sum, w.r.t. x): fflow jit vs JAX jit vs PyTorch eager vs naive NumPy."""
+
+import math
+
+import numpy as np
+from common import load_jax, load_torch, median_time, parse_args, print_table, wanted
+
+A, B, C = 1.5, 0.25, 0.75
+K = math.sqrt(2 / math.pi)
+
+
+def gelu(jnp, x):
+    # the tanh approximation (jax.nn.gelu's default)
+    return 0.5 * x * (1 + jnp.tanh(K * (x + 0.044715 * x**3)))
+
+
+def numpy_forward(x):
+    # u*u*u, not u**3: NumPy's float power calls powf per element (~100x slower)
+    u = A * x + B
+    return np.tanh(0.5 * u * (1 + np.tanh(K * (u + 0.044715 * (u * u * u))))) * C
+
+
+def numpy_grad(x):
+    u = A * x + B
+    inner = K * (u + 0.044715 * (u * u * u))
+    t = np.tanh(inner)
+    g = 0.5 * u * (1 + t)
+    dg = 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * K * (1 + 3 * 0.044715 * u * u)
+    h = np.tanh(g)
+    return C * (1 - h * h) * dg * A
+
+
+def main():
+    args = parse_args(__doc__)
+    n = 4096 if args.tiny else 4 * 1024 * 1024
+    reps = args.reps or (2 if args.tiny else 15)
+    x = np.random.default_rng(0).normal(size=n).astype(np.float32)
+    fwd, grad = {}, {}
+
+    if wanted(args, "fflow"):
+        import fflow
+        import fflow.numpy as jnp
+
+        def f(x):
+            return jnp.tanh(gelu(jnp, A * x + B)) * C
+
+        ff = fflow.jit(f)
+        fg = fflow.jit(fflow.grad(lambda x: jnp.sum(f(x))))
+        fx = jnp.asarray(x)
+        fwd["fflow"] = median_time(lambda: ff(fx), reps)
+        grad["fflow"] = median_time(lambda: fg(fx), reps)
+
+    jax = load_jax() if wanted(args, "jax") else None
+    if jax is not None:
+        jnp = jax.numpy
+
+        def jf(x):
+            return jnp.tanh(gelu(jnp, A * x + B)) * C
+
+        jff = jax.jit(jf)
+        jfg = jax.jit(jax.grad(lambda x: jnp.sum(jf(x))))
+        jx = jnp.asarray(x)
+        fwd["jax.jit"] = median_time(lambda: jff(jx).block_until_ready(), reps)
+        grad["jax.jit"] = median_time(lambda: jfg(jx).block_until_ready(), reps)
+
+    torch = load_torch() if wanted(args, "torch") else None
+    if torch is not None:
+        tx = torch.tensor(x)
+
+        def tf(x):
+            return torch.tanh(gelu(torch, A * x + B)) * C
+
+        fwd["torch eager"] = median_time(lambda: tf(tx), reps)
+
+        def tgrad():
+            xx = tx.detach().requires_grad_(True)
+            tf(xx).sum().backward()
+            return xx.grad
+
+        grad["torch eager"] = median_time(tgrad, reps)
+
+    if wanted(args, "numpy"):
+        fwd["numpy"] = median_time(lambda: numpy_forward(x), reps)
+        grad["numpy"] = median_time(lambda: numpy_grad(x), reps)
+
+    print_table(
+        "Elementwise chain tanh(gelu(a*x+b))*c",
+        [(f"forward, {n} float32", fwd), (f"grad, {n} float32", grad)],
+    )
+
+
+if __name__ == "__main__":
+    main()
