@@ -390,3 +390,21 @@ def test_param_dtype_bf16_keeps_activations_low_and_grads_fp32():
     for k in ref:
         r = as_np(ref[k])
         assert np.linalg.norm(as_np(grads[k]) - r) <= 3e-2 * np.linalg.norm(r), k
+
+
+def test_checkpointed_body_is_rewritten():
+    w = jnp.ones((3, 3)) * 0.3
+    x = jnp.ones((2, 3))
+    g = fflow.checkpoint(lambda w, x: jnp.tanh(x @ w))
+
+    def f(w, x):
+        return jnp.sum(jnp.exp(g(w, x)))
+
+    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(w, x)
+    (ck,) = eqns_of(prog, "checkpoint")
+    (dot,) = eqns_of(ck.params["program"], "dot_general")
+    assert [v.aval.dtype for v in dot.inputs] == [BF16, BF16]
+    ref = as_np(fflow.grad(f)(w, x))
+    got = fflow.grad(fflow.amp(f, "bf16"))(w, x)
+    assert got.dtype == F32
+    np.testing.assert_allclose(as_np(got), ref, rtol=2e-2)
