@@ -113,6 +113,32 @@ class Policy:
                 )
             self.overrides[name] = _canonical_class(value, key)
 
+    @classmethod
+    def from_lists(
+        cls,
+        compute_dtype,
+        allow=(),
+        deny=(),
+        gray=(),
+        clear=(),
+        param_dtype=None,
+        output_dtype=None,
+    ):
+        """A policy in OneFlow's terms: primitives on the allow list run in low
+        precision, on the deny list in fp32, gray and clear ones follow their inputs.
+
+        Example:
+            >>> import fflow
+            >>> p = fflow.amp.Policy.from_lists("fp16", deny=["tanh"], gray=["dot_general"])
+            >>> p.class_of("tanh"), p.class_of("dot_general")
+            ('fp32', 'follow')
+        """
+        overrides = {}
+        for names, klass in ((allow, LOW), (deny, FP32), (gray, FOLLOW), (clear, FOLLOW)):
+            for name in names:
+                overrides[name] = klass
+        return cls(compute_dtype, param_dtype, output_dtype, overrides)
+
     @staticmethod
     def resolve(policy):
         """A Policy from a Policy, "bf16"/"fp16"/"fp32", or "params=f32,compute=bf16,output=f32"."""
