@@ -408,3 +408,14 @@ def test_checkpointed_body_is_rewritten():
     got = fflow.grad(fflow.amp(f, "bf16"))(w, x)
     assert got.dtype == F32
     np.testing.assert_allclose(as_np(got), ref, rtol=2e-2)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from fflow.transforms import amp as amp_mod
+    from fflow.transforms import amp_policy, amp_scale
+
+    for mod in (amp_mod, amp_policy, amp_scale):
+        result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__
