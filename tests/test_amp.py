@@ -285,7 +285,7 @@ def test_amp_of_jit_rewrites_the_jitted_program():
 
 
 def test_vmap_of_amp_matches_per_example_amp():
-    vmap = getattr(fflow, "vmap", None)
+    vmap = fflow.vmap
     params, x, y = make_mlp(seed=3, n=6)
 
     def per_example(params, xi, yi):

@@ -55,3 +55,20 @@ def test_amp_casts_keep_the_sbp_of_their_input():
     for out, sbp, src in casts:
         if src in sbp_of:
             assert sbp_of[src] == sbp, (out, src, sbp_of[src], sbp)
+
+
+def test_jit_of_sharded_amp_step_and_grad_of_sharded_amp_loss():
+    params, x, y = make_mlp(seed=0, n=16)
+    pl, S, B = _placement_and_sbp()
+    step = fflow.amp(fflow.value_and_grad(loss_fn), "bf16")
+    loss_ref, grads_ref = step(params, x, y)
+    loss, grads = fflow.jit(fflow.shard(step, pl, in_sbp=(B, S(0), S(0))))(params, x, y)
+    np.testing.assert_allclose(np.asarray(loss), float(loss_ref), rtol=1e-5)
+    sharded_loss = fflow.shard(fflow.amp(loss_fn, "bf16"), pl, in_sbp=(B, S(0), S(0)))
+    grads2 = fflow.grad(lambda p: sharded_loss(p, x, y))(params)
+    for k, ref in grads_ref.items():
+        ref = as_np(ref)
+        for g in (grads[k], grads2[k]):
+            np.testing.assert_allclose(
+                as_np(np.asarray(g)), ref, rtol=2.0**-7, atol=2.0**-7 * np.abs(ref).max()
+            )
