@@ -15,7 +15,7 @@ from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
 from fflow.transforms.staging import partial_eval_rules
 
-from fflow.core import Primitive, ShapedArray, set_current_trace
+from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
 from fflow.errors import ShapeError, user_error
 
 scan_p = Primitive("scan", multiple_results=True)
@@ -172,8 +172,13 @@ def _scan_partial_eval(trace, args, params):
     # the unknown scan, known xs are passed through, the rest are stacked per step.
     res_const, res_xs, res_stacked = [], [], []
     kinds = []
-    for r, (kind, src) in zip(split.residuals, split.res_kinds):
-        if kind == "outer":
+    n_known_out = len(split.known.outvars) - len(split.residuals)
+    invariant = _loop_invariant_residuals(split, k_consts, n_known_out, trace)
+    for i, (r, (kind, src)) in enumerate(zip(split.residuals, split.res_kinds)):
+        if i in invariant:
+            kinds.append(("const", len(res_const)))
+            res_const.append(invariant[i])
+        elif kind == "outer":
             kinds.append(("const", len(res_const)))
             res_const.append(r)
         elif kind == "input" and src < n_kc:
@@ -186,7 +191,6 @@ def _scan_partial_eval(trace, args, params):
             kinds.append(("stacked", len(res_stacked)))
             res_stacked.append(r)
     # the known scan: outputs known carry, known ys and the stacked residuals
-    n_known_out = len(split.known.outvars) - len(split.residuals)
     keep = list(range(n_known_out)) + [
         n_known_out + i for i, (k, _) in enumerate(kinds) if k == "stacked"
     ]
@@ -240,6 +244,29 @@ def _scan_partial_eval(trace, args, params):
     out = [next(u_car_it) if u else next(k_car_it) for u in carry_uk]
     out += [next(u_ys_it) if u else next(k_ys_it) for u in ys_uk]
     return out
+
+
+def _loop_invariant_residuals(split, k_consts, n_known_out, trace):
+    """Computed residuals that depend only on the scan's consts (e.g. `W.T`): computed
+    once outside the loop instead of being stacked per iteration. {index: value}."""
+    known = split.known
+    n_in = len(split.known_consts) + len(k_consts)
+    varying = set(known.invars[n_in:])
+    for eqn in known.eqns:
+        if any(v in varying for v in eqn.inputs if not isinstance(v, Literal)):
+            varying.update(eqn.outputs)
+    res_vars = known.outvars[n_known_out:]
+    picked = [
+        i
+        for i, (v, (kind, _)) in enumerate(zip(res_vars, split.res_kinds))
+        if kind == "computed" and not isinstance(v, Literal) and v not in varying
+    ]
+    if not picked:
+        return {}
+    program = pt.prune(Program(known.invars[:n_in], [], known.eqns, [res_vars[i] for i in picked]))
+    with set_current_trace(trace.parent):
+        values = pt.call(program, list(split.known_consts) + list(k_consts))
+    return dict(zip(picked, values))
 
 
 partial_eval_rules[scan_p] = _scan_partial_eval

@@ -71,6 +71,17 @@ def permute(program, in_order=None, out_order=None):
     return program.replace(invars=invars, outvars=outvars)
 
 
+def prune(program):
+    """Drop the equations the outputs do not need (no primitive here has effects)."""
+    needed = {v for v in program.outvars if type(v) is not Literal}
+    keep = []
+    for eqn in reversed(program.eqns):
+        if any(o in needed for o in eqn.outputs):
+            keep.append(eqn)
+            needed.update(v for v in eqn.inputs if type(v) is not Literal)
+    return program.replace(eqns=keep[::-1])
+
+
 # ----------------------------------------------------------------------------
 # JVP
 
