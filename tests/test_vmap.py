@@ -263,3 +263,38 @@ def test_custom_rules_survive_vmap():
     np.testing.assert_allclose(
         np.asarray(fflow.grad(lambda v: jnp.sum(fflow.vmap(h)(v)))(xs)), ref, rtol=1e-6
     )
+
+
+ANY_SHAPE = {
+    "cos": jnp.cos,
+    "square_plus_self": lambda x: x * x + x,
+    "sum_last": lambda x: jnp.sum(x, axis=-1),
+    "min_first": lambda x: jnp.min(x, axis=0),
+    "mean_all": jnp.mean,
+    "logsumexp_rows": lambda x: jnp.log(jnp.sum(jnp.exp(x), axis=-1)),
+    "flip_reshape": lambda x: x[::-1].reshape(-1),
+    "expand_concat": lambda x: jnp.concatenate([x[None], x[None] * 2], axis=0),
+    "cummax": lambda x: lax.cummax(x, axis=x.ndim - 1),
+    "outer_last": lambda x: x[..., :, None] * x[..., None, :],
+    "where_pos": lambda x: jnp.where(x > 0, x, -x),
+    "argmin_first": lambda x: jnp.argmin(x, axis=0),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_vmap_matches_loop_for_drawn_shapes_axes_and_primitives(data):
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), label="shape"))
+    batch = data.draw(st.integers(1, 4), label="batch")
+    ndim = len(shape) + 1
+    in_axis = data.draw(st.integers(-ndim, ndim - 1), label="in_axis")
+    name = data.draw(st.sampled_from(sorted(ANY_SHAPE)), label="primitive")
+    f = ANY_SHAPE[name]
+    x = np.stack(
+        [rng.standard_normal(shape).astype(np.float32) for _ in range(batch)], axis=in_axis % ndim
+    )
+    out_ndim = np.ndim(np.asarray(f(jnp.asarray(np.take(x, 0, axis=in_axis))))) + 1
+    out_axis = data.draw(st.integers(-out_ndim, out_ndim - 1), label="out_axis")
+    expected = loop_vmap(f, (in_axis,), out_axis, x)
+    actual = fflow.vmap(f, in_axes=in_axis, out_axes=out_axis)(x)
+    np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-5, atol=1e-5)
