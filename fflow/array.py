@@ -248,10 +248,31 @@ class EvalTrace(core.Trace):
                 )
             else:
                 vals.append(np.asarray(a))
-        out = prim.impl(*vals, **params)
+        try:
+            out = prim.impl(*vals, **params)
+        except Exception as e:
+            # eager calls skip the shape rule for speed; on failure it says why, at the user's line
+            err = _shape_rule_error(prim, vals, params)
+            if err is None:
+                raise
+            raise err from e
         if prim.multiple_results:
             return [_wrap(o) for o in out]
         return _wrap(out)
+
+
+def _shape_rule_error(prim, vals, params):
+    from fflow.errors import FflowError
+
+    if prim.abstract_eval is None:
+        return None
+    try:
+        prim.abstract_eval(*[ShapedArray(np.shape(v), np.asarray(v).dtype) for v in vals], **params)
+    except FflowError as err:
+        return err
+    except Exception:
+        return None
+    return None
 
 
 def _dispatch_special(prim, args, params):

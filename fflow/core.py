@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from fflow import dtypes
-from fflow.errors import UnexpectedTracerError, user_source_info
+from fflow.errors import UnexpectedTracerError, user_error, user_source_info
 
 # ----------------------------------------------------------------------------
 # Abstract values
@@ -286,12 +286,13 @@ def bind(prim, *args, **params):
 def check_not_leaked(x):
     """Raise if `x` is a tracer whose transform has already returned."""
     if isinstance(x, Tracer) and x._trace.finished:
-        raise UnexpectedTracerError(
+        raise user_error(
+            UnexpectedTracerError,
             f"A value traced by {type(x._trace).__name__} escaped its transformation "
             f"(a leaked tracer, {x.aval.str_short()}"
             + (f", created at {x._source_info}" if getattr(x, "_source_info", None) else "")
             + "). Return it from the transformed function instead of storing it "
-            "in a global or a closure."
+            "in a global or a closure.",
         )
 
 

@@ -509,6 +509,10 @@ NOT_GRAD_CHECKED = {
     "nextafter": "a step of one ulp: the derivative is defined as zero (like floor), "
     "which finite differences of the discrete step cannot confirm",
     "iota": "no operands to differentiate",
+    "sbp_constraint": "an identity carrying an SBP annotation (with_sbp); only meaningful "
+    "under shard, whose tests check its gradient against unsharded runs",
+    "shard_call": "runs a sharded nested program per device; its gradients are checked by the "
+    "shard tests against unsharded runs",
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
 }
