@@ -13,7 +13,7 @@ from fflow.transforms.autodiff import (
 )
 
 from fflow import lax
-from fflow.core import Primitive, ShapedArray
+from fflow.core import Primitive, ShapedArray, aval_of_value
 from fflow.dtypes import bool_
 from fflow.errors import DtypeError, ShapeError, user_error
 
@@ -105,7 +105,8 @@ def _select_n_transpose(ct, which, *cases):
         raise ValueError("select_n is not linear in its predicate")
     if type(ct) is Zero:
         return [None] * (1 + len(cases))
-    zeros = zeros_like_aval(ct.aval if hasattr(ct, "aval") else cases[0].aval)
+    # ct may be a plain NumPy array (a known cotangent), so take its aval from the value
+    zeros = zeros_like_aval(aval_of_value(ct).strip_weak_type())
     out = [None]
     for i, c in enumerate(cases):
         if is_undefined(c):
