@@ -93,14 +93,16 @@ pow_p = binary("pow", _pow, amp="fp32")
 def _pow_jvp_x(g, x, y):
     # y * x**(y-1), and exactly 0 where y == 0 (not 0 * inf = nan at x == 0), as in JAX
     one = lax.full_like(y, 1)
-    return lax.mul(g, lax.mul(y, lax.pow(x, lax.sub(y, one))))
+    zero = lax.full_like(y, 0)
+    jac = lax.select_n(lax.eq(y, zero), lax.mul(y, lax.pow(x, lax.sub(y, one))), zero)
+    return lax.mul(g, jac)
 
 
 def _pow_jvp_y(g, x, y):
-    out = lax.pow(x, y)
-    zero = lax.full_like(x, 0)
     # log of x with zeros replaced by ones: no -inf even in higher derivatives (JAX's rule)
-    safe_log = lax.select_n(lax.eq(x, zero), lax.log(x), zero)
+    out = lax.pow(x, y)
+    zero, one = lax.full_like(x, 0), lax.full_like(x, 1)
+    safe_log = lax.log(lax.select_n(lax.eq(x, zero), x, one))
     return lax.mul(g, lax.mul(out, safe_log))
 
 
