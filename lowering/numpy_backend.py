@@ -99,6 +99,7 @@ class _Ctx:
         self._gid = 0
         self.donate = donate
         self.splat = {}  # broadcast-scalar constant -> name of its scalar
+        self.native_sources = []  # C sources of fused groups compiled to native loops
 
     def name(self, v):
         if type(v) is Literal:
@@ -509,6 +510,11 @@ def _group_rows_ok(ctx, group):
 
 def emit_group(ctx, group, i):
     """A fused elementwise group: temporaries reused in place, chunked when large."""
+    if group.size >= CHUNK_MIN_SIZE:
+        from fflow.lowering import native
+
+        if native.enabled() and native.emit_native_group(ctx, group, i):
+            return
     rows = _chunk_rows(group)
     if rows is not None and _chunkable(group):
         return emit_chunked_group(ctx, group, i, rows)
@@ -714,6 +720,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
     fn.steps = steps
     fn.report = report
     fn.liveness = live
+    fn.native_sources = ctx.native_sources
     return fn
 
 

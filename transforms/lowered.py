@@ -46,6 +46,8 @@ class Lowered:
             text += "\n\n# fused elementwise groups\n" + "\n".join(f"# {g!r}" for g in groups)
         if self.source:
             text += "\n\n# generated code\n" + self.source
+        for k, c_source in enumerate(getattr(self.entry.executable, "native_sources", ())):
+            text += f"\n\n# native loop {k} (C, gcc)\n" + c_source
         return text
 
     def __str__(self):

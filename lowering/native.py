@@ -1,0 +1,327 @@
+"""Native loops for large fused elementwise groups: a C renderer table, gcc, ctypes.
+
+NumPy runs a fused group as one pass over memory per operation and calls scalar
+transcendental loops; one C loop per group reads each input once, writes the
+output once and vectorizes `tanhf`/`expf`/... through glibc's libmvec. Chosen by
+measurement (the elementwise benchmark in docs/benchmarks.md).
+
+NaN/inf semantics are kept: no `-ffast-math` (only `-fno-math-errno`), and max/min
+propagate NaN as NumPy does. Results may differ from NumPy's by an ulp in the
+transcendental functions; everything else is the same IEEE operation.
+
+Libraries are cached on disk by source hash (`FFLOW_CACHE_DIR`, default
+`~/.cache/fflow/native`). Without a C compiler (or with
+`fflow.config.update("jit_native", False)`) groups run as chunked NumPy.
+"""
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from fflow.core import Literal, Var
+
+NATIVE_MIN_SIZE = 1 << 18  # smaller groups: NumPy's per-call cost is already small
+CFLAGS = [
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-ffp-contract=off",  # no FMA contraction: each + and * rounds as in NumPy
+    "-fopenmp-simd",
+    "-shared",
+    "-fPIC",
+]
+LIBS = ["-lmvec", "-lm"]
+
+_CTYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(bool): "unsigned char",
+}
+_TRANSCENDENTAL = {
+    "exp",
+    "log",
+    "tanh",
+    "sin",
+    "cos",
+    "tan",
+    "expm1",
+    "log1p",
+    "erf",
+    "logistic",
+    "pow",
+    "sinh",
+    "cosh",
+    "atan",
+    "asin",
+    "acos",
+    "exp2",
+    "cbrt",
+    "atan2",
+}
+# functions with libmvec vector variants (declared `omp declare simd` so loops vectorize)
+_MATH = {
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "expm1": "expm1",
+    "log1p": "log1p",
+    "erf": "erf",
+    "sqrt": "sqrt",
+    "floor": "floor",
+    "ceil": "ceil",
+    "abs": "fabs",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "atan": "atan",
+    "asin": "asin",
+    "acos": "acos",
+    "exp2": "exp2",
+    "cbrt": "cbrt",
+}
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+_compiler = None
+_lib_cache = {}
+
+
+def compiler():
+    """The C compiler's path, or None."""
+    global _compiler
+    if _compiler is None:
+        _compiler = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc") or ""
+    return _compiler or None
+
+
+def enabled():
+    from fflow.config import config
+
+    return bool(config.jit_native) and compiler() is not None
+
+
+def _fn(name, ctype):
+    return name + ("f" if ctype == "float" else "")
+
+
+def _literal(value, ctype):
+    value = float(value)
+    if value != value:
+        return f"(({ctype})NAN)"
+    if value in (float("inf"), float("-inf")):
+        return f"(({ctype}){'-' if value < 0 else ''}INFINITY)"
+    return value.hex() + ("f" if ctype == "float" else "")
+
+
+def _render_eqn(e, args, used_math):
+    """The C expression of one elementwise equation, or None (not in the table)."""
+    name = e.primitive.name
+    in_t = _CTYPES.get(e.inputs[0].aval.dtype) if e.inputs else None
+    out_t = _CTYPES.get(e.outputs[0].aval.dtype)
+    if in_t is None or out_t is None:
+        return None
+    a = args[0]
+    if name in _BINARY and in_t != "unsigned char":
+        return f"({a} {_BINARY[name]} {args[1]})"
+    if name in _COMPARE:
+        return f"({a} {_COMPARE[name]} {args[1]})"
+    if in_t == "unsigned char" and name not in ("select_n", "convert_element_type"):
+        return None
+    if name in _MATH:
+        used_math.add((_MATH[name], in_t, 1))
+        return f"{_fn(_MATH[name], in_t)}({a})"
+    if name == "neg":
+        return f"(-{a})"
+    if name == "square":
+        return f"({a} * {a})"
+    if name == "rsqrt":
+        used_math.add(("sqrt", in_t, 1))
+        return f"(({in_t})1 / {_fn('sqrt', in_t)}({a}))"
+    if name == "logistic":
+        used_math.add(("exp", in_t, 1))
+        return f"(({in_t})1 / (({in_t})1 + {_fn('exp', in_t)}(-{a})))"
+    if name == "max":
+        return f"(({a} > {args[1]} || {a} != {a}) ? {a} : {args[1]})"
+    if name == "min":
+        return f"(({a} < {args[1]} || {a} != {a}) ? {a} : {args[1]})"
+    if name in ("pow", "atan2"):
+        used_math.add((name, in_t, 2))
+        return f"{_fn(name, in_t)}({a}, {args[1]})"
+    if name == "sign":
+        return f"({a} != {a} ? {a} : ({in_t})(({a} > 0) - ({a} < 0)))"
+    if name == "integer_pow":
+        from fflow.primitives.unary import integer_pow_by_squaring
+
+        y = e.params["y"]
+        if y == 0:
+            return f"(({in_t})1)"
+        expr = integer_pow_by_squaring(a, abs(y), lambda p, q: f"({p} * {q})")
+        return expr if y > 0 else f"(({in_t})1 / {expr})"
+    if name == "select_n":
+        if len(e.inputs) != 3 or e.inputs[0].aval.dtype != np.dtype(bool):
+            return None
+        return f"({a} ? {args[2]} : {args[1]})"
+    if name == "convert_element_type":
+        if out_t == "unsigned char":
+            return f"({a} != 0)"
+        return f"(({out_t}){a})"
+    return None
+
+
+def render_group(group, scalars):
+    """C source for a group; `scalars` maps splat constants to their values.
+
+    Returns (source, array_inputs, runtime_scalars) or None when a member has no row.
+    """
+    out = group.outputs[0]
+    if out.aval.dtype not in _CTYPES or group.size < NATIVE_MIN_SIZE:
+        return None
+    if not any(e.primitive.name in _TRANSCENDENTAL for e in group.eqns) or len(group.eqns) < 3:
+        return None
+    names = {}
+    arrays, runtime = [], []
+    body = []
+    for v in group.inputs:
+        ct = _CTYPES.get(v.aval.dtype)
+        if ct is None:
+            return None
+        if v in scalars:
+            names[v] = _literal(scalars[v], ct)
+        elif v.aval.shape == ():
+            names[v] = f"s{len(runtime)}[0]"
+            runtime.append(v)
+        elif v.aval.shape == group.shape:
+            names[v] = f"x{len(arrays)}[i]"
+            arrays.append(v)
+        else:
+            return None
+    used_math = set()
+    for k, e in enumerate(group.eqns):
+        args = []
+        for v in e.inputs:
+            if type(v) is Literal:
+                ct = _CTYPES.get(v.aval.dtype)
+                if ct is None:
+                    return None
+                args.append(_literal(np.asarray(v.value, v.aval.dtype), ct))
+            else:
+                args.append(names[v])
+        expr = _render_eqn(e, args, used_math)
+        if expr is None:
+            return None
+        t = _CTYPES[e.outputs[0].aval.dtype]
+        body.append(f"    {t} t{k} = {expr};")
+        names[e.outputs[0]] = f"t{k}"
+    decls = [
+        f"#pragma omp declare simd notinbranch\n{t} {_fn(n, t)}({', '.join([t] * arity)});"
+        for n, t, arity in sorted(used_math)
+    ]
+    # no `restrict`: the output may be an input's buffer (same index read, then written)
+    params = [f"const {_CTYPES[v.aval.dtype]}* x{k}" for k, v in enumerate(arrays)]
+    params += [f"const {_CTYPES[v.aval.dtype]}* s{k}" for k, v in enumerate(runtime)]
+    params += [f"{_CTYPES[out.aval.dtype]}* out", "long n"]
+    src = (
+        "#include <math.h>\n"
+        + "\n".join(decls)
+        + f"\nvoid fflow_group({', '.join(params)}) {{\n"
+        + "  #pragma omp simd\n  for (long i = 0; i < n; i++) {\n"
+        + "\n".join("  " + line for line in body)
+        + f"\n      out[i] = t{len(group.eqns) - 1};\n  }}\n}}\n"
+    )
+    return src, arrays, runtime
+
+
+def cache_dir():
+    d = os.environ.get("FFLOW_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fflow", "native"
+    )
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def load(source):
+    """Compile (or find on disk) the library for `source`; its `fflow_group`, or None."""
+    key = hashlib.sha256((source + " ".join(CFLAGS + LIBS)).encode()).hexdigest()[:24]
+    fn = _lib_cache.get(key)
+    if fn is not None:
+        return fn
+    path = os.path.join(cache_dir(), f"fflow_{key}.so")
+    if not os.path.exists(path):
+        with tempfile.TemporaryDirectory() as tmp:
+            c_file = os.path.join(tmp, "group.c")
+            with open(c_file, "w") as f:
+                f.write(source)
+            so = os.path.join(tmp, "group.so")
+            proc = subprocess.run(
+                [compiler(), *CFLAGS, c_file, "-o", so, *LIBS], capture_output=True, text=True
+            )
+            if proc.returncode != 0:
+                return None
+            os.replace(so, path) if _same_fs(tmp, path) else shutil.move(so, path)
+    lib = ctypes.CDLL(path)
+    fn = lib.fflow_group
+    fn.restype = None
+    _lib_cache[key] = fn
+    return fn
+
+
+def _same_fs(a, b):
+    try:
+        return os.stat(a).st_dev == os.stat(os.path.dirname(b)).st_dev
+    except OSError:
+        return False
+
+
+def _contiguous(x, dtype):
+    if type(x) is not np.ndarray or not x.flags.c_contiguous or x.dtype != dtype:
+        return np.ascontiguousarray(x, dtype=dtype)
+    return x
+
+
+def emit_native_group(ctx, group, i):
+    """Emit a call of the group's native loop into the kernel being generated."""
+    scalars = {}
+    for v in group.inputs:
+        if v in ctx.splat:
+            scalars[v] = ctx.globals[ctx.splat[v]]
+    rendered = render_group(group, scalars)
+    if rendered is None:
+        return False
+    source, arrays, runtime = rendered
+    fn = load(source)
+    if fn is None:
+        return False
+    fn.argtypes = [ctypes.c_void_p] * (len(arrays) + len(runtime) + 1) + [ctypes.c_long]
+    root = group.outputs[0]
+    out = ctx.name(root)
+    target = ctx.inplace_target(i, root, arrays)
+    dt = ctx.const(root.aval.dtype, "dt")
+    if target is not None and target[1] is None:
+        ctx.emit(f"{out} = _contig({target[0]}, {dt})")
+    else:
+        alloc = f"np.empty({group.shape}, {dt})"
+        if target is not None:
+            alloc = f"{target[0]} if {target[1]} else {alloc}"
+        ctx.emit(f"{out} = {alloc}")
+    ctx.globals["_contig"] = _contiguous
+    kernel = ctx.const(fn, "native")
+    ctx.globals[kernel + "_src"] = source
+    ptrs = []
+    for v in arrays + runtime:
+        n = f"{ctx.name(v)}_c"
+        ctx.emit(f"{n} = _contig({ctx.name(v)}, {ctx.const(v.aval.dtype, 'dt')})")
+        ptrs.append(f"{n}.ctypes.data")
+    ctx.emit(f"{kernel}({', '.join(ptrs + [f'{out}.ctypes.data', str(group.size)])})")
+    ctx.fresh.add(root)
+    ctx.native_sources.append(source)
+    return True
+
+
+__all__ = ["enabled", "emit_native_group", "render_group", "NATIVE_MIN_SIZE"]
