@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from fflow.core import Literal, Var
+from fflow.core import Literal
 
 NATIVE_MIN_SIZE = 1 << 18  # smaller groups: NumPy's per-call cost is already small
 CFLAGS = [

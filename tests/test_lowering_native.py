@@ -3,10 +3,10 @@
 
 import numpy as np
 import pytest
+from fflow.lowering import native
 
 import fflow
 import fflow.numpy as jnp
-from fflow.lowering import native
 
 pytestmark = pytest.mark.skipif(not native.enabled(), reason="no C compiler")
 
