@@ -88,11 +88,14 @@ GOLDEN = {
         fflow.checkpoint(lambda x: lax.sin(lax.mul(x, C))),
         (np.ones(3, np.float32),),
         "{ lambda a:f32[3]; b:f32[3]. let\n"
-        "    c:f32[3] = checkpoint[policy=None prevent_cse=True program={ lambda ; d:f32[3] "
-        "e:f32[3]. let\n"
+        "    c:f32[3] = checkpoint[\n"
+        "      policy=None\n"
+        "      prevent_cse=True\n"
+        "      program={ lambda ; d:f32[3] e:f32[3]. let\n"
         "          f:f32[3] = mul e d\n"
         "          g:f32[3] = sin f\n"
-        "        in (g,) }] a b\n"
+        "        in (g,) }\n"
+        "    ] a b\n"
         "  in (c,) }",
     ),
 }
@@ -135,10 +138,15 @@ def test_custom_jvp_printed_with_rule_name_and_nested_program():
     check_program(program)
     assert str(program) == (
         "{ lambda ; a:f32[]. let\n"
-        "    b:f32[] = custom_jvp_call[fun=f jvp=f_rule num_consts=0 num_nondiff=0 "
-        "program={ lambda ; c:f32[]. let\n"
+        "    b:f32[] = custom_jvp_call[\n"
+        "      fun=f\n"
+        "      jvp=f_rule\n"
+        "      num_consts=0\n"
+        "      num_nondiff=0\n"
+        "      program={ lambda ; c:f32[]. let\n"
         "          d:f32[] = sin c\n"
-        "        in (d,) }] a\n"
+        "        in (d,) }\n"
+        "    ] a\n"
         "  in (b,) }"
     )
 
