@@ -138,6 +138,13 @@ class Plan:
         )  # fmt: skip
         self.inline = {}
         materialized = set(program.invars) | set(program.constvars)
+        for v, c in zip(program.constvars, program.consts):
+            splat = _splat_eqn(v, c)
+            users = consumers.get(v, ())
+            if splat is not None and v not in outset and all(_renders_inputs(u) for u in users):
+                # a broadcast scalar: a literal in the kernels, no buffer
+                self.inline[v] = splat
+                materialized.discard(v)
         for e in eqns:
             if kinds[id(e)] == "fuse":
                 out = e.outputs[0]
@@ -214,6 +221,9 @@ class Plan:
     def producers(self):
         if not hasattr(self, "_producers"):
             self._producers = {o: e for e in self.program.eqns for o in e.outputs}
+            self._producers.update(
+                (v, e) for v, e in self.inline.items() if v not in self._producers
+            )
         return self._producers
 
     def _reduction(self, e):
@@ -329,6 +339,24 @@ class Plan:
             return res
 
         return ok(root, form)
+
+
+def _splat_eqn(v, c):
+    from fflow.primitives.shape import broadcast_in_dim_p
+
+    from fflow.core import Eqn
+
+    value = np.asarray(c._value if type(c) is Array else c)
+    if type(value) is not np.ndarray or not value.size or value.ndim == 0:
+        return None
+    first = value.reshape(-1)[0]
+    if not (all(s == 0 for s in value.strides) or (value.size <= 4096 and (value == first).all())):
+        return None
+    if value.dtype.kind == "f" and np.isnan(first) != np.isnan(value).all():
+        return None
+    lit = Literal(np.asarray(first, value.dtype), ShapedArray((), value.dtype))
+    params = {"shape": value.shape, "broadcast_dimensions": ()}
+    return Eqn(broadcast_in_dim_p, [lit], params, [v])
 
 
 class _Identity:
@@ -518,6 +546,7 @@ class Executable:
 
             for k in self.plan.kernels:
                 nvrtc.compile_cubin(k.source)
+        self.consts = None
         self.functions = None  # loaded on the first call (so a test can build many at once)
         self.last_use = _last_use(self.plan.steps, program.outvars)
 
@@ -530,9 +559,13 @@ class Executable:
         prog = self.program
         if self.functions is None:
             self.functions = rt.load(_unique(self.plan.kernels))
-        env = {}
-        for v, c in zip(prog.constvars, prog.consts):
-            env[v] = rt.to_runtime(_raw(c), v.aval)
+        if self.consts is None:  # device copies of the constants, made once
+            self.consts = [
+                (v, rt.to_runtime(_raw(c), v.aval))
+                for v, c in zip(prog.constvars, prog.consts)
+                if v not in self.plan.inline
+            ]
+        env = dict(self.consts)
         for v, a in zip(prog.invars, args):
             env[v] = rt.to_runtime(_raw(a), v.aval)
         for i, step in enumerate(self.plan.steps):

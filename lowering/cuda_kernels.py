@@ -27,6 +27,7 @@ ELEMENTWISE = set(Renderer(np.float32).code_for_op) | {
     "not",
     "shift_left",
     "shift_right_logical",
+    "shift_right_arithmetic",
     "select_n",
     "convert_element_type",
 }
@@ -492,6 +493,8 @@ def _pure_elementwise(outputs, inline, shape):
             if v.aval.ndim and v.aval.shape != shape:
                 return False
             continue
+        if eqn.primitive.name == "broadcast_in_dim" and type(eqn.inputs[0]) is Literal:
+            continue  # a splat constant
         if eqn.primitive.name not in ELEMENTWISE:
             return False
         for x in eqn.inputs:

@@ -98,6 +98,10 @@ template <class T> __device__ __forceinline__ T fflow_shl(T x, T y) {
 template <class T> __device__ __forceinline__ T fflow_shr(T x, T y) {
   return (y >= T(8 * sizeof(T))) ? T(0) : (T)(x >> y);
 }
+template <class T> __device__ __forceinline__ T fflow_sar(T x, T y) {
+  return ((unsigned long long)(long long)y < 8 * sizeof(T)) ? (T)(x >> y)
+                                                            : (x < T(0) ? T(-1) : T(0));
+}
 __device__ __forceinline__ float fflow_erfinv(float x) {
   // XLA's single-precision erf_inv (M. Giles), the same numbers as the NumPy backend
   float w = -log1pf(-x * x), p;
@@ -337,6 +341,7 @@ class IntRenderer(Renderer):
                 "not": lambda x: wrap(f"~{x}"),
                 "shift_left": lambda x, y: f"fflow_shl<{t}>({x}, {y})",
                 "shift_right_logical": lambda x, y: f"fflow_shr<{t}>({x}, {y})",
+                "shift_right_arithmetic": lambda x, y: f"fflow_sar<{t}>({x}, {y})",
             }
         )
         for name in ("floor", "ceil", "round", "round_even", "copy", "stop_gradient"):

@@ -4,7 +4,9 @@
 // __shared__, __syncthreads, warp shuffles, atomics, a few intrinsics) and a
 // scheduler that runs a grid block by block. The threads of a block are fibers
 // (ucontext): __syncthreads() and the warp-level operations switch fibers, so
-// shared memory, barriers and shuffles behave as on the GPU. Kernels with no
+// shared memory, barriers and shuffles behave as on the GPU. A fiber is started once
+// per launch (makecontext) and then runs the kernel for block after block; switches
+// use _setjmp/_longjmp (no signal-mask system calls, unlike swapcontext). Kernels with no
 // barrier run their threads as plain calls (no fibers), which is much faster.
 //
 // Everything is single-threaded: __shared__ variables become function statics
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 // Math functions: declared here instead of <math.h>, whose C++ wrapper costs half a
@@ -136,10 +139,13 @@ enum { RUNNABLE = 0, WAIT_BLOCK = 1, WAIT_WARP = 2, DONE = 3 };
 
 struct Fiber {
   ucontext_t ctx;
+  jmp_buf jb;
   int state;
+  bool started;
 };
 
 static ucontext_t sched_ctx;
+static jmp_buf sched_jb;
 static Fiber* fibers = nullptr;
 static char* stacks = nullptr;
 static int capacity = 0;
@@ -152,7 +158,6 @@ static void* body_arg = nullptr;
 static unsigned long long shfl_slots[1024];
 static char* dyn_smem = nullptr;
 static size_t dyn_smem_size = 0;
-static const char* error = nullptr;
 
 static inline void set_thread(int t) {
   current = t;
@@ -165,9 +170,17 @@ static inline int linear_tid() {
   return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
 }
 
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+static inline void yield_fiber() {
+  if (!_setjmp(fibers[current].jb)) _longjmp(sched_jb, 1);
+}
+
 static void fiber_main() {
-  body(body_arg);
-  fibers[current].state = DONE;  // returning resumes sched_ctx through uc_link
+  for (;;) {  // one pass per block of the grid; parked (DONE) in between
+    body(body_arg);
+    fibers[current].state = DONE;
+    yield_fiber();
+  }
 }
 
 static void fail(const char* msg) {
@@ -179,7 +192,7 @@ static void fail(const char* msg) {
 static inline void wait(int kind) {
   if (!use_fibers) fail("a barrier or shuffle ran in a kernel launched without fibers");
   fibers[current].state = kind;
-  swapcontext(&fibers[current].ctx, &sched_ctx);
+  yield_fiber();
 }
 
 static void ensure_capacity(int n) {
@@ -192,22 +205,40 @@ static void ensure_capacity(int n) {
   capacity = n;
 }
 
-static void run_block_fibers() {
+static void start_fibers() {
   ensure_capacity(nthreads);
+  ucontext_t proto;
+  getcontext(&proto);
   for (int t = 0; t < nthreads; ++t) {
     Fiber& f = fibers[t];
-    getcontext(&f.ctx);
+    f.ctx = proto;
     f.ctx.uc_stack.ss_sp = stacks + stack_size * (size_t)t;
     f.ctx.uc_stack.ss_size = stack_size;
-    f.ctx.uc_link = &sched_ctx;
+    f.ctx.uc_link = nullptr;  // fiber_main never returns
     makecontext(&f.ctx, fiber_main, 0);
-    f.state = RUNNABLE;
+    f.started = false;
   }
+}
+
+static inline void resume(int t) {
+  set_thread(t);
+  if (!_setjmp(sched_jb)) {
+    Fiber& f = fibers[t];
+    if (!f.started) {
+      f.started = true;
+      swapcontext(&sched_ctx, &f.ctx);  // first entry onto the fiber's own stack
+    } else {
+      _longjmp(f.jb, 1);
+    }
+  }
+}
+
+static void run_block_fibers() {
+  for (int t = 0; t < nthreads; ++t) fibers[t].state = RUNNABLE;
   for (;;) {
     for (int t = 0; t < nthreads; ++t) {
       if (fibers[t].state != RUNNABLE) continue;
-      set_thread(t);
-      swapcontext(&sched_ctx, &fibers[t].ctx);
+      resume(t);
     }
     // Everyone is parked or done: release the barriers that are complete.
     bool released = false, all_done = true, any_warp_wait = false;
@@ -252,6 +283,7 @@ static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigne
   use_fibers = with_fibers != 0;
   body = fn;
   body_arg = arg;
+  if (use_fibers) start_fibers();
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x) {

@@ -36,8 +36,10 @@ from fflow.lowering.nvrtc import cache_dir
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_shim.h")
 # -O0: the suite builds many small kernel libraries and g++'s time dominates; set
 # FFLOW_SHIM_OPT=-O2 for faster simulated kernels.
+# -U_FORTIFY_SOURCE: fiber switches longjmp between stacks, which glibc's checked
+# longjmp would reject.
 CXX_FLAGS = ["-std=c++17", os.environ.get("FFLOW_SHIM_OPT", "-O0"), "-fPIC", "-shared", "-w",
-             "-fno-strict-aliasing"]  # fmt: skip
+             "-U_FORTIFY_SOURCE", "-fno-strict-aliasing"]  # fmt: skip
 
 _KERNEL_RE = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\(([^)]*)\)\s*\{"

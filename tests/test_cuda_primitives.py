@@ -122,6 +122,13 @@ def test_integer_and_bool_ops():
     u = rng.integers(0, 2**32, (4, 6), dtype=np.uint64).astype(np.uint32)
     s = rng.integers(0, 34, (4, 6)).astype(np.uint32)
     cases.append(("shift_right_logical", lambda a, b: bind("shift_right_logical", a, b), [u, s]))
+    for dt in (np.int32, np.int8, np.uint16):
+        a = rng.integers(-100 if dt != np.uint16 else 0, 100, (3, 5)).astype(dt)
+        b = rng.integers(-2, 8 * np.dtype(dt).itemsize + 3, (3, 5)).astype(dt)
+        cases.append(
+            (f"shift_right_arithmetic {np.dtype(dt).name}",
+             lambda a, b: bind("shift_right_arithmetic", a, b), [a, b])
+        )  # fmt: skip
     z = np.array([0, 3, -4, 7], np.int32)
     cases.append(("div by zero", lambda a, b: lax.div(a, b), [z, np.zeros(4, np.int32)]))
     cases.append(("rem by zero", lambda a, b: lax.rem(a, b), [z, np.zeros(4, np.int32)]))
@@ -437,6 +444,7 @@ CONTROL_FLOW_AND_COLLECTIVES = ("cond", "while", "scan", "all_", "reduce_scatter
 TESTED_HERE = (
     set(UNARY) | set(BINARY) | set(COMPARE) | set(INT_BINARY) | set(INT_UNARY)
     | {"integer_pow", "select_n", "shift_left", "shift_right_logical", "not",
+       "shift_right_arithmetic",
        "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
        "gather", "random_bits", "random_fold_in", "dot_general"}
