@@ -3,6 +3,8 @@ on the "no class, on purpose" list), and the NumPy implementations work on bf16 
 fp16 inputs — right dtype out, and the value of the fp32 computation on the same
 (already rounded) inputs, rounded once more."""
 
+import zlib
+
 import fflow.transforms.custom  # noqa: F401  (registers custom_jvp_call, checkpoint...)
 import ml_dtypes
 import numpy as np
@@ -78,7 +80,8 @@ def _cases():
             "integer_pow_neg": lambda x, y: lax.integer_pow(pos(x), -2),
             "pow": lambda x, y: lax.pow(pos(x), y),
             "div": lambda x, y: lax.div(x, pos(y)),
-            "rem": lambda x, y: lax.rem(x * 3.0, pos(y)),
+            # exact in any precision: no rounding before the discontinuous op
+            "rem": lambda x, y: lax.rem(x, y),
             "atan2": lambda x, y: lax.atan2(x, y),
             "select": lambda x, y: lax.select(lax.lt(x, y), x, y),
             "reduce_sum": lambda x, y: lax.reduce_sum(x, (1,)),
@@ -111,7 +114,7 @@ CASES = _cases()
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "f16"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_numpy_impls_on_low_precision_inputs(name, dtype):
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     x = rng.uniform(-1.5, 1.5, (3, 4)).astype(dtype)
     y = rng.uniform(-1.5, 1.5, (3, 4)).astype(dtype)
     fn = CASES[name]
