@@ -503,3 +503,15 @@ def test_custom_inside_checkpoint_and_scan_like_loop():
     _close(fflow.grad(f)(x), expected)
     _close(fflow.jit(fflow.grad(f))(x), expected)
     _close(lax.stop_gradient(x), X)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_docstring_examples():
+    import doctest
+
+    import fflow.test_util
+    import fflow.transforms.custom
+
+    for module in (fflow.transforms.custom, fflow.test_util):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

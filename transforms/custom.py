@@ -781,8 +781,8 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     Example:
         >>> import fflow, fflow.numpy as jnp
         >>> f = fflow.checkpoint(lambda x: jnp.sin(jnp.sin(x)))
-        >>> round(float(fflow.grad(f)(0.5)), 6)
-        0.77015
+        >>> round(float(fflow.grad(f)(0.5)), 4)
+        0.7786
     """
     if fun is None:
         return functools.partial(
