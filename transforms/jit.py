@@ -129,7 +129,7 @@ class Jitted:
             params = list(self._get_signature().parameters)
             extra = tuple(params.index(n) for n in self.static_argnames if n in params)
             self.static_argnums = tuple(sorted(set(self.static_argnums + extra)))
-        self._fast_ok = not self.static_argnums and not self.donate_argnums
+        self._fast_ok = not self.static_argnums
 
     def _get_signature(self):
         if self._signature is None:
@@ -154,7 +154,27 @@ class Jitted:
             else:
                 entry = self.fast_cache.get(tuple(key))
                 if entry is not None:
-                    return entry.call(args)
+                    out = entry.call(args)
+                    if self.donate_argnums:
+                        self._mark_donated(args)
+                    return out
+                return self._call_slow(args, kwargs)
+            # pytree arguments (lists/dicts of Arrays): one flatten, one tuple hash
+            leaves, treedef = tree_flatten(args)
+            key = [treedef]
+            for x in leaves:
+                if type(x) is not Array:
+                    break
+                v = x._value
+                where = x._sharding if type(v) is np.ndarray else _where(x)
+                key.append((v.shape, v.dtype, x._weak, where))
+            else:
+                entry = self.fast_cache.get(tuple(key))
+                if entry is not None:
+                    out = entry.call(leaves)
+                    if self.donate_argnums:
+                        self._mark_donated(args)
+                    return out
         return self._call_slow(args, kwargs)
 
     def _call_slow(self, args, kwargs):
@@ -170,13 +190,11 @@ class Jitted:
             raise self._unhashable_error(static) from None
         if entry is None:
             entry = self._trace(key, dyn_args, kwargs, leaves, in_tree, static, args)
-            if (
-                self._fast_ok
-                and entry.call is not None
-                and not kwargs
-                and all(type(a) is Array for a in args)
-            ):
-                self.fast_cache[key[2]] = entry
+            if self._fast_ok and entry.call is not None and not kwargs:
+                if all(type(a) is Array for a in args):
+                    self.fast_cache[key[2]] = entry
+                elif all(type(x) is Array for x in tree_flatten(args)[0]):
+                    self.fast_cache[(tree_flatten(args)[1],) + key[2]] = entry
         if core._state.trace is root_trace and entry.call is not None:
             if not _FAST[0]:
                 return tree_unflatten(entry.out_tree, _run_checked(entry, leaves))
