@@ -72,3 +72,24 @@ def test_jit_of_sharded_amp_step_and_grad_of_sharded_amp_loss():
             np.testing.assert_allclose(
                 as_np(np.asarray(g)), ref, rtol=2.0**-7, atol=2.0**-7 * np.abs(ref).max()
             )
+
+
+def test_loss_scaled_fp16_step_under_shard():
+    params, x, y = make_mlp(seed=0, n=16)
+    pl, S, B = _placement_and_sbp()
+
+    def step(params, ls, x, y):
+        f = fflow.amp.scaled_value_and_grad(fflow.amp(loss_fn, "fp16"))
+        loss, grads, finite = f(ls, params, x, y)
+        new = {k: params[k] - 0.1 * grads[k] for k in params}
+        return fflow.amp.select_tree(finite, new, params), ls.adjust(finite), loss
+
+    ls = fflow.amp.DynamicLossScale(loss_scale=2.0**10, period=1)
+    p_ref, ls_ref, loss_ref = step(params, ls, x, y)
+    p, ls_out, loss = fflow.shard(step, pl, in_sbp=(B, B, S(0), S(0)))(params, ls, x, y)
+    np.testing.assert_allclose(np.asarray(loss), float(loss_ref), rtol=1e-5)
+    # the scale state is replicated (B) and follows the same schedule: grown after 1 step
+    assert float(np.asarray(ls_out.loss_scale)) == float(ls_ref.loss_scale) == 2.0**11
+    assert int(np.asarray(ls_out.counter)) == int(ls_ref.counter) == 0
+    for k, ref in p_ref.items():
+        np.testing.assert_allclose(as_np(np.asarray(p[k])), as_np(ref), rtol=1e-3, atol=1e-5)
