@@ -20,10 +20,19 @@ def _internal_roots():
     return _internal_dirs
 
 
+_internal_cache = {}  # filename -> bool (abspath per frame per equation was a trace hot spot)
+
+
 def _is_internal(filename):
-    if filename.endswith(_SKIP_FILES) or filename.startswith("<frozen"):
-        return True
-    return os.path.abspath(filename).startswith(_internal_roots())
+    hit = _internal_cache.get(filename)
+    if hit is None:
+        hit = (
+            filename.endswith(_SKIP_FILES)
+            or filename.startswith("<frozen")
+            or os.path.abspath(filename).startswith(_internal_roots())
+        )
+        _internal_cache[filename] = hit
+    return hit
 
 
 class SourceInfo:
