@@ -28,7 +28,7 @@ def _is_internal(filename):
     if hit is None:
         hit = (
             filename.endswith(_SKIP_FILES)
-            or filename.startswith("<frozen")
+            or filename.startswith(("<frozen", "<fflow"))  # generated kernels are ours
             or os.path.abspath(filename).startswith(_internal_roots())
         )
         _internal_cache[filename] = hit
