@@ -290,8 +290,7 @@ def _wrap_nd(spec, ndim):
     if isinstance(spec, SbpParallel) or spec is None:
         return spec
     if (
-        ndim > 1
-        and isinstance(spec, (tuple, list))
+        isinstance(spec, (tuple, list))
         and len(spec) == ndim
         and all(isinstance(s, SbpParallel) for s in spec)
     ):

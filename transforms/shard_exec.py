@@ -11,7 +11,7 @@ collective with its bytes, and the total bytes moved per call.
 import numpy as np
 from fflow.primitives.collectives import collective_phases
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
-from fflow.transforms.shard_plan import plan_program
+from fflow.transforms.shard_plan import fixed_plan, plan_program
 from fflow.transforms.shard_rules import LocalCtx, apply_local
 from fflow.transforms.staging import trace_to_program
 
@@ -23,11 +23,16 @@ from fflow.sharding import local_box, make_global, runtime
 class ShardedProgram:
     """A global program planned on a placement (the `sharded` param of shard_call)."""
 
-    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out=False, name="shard"):
+    def __init__(
+        self, program, pl, in_sbps, out_sbps, allow_partial_out=False, name="shard", sigs=None
+    ):
         self.program = program
         self.placement = pl
         self.in_sbps = [tuple(s) for s in in_sbps]
-        self.plan = plan_program(program, pl, self.in_sbps, out_sbps, allow_partial_out)
+        if sigs is None:
+            self.plan = plan_program(program, pl, self.in_sbps, out_sbps, allow_partial_out)
+        else:  # a given signature per equation (tests of every signature use this)
+            self.plan = fixed_plan(program, pl, self.in_sbps, out_sbps, sigs)
         self.out_sbps = self.plan.out_sbps
         self.name = name
         self._locals = {}

@@ -56,7 +56,7 @@ class _Problem:
         for v in program.constvars:
             self.init[v] = (B,) * pl.ndim
         self.cands = []
-        for eqn in program.eqns:
+        for eqn in program.eqns if constraint_prim is not None else ():
             if eqn.primitive is constraint_prim:
                 nd = eqn.params["sbp"]
                 self.cands.append([Sig((nd,), (nd,))])
@@ -104,6 +104,19 @@ def plan_program(program, pl, in_sbps, out_sbps, allow_partial_out=False, search
         if found is not None:
             var_sbp, sigs, cost = found
     return Plan(var_sbp, sigs, prob.final_sbps(var_sbp), cost[0])
+
+
+def fixed_plan(program, pl, in_sbps, out_sbps, sigs):
+    """A Plan with the given signature per equation (no search)."""
+    prob = _Problem(program, pl, in_sbps, out_sbps, True, None)
+    var_sbp = dict(prob.init)
+    total = 0
+    for eqn, sig in zip(program.eqns, sigs):
+        total += prob.in_cost(var_sbp, eqn, sig)[0]
+        for v, s in zip(eqn.outputs, sig.outs):
+            var_sbp[v] = s
+    total += prob.out_cost(var_sbp)[0]
+    return Plan(var_sbp, list(sigs), prob.final_sbps(var_sbp), total)
 
 
 def _greedy(prob):
