@@ -228,12 +228,16 @@ def test_mlp_loss_and_grads_close_to_fp32(policy, tol):
 
 def test_low_precision_sums_and_matmuls_accumulate_in_fp32():
     n = 3000  # bf16 running sums stall at 256; fp16 loses integers above 2048
+    total = fflow.jit(lambda v: (jnp.sum(v), jnp.cumsum(v)[-1]))
     for dt in (BF16, F16):
         ones = jnp.asarray(np.ones(n, dt))
         assert float(jnp.sum(ones)) == pytest.approx(n, rel=4e-3)
         assert float(jnp.cumsum(ones)[-1]) == pytest.approx(n, rel=4e-3)
+        for t in total(ones):  # and in the compiled NumPy backend
+            assert t.dtype == dt and float(t) == pytest.approx(n, rel=4e-3)
         a = jnp.asarray(np.ones((2, n), dt))
         assert float((a @ a.T)[0, 0]) == pytest.approx(n, rel=4e-3)
+        assert float(fflow.jit(lambda m: m @ m.T)(a)[0, 0]) == pytest.approx(n, rel=4e-3)
     # under amp, an f32 sum stays f32 and an amp matmul accumulates in f32
     x = jnp.asarray(np.full((1, 1001), 1.0, np.float32))
     out = fflow.amp(lambda a, b: a @ b, "bf16")(x, x.T)
