@@ -70,6 +70,18 @@ class HostStep:
         self.writes = list(eqn.outputs)
 
 
+class ControlStep:
+    """cond / while / scan: a host loop around compiled sub-programs (kernels on the device)."""
+
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self.reads = [v for v in eqn.inputs if type(v) is Var]
+        self.writes = list(eqn.outputs)
+
+
+CONTROL = ("cond", "while", "scan")
+
+
 class _EwGroup:
     def __init__(self, shape):
         self.shape = shape
@@ -93,6 +105,12 @@ def _renders_inputs(eqn):
     )
 
 
+def _supported_aval(aval):
+    from fflow.lowering.cuda_render import supported_dtype
+
+    return supported_dtype(aval.dtype)
+
+
 def _supported(eqn):
     from fflow.lowering.cuda_render import supported_dtype
 
@@ -103,6 +121,10 @@ def _supported(eqn):
 
 def _kind(eqn):
     name = eqn.primitive.name
+    if name in CONTROL and all(
+        _supported_aval(v.aval) for v in list(eqn.inputs) + list(eqn.outputs)
+    ):
+        return "control"
     if not _supported(eqn):
         return "host"
     if ck.is_fusible(eqn):
@@ -149,7 +171,9 @@ class Plan:
             if kinds[id(e)] == "fuse":
                 out = e.outputs[0]
                 if out in outset or any(
-                    kinds[id(c)] != "fuse" and not _renders_inputs(c) or kinds[id(c)] == "host"
+                    kinds[id(c)] != "fuse"
+                    and not _renders_inputs(c)
+                    or kinds[id(c)] in ("host", "control")
                     for c in consumers.get(out, ())
                 ):
                     materialized.add(out)
@@ -189,6 +213,8 @@ class Plan:
                 pending.append(KernelStep([copy, scat], note=e.primitive.name))
             elif kind == "blas":
                 pending.append(BlasStep(e))
+            elif kind == "control":
+                pending.append(ControlStep(e))
             else:
                 pending.append(HostStep(e))
         pending = self._merge_rows(pending)
@@ -480,10 +506,11 @@ class CupyRuntime:
         from fflow.device import DeviceBuffer, to_device
 
         if type(value) is DeviceBuffer:
-            data = value.data
-            if not data.flags.c_contiguous or data.data.ptr % 16:
-                data = data.copy(order="C")
-            return data
+            value = value.data
+        if isinstance(value, self.cp.ndarray):
+            if not value.flags.c_contiguous or value.data.ptr % 16:
+                value = value.copy(order="C")
+            return value
         return to_device(np.asarray(value, aval.dtype), self.device).data
 
     def to_host(self, value, aval):
@@ -547,6 +574,7 @@ class Executable:
             for k in self.plan.kernels:
                 nvrtc.compile_cubin(k.source)
         self.consts = None
+        self.subs = {}
         self.functions = None  # loaded on the first call (so a test can build many at once)
         self.last_use = _last_use(self.plan.steps, program.outvars)
 
@@ -555,6 +583,13 @@ class Executable:
         return plan_text(self.plan)
 
     def __call__(self, *args):
+        rt = self.runtime
+        prog = self.program
+        vals = [rt.to_runtime(_raw(a), v.aval) for v, a in zip(prog.invars, args)]
+        return [rt.wrap(value, v.aval) for value, v in zip(self.run_raw(vals), prog.outvars)]
+
+    def run_raw(self, vals):
+        """Run on runtime values (device arrays) -> runtime values."""
         rt = self.runtime
         prog = self.program
         if self.functions is None:
@@ -566,8 +601,8 @@ class Executable:
                 if v not in self.plan.inline
             ]
         env = dict(self.consts)
-        for v, a in zip(prog.invars, args):
-            env[v] = rt.to_runtime(_raw(a), v.aval)
+        for v, a in zip(prog.invars, vals):
+            env[v] = a
         for i, step in enumerate(self.plan.steps):
             t = type(step)
             if t is KernelStep:
@@ -583,6 +618,8 @@ class Executable:
                 env[step.eqn.outputs[0]] = rt.matmul(step.eqn, lhs, rhs)
             elif t is AliasStep:
                 env[step.out] = rt.reshape(env[step.src], step.out.aval.shape)
+            elif t is ControlStep:
+                self._control(step.eqn, env)
             else:
                 self._host(step.eqn, env)
             for v in self.last_use.get(i, ()):
@@ -590,11 +627,57 @@ class Executable:
         outs = []
         for v in prog.outvars:
             if type(v) is Literal:
-                value = rt.from_host(np.asarray(v.value, v.aval.dtype), v.aval)
+                outs.append(rt.from_host(np.asarray(v.value, v.aval.dtype), v.aval))
             else:
-                value = env[v]
-            outs.append(rt.wrap(value, v.aval))
+                outs.append(env[v])
         return outs
+
+    def _sub(self, program):
+        """The executable of a sub-program (cached on this executable)."""
+        hit = self.subs.get(id(program))
+        if hit is None:
+            hit = self.subs[id(program)] = (program, Executable(_optimize(program), self.runtime))
+        return hit[1]
+
+    def _control(self, eqn, env):
+        rt = self.runtime
+        p = eqn.params
+        args = [
+            rt.from_host(np.asarray(v.value, v.aval.dtype), v.aval)
+            if type(v) is Literal
+            else env[v]
+            for v in eqn.inputs
+        ]
+        name = eqn.primitive.name
+        if name == "cond":
+            index = int(rt.to_host(args[0], eqn.inputs[0].aval))
+            branch = p["branches"][min(max(index, 0), len(p["branches"]) - 1)]
+            outs = self._sub(branch).run_raw(args[1:])
+        elif name == "while":
+            nc, nb = p["cond_nconsts"], p["body_nconsts"]
+            cconsts, bconsts, carry = args[:nc], args[nc : nc + nb], args[nc + nb :]
+            cond, body = self._sub(p["cond_jaxpr"]), self._sub(p["body_jaxpr"])
+            pred_aval = p["cond_jaxpr"].out_avals[0]
+            while bool(rt.to_host(cond.run_raw(cconsts + carry)[0], pred_aval)):
+                carry = body.run_raw(bconsts + carry)
+            outs = carry
+        else:  # scan
+            body = self._sub(p["jaxpr"])
+            nconst, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
+            consts, carry = args[:nconst], args[nconst : nconst + ncarry]
+            xs = args[nconst + ncarry :]
+            x_avals = p["jaxpr"].in_avals[nconst + ncarry :]
+            ys = [rt.empty(v.aval) for v in eqn.outputs[ncarry:]]
+            order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
+            for i in order:
+                step_in = [rt.to_runtime(x[i], a) for x, a in zip(xs, x_avals)]
+                out = body.run_raw(consts + carry + step_in)
+                carry = out[:ncarry]
+                for buf, y in zip(ys, out[ncarry:]):
+                    buf[i] = y
+            outs = carry + ys
+        for v, o in zip(eqn.outputs, outs):
+            env[v] = o
 
     def _host(self, eqn, env):
         rt = self.runtime

@@ -186,3 +186,21 @@ def test_device_put_eager_ops_on_the_simulated_gpu():
     g = fflow.grad(lambda w: jnp.sum(jnp.tanh(w * x)))(fflow.device_put(np.float32(0.5), dev))
     ref = np.sum(a * (1 - np.tanh(0.5 * a) ** 2))
     np.testing.assert_allclose(float(g), ref, rtol=1e-5)
+
+
+def test_control_flow_runs_compiled_bodies():
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+
+    def f(x):
+        def body(c, row):
+            c = jnp.tanh(c + row)
+            return c, jnp.sum(c * 2)
+
+        c, ys = lax.scan(body, jnp.zeros(3), x)
+        n = lax.while_loop(lambda s: s[0] < 5, lambda s: (s[0] + 1, s[1] * 1.5), (0, c))
+        return ys, lax.cond(n[0] > 3, lambda v: v + 1, lambda v: v - 1, n[1])
+
+    plan = plan_of(f, x)
+    names = [type(s).__name__ for s in plan.steps]
+    assert names.count("ControlStep") == 3, names
+    run_cases([("scan + while + cond", f, [x])])
