@@ -506,6 +506,22 @@ class GlobalValue:
         value = runtime().assemble(self)
         return value if dtype is None else value.astype(dtype)
 
+    # Python scalars of a 0-d global array (Array's conversions delegate here)
+    def __float__(self):
+        return float(np.asarray(self))
+
+    def __int__(self):
+        return int(np.asarray(self))
+
+    def __bool__(self):
+        return bool(np.asarray(self))
+
+    def __complex__(self):
+        return complex(np.asarray(self))
+
+    def __index__(self):
+        return int(np.asarray(self))
+
 
 def make_global(shape, dtype, pl, nd_sbp, shards, weak_type=False):
     from fflow.array import Array
