@@ -170,8 +170,8 @@ def run_copy(args):
 def run_torch(args):
     import torch
 
-    dev = "cuda"
-    sync = torch.cuda.synchronize
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     out = {}
     xs = [torch.randn(args.n_elem, device=dev) for _ in range(3)]
 
@@ -266,6 +266,32 @@ def run_jax(args):
 
     params, x, y = jax.device_put((params, x, y))
     out["mlp"] = _jbench(lambda: step(params, x, y), args.reps)
+    bp = jax.device_put(block_init(rng, args.d_model, 4 * args.d_model))
+    bx = jax.device_put(rng.standard_normal((args.bsz, args.seq, args.d_model)).astype(np.float32))
+
+    def jblock(p, x, heads=4):
+        b, t, d = x.shape
+
+        def ln(q, x):
+            m = x.mean(-1, keepdims=True)
+            v = (x * x).mean(-1, keepdims=True) - m * m
+            return (x - m) * jax.lax.rsqrt(v + 1e-5) * q["g"] + q["b"]
+
+        h = ln(p["ln1"], x)
+        qkv = (h @ p["qkv"]).reshape(b, t, 3, heads, d // heads)
+        q, k, v = (xnp.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+        att = jax.nn.softmax(xnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d // heads), -1)
+        o = xnp.transpose(xnp.einsum("bhqk,bhkd->bhqd", att, v), (0, 2, 1, 3)).reshape(b, t, d)
+        x = x + o @ p["proj"]
+        h = ln(p["ln2"], x)
+        return xnp.mean(xnp.square(x + jax.nn.gelu(h @ p["fc1"]) @ p["fc2"]))
+
+    @jax.jit
+    def bstep(p, x):
+        lv, g = jax.value_and_grad(jblock)(p, x)
+        return jax.tree_util.tree_map(lambda a, gg: a - 1e-3 * gg, p, g), lv
+
+    out["block"] = _jbench(lambda: bstep(bp, bx), args.reps)
     del sync_of
     return out
 

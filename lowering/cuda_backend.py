@@ -532,9 +532,11 @@ class CupyRuntime:
         m = int(np.prod([la.shape[i] for i in lf], dtype=np.int64))
         n = int(np.prod([ra.shape[i] for i in rf], dtype=np.int64))
         kk = int(np.prod([la.shape[i] for i in lc], dtype=np.int64))
-        a = cp.ascontiguousarray(cp.transpose(lhs, list(lb) + lf + list(lc))).reshape(nb, m, kk)
-        b = cp.ascontiguousarray(cp.transpose(rhs, list(rb) + list(rc) + rf)).reshape(nb, kk, n)
-        out = cp.matmul(a, b).reshape(out_aval.shape)  # batched GEMM in cuBLAS
+        # views where possible: cuBLAS takes transposed operands without a copy
+        a = cp.transpose(lhs, list(lb) + lf + list(lc)).reshape(nb, m, kk)
+        b = cp.transpose(rhs, list(rb) + list(rc) + rf).reshape(nb, kk, n)
+        out = cp.matmul(a[0], b[0]) if nb == 1 else cp.matmul(a, b)  # (batched) GEMM
+        out = out.reshape(out_aval.shape)
         return self._store(out, out_aval.dtype)
 
     def _compute(self, x, dtype):

@@ -204,3 +204,18 @@ def test_control_flow_runs_compiled_bodies():
     names = [type(s).__name__ for s in plan.steps]
     assert names.count("ControlStep") == 3, names
     run_cases([("scan + while + cond", f, [x])])
+
+
+def test_gpu_check_script_smoke_run_on_the_shim():
+    import subprocess
+    import sys
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.py")
+    proc = subprocess.run(
+        [sys.executable, path, "--tiny", "--backend", "cuda_shim", "--skip-tests"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "transformer block train step" in proc.stdout
