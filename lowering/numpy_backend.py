@@ -475,7 +475,22 @@ def emit_scan(ctx, eqn, i):
         ctx.fresh.add(v)
 
 
+def emit_call(ctx, eqn, i):
+    """custom_jvp_call / custom_vjp_call / checkpoint: run the nested program compiled."""
+    program = eqn.params.get("program")
+    if program is None:
+        return emit_fallback(ctx, eqn, i)
+    kernel = ctx.const(body_kernel(program), "call")
+    args = ", ".join(ctx.arg(v, True) for v in eqn.inputs)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    call = f"{kernel}({args})"
+    ctx.emit(f"{_tuple_target(outs)} = {call}" if outs else call)
+
+
 ROWS = {
+    "custom_jvp_call": emit_call,
+    "custom_vjp_call": emit_call,
+    "checkpoint": emit_call,
     "cond": emit_cond,
     "while": emit_while,
     "scan": emit_scan,

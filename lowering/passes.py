@@ -104,7 +104,10 @@ def cse(program):
     for eqn in program.eqns:
         inputs = [sub(v) for v in eqn.inputs]
         eqn = eqn.replace(inputs=inputs) if inputs != eqn.inputs else eqn
-        pkey = None if is_effectful(eqn) else _params_key(eqn.params)
+        # effects run every time; rematerialised checkpoints must not merge with the
+        # forward computation they recompute (prevent_cse)
+        opaque = is_effectful(eqn) or eqn.params.get("prevent_cse", False)
+        pkey = None if opaque else _params_key(eqn.params)
         if pkey is not None:
             key = (eqn.primitive, tuple(key_of(v) for v in inputs), pkey)
             prev = seen.get(key)
@@ -222,6 +225,52 @@ def _eval(prim, vals, params):
             return prim.impl(*vals, **params)
     except Exception:  # leave it to run time, where the error names the user's line
         return None
+
+
+# -- exact cast round trips -----------------------------------------------------------
+
+
+def _widens_exactly(src, dst):
+    src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst:
+        return True
+    if src.kind == "f" or src.name == "bfloat16":
+        return dst.kind == "f" and dst.itemsize > src.itemsize and dst.name != "bfloat16"
+    if src.kind in "iu" and dst.kind in "iu":
+        return np.can_cast(src, dst, "safe")
+    return False
+
+
+def fold_cast_round_trips(program):
+    """`convert(convert(x: T -> W), T)` with W wider than T (exact) is `x`, bit for bit.
+
+    grad(amp(f)) produces these pairs (an upcast's transpose meets a downcast).
+    """
+    producer = {}
+    replace = {}
+
+    def sub(v):
+        return v if type(v) is Literal else replace.get(v, v)
+
+    eqns = []
+    for e in program.eqns:
+        inputs = [sub(v) for v in e.inputs]
+        e = e.replace(inputs=inputs) if inputs != e.inputs else e
+        if e.primitive.name == "convert_element_type" and type(inputs[0]) is Var:
+            inner = producer.get(inputs[0])
+            out = e.outputs[0]
+            if inner is not None and type(inner.inputs[0]) is Var:
+                x = inner.inputs[0]
+                mid = inner.outputs[0].aval.dtype
+                if x.aval.dtype == out.aval.dtype and _widens_exactly(x.aval.dtype, mid):
+                    if x.aval.weak_type == out.aval.weak_type:
+                        replace[out] = x
+                        continue
+            producer[out] = e
+        eqns.append(e)
+    if not replace:
+        return program
+    return dce(program.replace(eqns=eqns, outvars=[sub(v) for v in program.outvars]))
 
 
 # -- dot followed by transpose ----------------------------------------------------------
@@ -489,6 +538,7 @@ def optimize(program, report=None):
     report.counts["input"] = len(program.eqns)
     program = report.run("dce", dce, program)
     program = report.run("fold", fold_constants, program)
+    program = report.run("casts", fold_cast_round_trips, program)
     program = report.run("cse", cse, program)
     program = report.run("dot_t", fold_dot_transpose, program)
     return program, report

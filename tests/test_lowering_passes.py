@@ -131,3 +131,29 @@ def test_passes_preserve_results(ops):
     y = jnp.asarray(np.linspace(2, 3, 6, dtype=np.float32))
     for e, j in zip(f(x, y), fflow.jit(f)(x, y)):
         np.testing.assert_array_equal(e, j)
+
+
+def test_cast_round_trip_folds_only_when_exact():
+    def f(x):
+        up = x.astype(np.float32).astype(np.float16)  # exact: f16 -> f32 -> f16
+        down = x.astype(np.float16).astype(np.float32)  # not a round trip of x's dtype
+        return up, down
+
+    x = jnp.asarray(np.array([1.0009765625, 65504.0, np.nan], np.float16))
+    program = passes.fold_cast_round_trips(fflow.make_jaxpr(f)(x))
+    assert prims(program).count("convert_element_type") == 1
+    for e, j in zip(f(x), fflow.jit(f)(x)):
+        np.testing.assert_array_equal(np.asarray(e), np.asarray(j))
+    g = lambda v: v.astype(np.float16).astype(np.float32)  # narrowing: never folded
+    v = jnp.asarray(np.array([1.0001], np.float32))
+    np.testing.assert_array_equal(fflow.jit(g)(v), g(v))
+
+
+def test_checkpoint_and_custom_calls_run_compiled():
+    @fflow.checkpoint
+    def block(x):
+        return jnp.sin(x) * jnp.cos(x)
+
+    f = fflow.jit(fflow.grad(lambda x: jnp.sum(block(x) ** 2)))
+    x = jnp.linspace(0.0, 1.0, 5)
+    np.testing.assert_allclose(f(x), fflow.grad(lambda x: jnp.sum(block(x) ** 2))(x), rtol=1e-6)
