@@ -22,6 +22,26 @@ def _free_dims(ndim, contract, batch):
 def _dot_impl(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     (lc, rc), (lb, rb) = dimension_numbers
     out_dtype = preferred_element_type or lhs.dtype
+    if (
+        not lb
+        and len(lc) == 1
+        and lc[0] == lhs.ndim - 1
+        and rc[0] == (0 if rhs.ndim < 2 else rhs.ndim - 2)
+        and rhs.ndim <= 2
+        and out_dtype == lhs.dtype == rhs.dtype
+        and lhs.dtype.kind in "fc"
+        and lhs.dtype.itemsize >= 4
+    ):
+        # the common matmul/matvec: one BLAS call, no transposes (eager per-op cost)
+        return np.asarray(np.matmul(lhs, rhs))
+    if (
+        not lb
+        and out_dtype == lhs.dtype == rhs.dtype
+        and lhs.dtype.kind in "fc"
+        and lhs.dtype.itemsize >= 4
+    ):
+        # no batch dims: tensordot's output order (lhs free, rhs free) is dot_general's
+        return np.asarray(np.tensordot(lhs, rhs, axes=(list(lc), list(rc))))
     compute = lhs.dtype
     if compute.itemsize < 4 and compute.kind == "f" or compute.name == "bfloat16":
         # NumPy's half/bf16 matmul is slow and accumulates in low precision
