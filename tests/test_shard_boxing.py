@@ -39,8 +39,8 @@ def make_global(x, nd, pl, seed):
             c = pl.coords(i)
             if c[m] == 0:
                 continue
-            # replicas along B axes must stay equal: key the noise on the other coords
-            key = (m,) + tuple(v for a, v in enumerate(c) if not nd[a].is_broadcast())
+            # replicas along B and other P axes must stay equal: key on split coords only
+            key = (m, c[m]) + tuple(v for a, v in enumerate(c) if nd[a].is_split())
             if key not in noise:
                 noise[key] = rng.uniform(0.5, 1.5, size=shards[i].shape).astype(x.dtype)
             base = list(c)

@@ -203,29 +203,109 @@ def is_communicating(prim):
 
 
 def device_steps(prog, args):
-    """Run `prog` on NumPy values; yields (prim, x, params) at collectives, gets the result."""
+    """Run `prog` on NumPy values; yields (prim, x, params) at collectives, gets the result.
+
+    The equations between two collectives run as one compiled NumPy function (the
+    jit backend's code generation), so a program on one device runs as fast as
+    the unsharded jitted program.
+    """
+    stages = _stages(prog)
     env = {}
-    for v, c in zip(prog.constvars, prog.consts):
-        env[v] = np.asarray(c)
     for v, a in zip(prog.invars, args):
         env[v] = a
-    for eqn in prog.eqns:
-        vals = [
-            np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v] for v in eqn.inputs
-        ]
-        prim = eqn.primitive
-        if prim in collective_phases:
-            out = yield (prim, vals[0], eqn.params)
+    for kind, item, ins, outs in stages:
+        if kind == "collective":
+            x = _read(env, item.inputs[0])
+            env[item.outputs[0]] = np.asarray((yield (item.primitive, x, item.params)))
         else:
-            out = prim.impl(*vals, **eqn.params)
-        if prim.multiple_results:
-            for v, o in zip(eqn.outputs, out):
+            results = item(*[_read(env, v) for v in ins])
+            for v, r in zip(outs, results):
+                env[v] = r
+    return [_read(env, v) for v in prog.outvars]
+
+
+def _read(env, v):
+    return np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v]
+
+
+_stage_cache = {}
+
+
+def _stages(prog):
+    hit = _stage_cache.get(id(prog))
+    if hit is not None and hit[0] is prog:
+        return hit[1]
+    stages = []
+    later_uses = _uses_after(prog)
+    seg = []
+    for k, eqn in enumerate(prog.eqns):
+        if eqn.primitive in collective_phases:
+            if seg:
+                stages.append(_segment(prog, seg, later_uses[k]))
+                seg = []
+            stages.append(("collective", eqn, None, None))
+        else:
+            seg.append(eqn)
+    if seg:
+        stages.append(_segment(prog, seg, set(v for v in prog.outvars if type(v) is not Literal)))
+    _stage_cache[id(prog)] = (prog, stages)
+    return stages
+
+
+def _uses_after(prog):
+    """For each eqn index k: the vars read by eqns k.. and by the outputs."""
+    needed = set(v for v in prog.outvars if type(v) is not Literal)
+    out = [None] * len(prog.eqns)
+    for k in range(len(prog.eqns) - 1, -1, -1):
+        needed = needed | {v for v in prog.eqns[k].inputs if type(v) is not Literal}
+        out[k] = set(needed)
+    return out
+
+
+def _segment(prog, eqns, needed_later):
+    from fflow.core import Program
+
+    defined = set()
+    ins = []
+    consts = dict(zip(prog.constvars, prog.consts))
+    cvars, cvals = [], []
+    for eqn in eqns:
+        for v in eqn.inputs:
+            if type(v) is Literal or v in defined:
+                continue
+            if v in consts:
+                if v not in cvars:
+                    cvars.append(v)
+                    cvals.append(consts[v])
+            elif v not in ins:
+                ins.append(v)
+        defined.update(eqn.outputs)
+    outs = [v for eqn in eqns for v in eqn.outputs if v in needed_later]
+    sub = Program(ins, cvars, eqns, outs, cvals)
+    return ("segment", _compile(sub), ins, outs)
+
+
+def _compile(sub):
+    try:
+        from fflow.lowering.numpy_backend import compile_program
+
+        return compile_program(sub, raw=True, name="fflow_shard_segment")
+    except Exception:  # noqa: BLE001  (fall back to the reference implementations)
+        return _interpret(sub)
+
+
+def _interpret(sub):
+    def run(*args):
+        env = dict(zip(sub.constvars, (np.asarray(c) for c in sub.consts)))
+        env.update(zip(sub.invars, args))
+        for eqn in sub.eqns:
+            out = eqn.primitive.impl(*[_read(env, v) for v in eqn.inputs], **eqn.params)
+            outs = out if eqn.primitive.multiple_results else [out]
+            for v, o in zip(eqn.outputs, outs):
                 env[v] = np.asarray(o)
-        else:
-            env[eqn.outputs[0]] = np.asarray(out)
-    return [
-        np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v] for v in prog.outvars
-    ]
+        return [_read(env, v) for v in sub.outvars]
+
+    return run
 
 
 # ----------------------------------------------------------------------------
