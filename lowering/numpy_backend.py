@@ -516,13 +516,6 @@ def emit_eqn(ctx, eqn, i):
 # -- fused groups -------------------------------------------------------------------
 
 
-def _group_rows_ok(ctx, group):
-    for e in group.eqns:
-        if _ufunc(e) is None and e.primitive.name not in _SPECIAL_ELEMENTWISE:
-            return False
-    return True
-
-
 def emit_group(ctx, group, i):
     """A fused elementwise group: temporaries reused in place, chunked when large."""
     if group.size >= CHUNK_MIN_SIZE:
