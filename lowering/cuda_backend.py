@@ -195,7 +195,6 @@ class Plan:
                 last = pending[-1] if pending else None
                 if type(last) is _EwGroup and last.shape == out.aval.shape:
                     last.outputs.append(out)
-                    self.inline_own = None
                 else:
                     g = _EwGroup(out.aval.shape)
                     g.outputs.append(out)
@@ -464,6 +463,9 @@ class ShimRuntime:
         return Array(DeviceBuffer(value, aval.dtype, self.device), aval.weak_type)
 
 
+_cupy_functions = {}  # (kernel name, device id) -> loaded RawModule function
+
+
 class CupyRuntime:
     """Runs plans on a GPU: RawModule kernels from the NVRTC cubins, cuBLAS via cupy.matmul."""
 
@@ -488,6 +490,10 @@ class CupyRuntime:
 
         out = {}
         for k in kernels:
+            fn = _cupy_functions.get((k.name, self.device.id))
+            if fn is not None:
+                out[k.name] = fn
+                continue
             try:
                 cubin = nvrtc.compile_cubin(k.source)
                 path = os.path.join(tempfile.gettempdir(), f"{k.name}.cubin")
@@ -497,6 +503,7 @@ class CupyRuntime:
             except nvrtc.NVRTCUnavailable:
                 mod = self.cp.RawModule(code=k.source, options=("--std=c++17",))
             out[k.name] = mod.get_function(k.name)
+            _cupy_functions[(k.name, self.device.id)] = out[k.name]
         return out
 
     def launch(self, fn, kernel, args):

@@ -46,6 +46,7 @@ INDEX_OPS = {
     "gather",
     "random_bits",
     "random_fold_in",
+    "sbp_constraint",  # with_sbp's annotation: the identity on one device
 }
 REDUCTIONS = {
     "reduce_sum",
@@ -379,6 +380,7 @@ INDEX_RULES = {
     "gather": _gather,
     "random_bits": _random_bits,
     "random_fold_in": _random_fold_in,
+    "sbp_constraint": lambda b, eqn, idx, guard: _at(b, eqn.inputs[0], idx, guard),
 }
 
 

@@ -426,6 +426,13 @@ def test_dot_general_and_host_fallback():
         ),  # fmt: skip
         ("sort (host fallback)", lambda x: lax.sort(x, 1), [a]),
     ]
+    from fflow.transforms.shard import sbp_constraint_p
+
+    from fflow.sharding import B
+
+    cases.append(
+        ("with_sbp annotation (identity)", lambda x: sbp_constraint_p.bind(x * 2, sbp=(B,)), [a])
+    )
     built = run_cases(cases)
     text = built[2][1].source
     assert "host sort" in text
@@ -447,7 +454,7 @@ TESTED_HERE = (
        "shift_right_arithmetic",
        "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
-       "gather", "random_bits", "random_fold_in", "dot_general"}
+       "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint"}
     | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | set(cuda_kernels.SCATTERS)
 )  # fmt: skip
 
