@@ -56,7 +56,7 @@ class AmpTracer(core.Tracer):
 
     @classmethod
     def of(cls, trace, aval, value, weak=False):
-        dtype = aval_of_value(value).dtype
+        dtype = _dtype_of(value)
         return cls(trace, aval, dtype, {dtype: value}, weak)
 
     @property
@@ -77,7 +77,7 @@ class AmpTracer(core.Tracer):
         bf16) is materialized on first use, so unused roundings never appear."""
         v = self.casts.get(self._dtype)
         if v is None:
-            src = max(self.casts.values(), key=lambda x: aval_of_value(x).dtype.itemsize)
+            src = max(self.casts.values(), key=lambda x: _dtype_of(x).itemsize)
             with set_current_trace(self._trace.parent):
                 v = lax.convert_element_type(src, self._dtype)
             self.casts[self._dtype] = v
@@ -100,10 +100,16 @@ class Rounded:
         self.dtype = dtype
 
 
+def _dtype_of(x):
+    d = getattr(x, "dtype", None)  # arrays and tracers: no aval object built
+    return d if isinstance(d, np.dtype) else aval_of_value(x).dtype
+
+
 def _widest(dts):
     out = dts[0]
     for d in dts[1:]:
-        out, _ = dtypes.result_type((out, False), (d, False))
+        if d != out:
+            out, _ = dtypes.result_type((out, False), (d, False))
     return out
 
 
@@ -195,7 +201,7 @@ class AmpTrace(core.Trace):
     def _box(self, aval, out, weak):
         if type(out) is Rounded:
             dtype = np.dtype(out.dtype)
-            return AmpTracer(self, aval, dtype, {aval_of_value(out.value).dtype: out.value}, weak)
+            return AmpTracer(self, aval, dtype, {_dtype_of(out.value): out.value}, weak)
         return AmpTracer.of(self, aval, out, weak)
 
 
@@ -219,10 +225,10 @@ def _target_dtype(trace, cls, ins):
         if any(t.aval.dtype.itemsize > 4 for t in floats):
             return KEEP
         return trace.policy.compute_dtype
-    strong = [t.physical_dtype for t in floats if not t.weak]
-    widest = _widest(strong or [t.physical_dtype for t in floats])
-    if cls == FP32:
-        return _widest([widest, float32]) if widest.itemsize < 4 else widest
+    strong = [t._dtype for t in floats if not t.weak]
+    widest = _widest(strong or [t._dtype for t in floats])
+    if cls == FP32 and widest.itemsize < 4:
+        return float32
     return widest
 
 

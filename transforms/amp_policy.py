@@ -103,6 +103,7 @@ class Policy:
         self.param_dtype = _dtype_or_none(param_dtype, "param_dtype")
         self.output_dtype = _dtype_or_none(output_dtype, "output_dtype")
         self.overrides = {}
+        self._classes = {}  # primitive -> class, filled on first use (per-op lookup cost)
         for key, value in (overrides or {}).items():
             name = key if isinstance(key, str) else getattr(key, "name", None)
             if name not in core.primitives:
@@ -171,11 +172,16 @@ class Policy:
 
     def class_of(self, prim):
         """The AMP class this policy gives `prim` (a primitive or its name)."""
-        name = prim if isinstance(prim, str) else prim.name
-        if name in self.overrides:
-            return self.overrides[name]
-        prim = core.primitives.get(name) if isinstance(prim, str) else prim
-        return _canonical_class(getattr(prim, "amp_class", KEEP), name)
+        cls = self._classes.get(prim)
+        if cls is None:
+            name = prim if isinstance(prim, str) else prim.name
+            if name in self.overrides:
+                cls = self.overrides[name]
+            else:
+                p = core.primitives.get(name) if isinstance(prim, str) else prim
+                cls = _canonical_class(getattr(p, "amp_class", KEEP), name)
+            self._classes[prim] = cls
+        return cls
 
     def cast_to_compute(self, tree):
         """Cast the floating leaves of `tree` to the compute dtype."""
