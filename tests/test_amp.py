@@ -194,6 +194,8 @@ def test_policy_param_and_output_dtypes():
 def test_bad_policies_raise_user_errors():
     with pytest.raises(ValueError, match="unknown policy"):
         fflow.amp(lambda x: x, "fp8")
+    with pytest.raises(TypeError, match="function first"):
+        fflow.amp("bf16", lambda x: x)
     with pytest.raises(ValueError, match="not a primitive"):
         fflow.amp.Policy("bf16", overrides={"matmul_typo": "low"})
     with pytest.raises(ValueError, match="not an AMP class"):

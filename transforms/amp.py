@@ -31,6 +31,7 @@ from fflow.transforms.amp_scale import (
 from fflow import core, dtypes, lax
 from fflow.core import Program, aval_of_value, set_current_trace
 from fflow.dtypes import float32
+from fflow.errors import user_error
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 # prim -> rule(trace, prim, amp_class, tracers, params) -> physical output(s) (each
@@ -343,6 +344,12 @@ _register_rules()
 
 def amp_transform(fun, policy="bf16"):
     """`fun` rewritten to mixed precision under `policy` (see `fflow.amp`)."""
+    if not callable(fun):
+        raise user_error(
+            TypeError,
+            f"amp: expected a function, got {type(fun).__name__}. Fix: call it as "
+            f"fflow.amp(f, 'bf16')(*args) (the function first, then the policy).",
+        )
     policy = Policy.resolve(policy)
 
     @functools.wraps(fun)
