@@ -3,6 +3,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fflow
 import fflow.numpy as jnp
@@ -152,3 +154,19 @@ def test_loss_scale_is_a_pytree():
     assert len(leaves) == 2
     back = tree_unflatten(tree, leaves)
     assert back.period == 7 and float(back.loss_scale) == 4.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    steps=st.lists(st.booleans(), min_size=1, max_size=30),
+    period=st.integers(1, 5),
+    scale=st.sampled_from([1.0, 2.0, 8.0, 1024.0]),
+    factor=st.sampled_from([2, 4]),
+)
+def test_schedule_matches_reference_on_drawn_sequences(steps, period, scale, factor):
+    ls = DLS(loss_scale=scale, period=period, factor=factor)
+    got = []
+    for finite in steps:
+        ls = ls.adjust(jnp.asarray(finite))
+        got.append((float(ls.loss_scale), int(ls.counter)))
+    assert got == reference_schedule(steps, scale=scale, period=period, factor=factor)
