@@ -21,6 +21,7 @@ Example:
     ((B,), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
 """
 
+import functools
 import os
 
 import numpy as np
@@ -47,12 +48,13 @@ class SbpParallel:
 
 
 class Split(SbpParallel):
-    __slots__ = ("axis",)
+    __slots__ = ("axis", "_hash")
 
     def __init__(self, axis):
         if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
             raise user_error(TypeError, f"split needs an integer axis, got {axis!r}")
         self.axis = int(axis)
+        self._hash = hash(("S", self.axis))
 
     def is_split(self):
         return True
@@ -61,7 +63,7 @@ class Split(SbpParallel):
         return type(other) is Split and other.axis == self.axis
 
     def __hash__(self):
-        return hash(("S", self.axis))
+        return self._hash
 
     def __repr__(self):
         return f"S({self.axis})"
@@ -84,12 +86,13 @@ class Broadcast(SbpParallel):
 
 
 class Partial(SbpParallel):
-    __slots__ = ("op",)
+    __slots__ = ("op", "_hash")
 
     def __init__(self, op="sum"):
         if op not in ("sum", "max", "min"):
             raise ValueError(f"partial op must be sum, max or min, not {op!r}")
         self.op = op
+        self._hash = hash(("P", op))
 
     def is_partial(self):
         return True
@@ -98,7 +101,7 @@ class Partial(SbpParallel):
         return type(other) is Partial and other.op == self.op
 
     def __hash__(self):
-        return hash(("P", self.op))
+        return self._hash
 
     def __repr__(self):
         return "P" if self.op == "sum" else f"P({self.op})"
@@ -300,6 +303,7 @@ def check_sbp_fits(shape, nd_sbp, hierarchy, what="sbp"):
             )
 
 
+@functools.lru_cache(maxsize=65536)
 def canonical(hierarchy, nd_sbp):
     """Drop size-1 mesh axes and merge neighbouring axes with equal SBP.
 
@@ -353,6 +357,11 @@ def group_coord(coords, groups, hierarchy):
 
 def local_box(shape, nd_sbp, hierarchy, coords):
     """The (start, stop) per dim of the logical array held by the device at `coords`."""
+    return _local_box(tuple(shape), tuple(nd_sbp), tuple(hierarchy), tuple(coords))
+
+
+@functools.lru_cache(maxsize=262144)
+def _local_box(shape, nd_sbp, hierarchy, coords):
     hier, sbps, groups = canonical(hierarchy, nd_sbp)
     gc = group_coord(coords, groups, hierarchy)
     box = [[0, d] for d in shape]

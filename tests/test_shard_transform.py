@@ -146,15 +146,16 @@ def _brute_force(sp):
     for choice in itertools.product(*cands):
         var = dict(zip(prog.invars, sp.in_sbps))
         total = 0
+        done = set()  # a value converted once serves every consumer
+        needs = []
         for e, sig in zip(prog.eqns, choice):
-            for v, want in zip(e.inputs, sig.ins):
-                have = var.get(v, (B,)) if hasattr(v, "id") else (B,)
-                if have != want:
-                    total += boxing_bytes(v.aval.shape, v.aval.dtype, h, have, want)
+            needs += [(v, want, var.get(v, (B,))) for v, want in zip(e.inputs, sig.ins)]
             var.update(zip(e.outputs, sig.outs))
-        for v, want in zip(prog.outvars, sp.out_sbps):
-            if var[v] != want:
-                total += boxing_bytes(v.aval.shape, v.aval.dtype, h, var[v], want)
+        needs += [(v, want, var[v]) for v, want in zip(prog.outvars, sp.out_sbps)]
+        for v, want, have in needs:
+            if have != want and (id(v), want) not in done:
+                done.add((id(v), want))
+                total += boxing_bytes(v.aval.shape, v.aval.dtype, h, have, want)
         best = total if best is None else min(best, total)
     return best
 

@@ -15,8 +15,10 @@ pieces each device lacks. Costs are exact byte counts (uneven splits included);
 the runtimes measure the bytes their messages carry, and both agree.
 """
 
+import functools
 import heapq
 import itertools
+import math
 
 import numpy as np
 from fflow.primitives import collectives as coll
@@ -95,7 +97,7 @@ def _op_names(step):
 
 
 def bytes_1d(x, y, g_shape, p, itemsize):
-    t = int(np.prod(g_shape, dtype=np.int64)) * itemsize
+    t = math.prod(g_shape) * itemsize
     if x == y or p == 1:
         return 0
     if x.is_split() and y.is_broadcast():
@@ -134,10 +136,12 @@ def _expand(hierarchy, work, cur):
     return tuple(full)
 
 
+@functools.lru_cache(maxsize=4096)
 def _coords(hierarchy):
     return list(itertools.product(*[range(h) for h in hierarchy]))
 
 
+@functools.lru_cache(maxsize=4096)
 def groups_of(hierarchy, axes):
     """Flat device indices grouped by the mesh axes `axes` (members in row-major order)."""
     groups = {}
@@ -148,7 +152,7 @@ def groups_of(hierarchy, axes):
 
 
 def _step_bytes(shape, itemsize, hierarchy, work, cur, w, x, y):
-    p = int(np.prod([hierarchy[m] for m in work[w]]))
+    p = math.prod(hierarchy[m] for m in work[w])
     piece_sbp = _expand(hierarchy, work, cur[:w] + (B,) + cur[w + 1 :])
     coords = _coords(hierarchy)
     total = 0
@@ -173,9 +177,10 @@ _plan_cache = {}
 
 def plan_boxing(shape, dtype, hierarchy, src, dst):
     """The cheapest BoxingPlan from N-D sbp `src` to `dst` for a logical `shape`."""
-    key = (tuple(shape), np.dtype(dtype).itemsize, tuple(hierarchy), tuple(src), tuple(dst))
+    key = (shape, dtype, hierarchy, src, dst)
     plan = _plan_cache.get(key)
     if plan is None:
+        shape, hierarchy, src, dst = tuple(shape), tuple(hierarchy), tuple(src), tuple(dst)
         plan = _plan(tuple(shape), np.dtype(dtype).itemsize, tuple(hierarchy), src, dst)
         _plan_cache[key] = plan
     return plan

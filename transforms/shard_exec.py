@@ -45,22 +45,27 @@ class ShardedProgram:
         return self.plan.bytes
 
     def boxings(self):
-        """[(where, var, src_sbp, dst_sbp, BoxingPlan)] for every conversion in the plan."""
+        """[(where, var, src_sbp, dst_sbp, BoxingPlan)] for every conversion in the plan
+        (a value converted once is shared by all consumers that need that SBP)."""
         if self._boxings is None:
             out = []
+            seen = set()
             var_sbp = self.plan.var_sbp
             h = self.placement.hierarchy
-            for k, (eqn, sig) in enumerate(zip(self.program.eqns, self.plan.eqn_sigs)):
-                for v, want in zip(eqn.inputs, sig.ins):
-                    have = _sbp(var_sbp, v, h)
-                    if have != want:
-                        bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
-                        out.append((k, v, have, want, bp))
-            for v, want in zip(self.program.outvars, self.out_sbps):
+            wants = [
+                (k, v, want)
+                for k, (eqn, sig) in enumerate(zip(self.program.eqns, self.plan.eqn_sigs))
+                for v, want in zip(eqn.inputs, sig.ins)
+            ]
+            wants += [("out", v, want) for v, want in zip(self.program.outvars, self.out_sbps)]
+            for k, v, want in wants:
                 have = _sbp(var_sbp, v, h)
-                if have != want:
-                    bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
-                    out.append(("out", v, have, want, bp))
+                if have == want or (type(v) is not Literal and (v, want) in seen):
+                    continue
+                if type(v) is not Literal:
+                    seen.add((v, want))
+                bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
+                out.append((k, v, have, want, bp))
             self._boxings = out
         return self._boxings
 
@@ -111,6 +116,8 @@ class ShardedProgram:
             for v, c in zip(prog.constvars, prog.consts):
                 env[v] = _slice_const(c, plan.var_sbp[v], h, coords)
 
+            boxed = {}
+
             def read(v, want):
                 if type(v) is Literal:
                     x = np.asarray(v.value, v.aval.dtype)
@@ -119,8 +126,13 @@ class ShardedProgram:
                     x = env[v]
                     have = plan.var_sbp[v]
                 if have != want:
+                    hit = boxed.get((v, want)) if type(v) is not Literal else None
+                    if hit is not None:
+                        return hit
                     bp = plan_boxing(v.aval.shape, v.aval.dtype, h, have, want)
                     x = apply_boxing(x, bp, v.aval.shape, v.aval.dtype, pl, flat)
+                    if type(v) is not Literal:
+                        boxed[(v, want)] = x
                 return x
 
             for eqn, sig in zip(prog.eqns, plan.eqn_sigs):
@@ -210,7 +222,7 @@ def device_steps(prog, args):
     the unsharded jitted program.
     """
     stages = _stages(prog)
-    env = {}
+    env = {v: np.asarray(c) for v, c in zip(prog.constvars, prog.consts)}
     for v, a in zip(prog.invars, args):
         env[v] = a
     for kind, item, ins, outs in stages:

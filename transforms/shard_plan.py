@@ -19,7 +19,7 @@ from fflow.transforms.shard_rules import Sig, signatures
 from fflow.core import Literal
 from fflow.sharding import B
 
-SEARCH_NODE_LIMIT = 20000
+SEARCH_NODE_LIMIT = 4000
 
 
 class Plan:
@@ -65,11 +65,13 @@ class _Problem:
             out_avals = [v.aval for v in eqn.outputs]
             self.cands.append(signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h))
 
-    def in_cost(self, var_sbp, eqn, sig):
+    def in_cost(self, var_sbp, eqn, sig, boxed=()):
+        """(bytes, conversions) to give `eqn` the inputs of `sig`; pairs in `boxed`
+        (var, sbp) are already converted for an earlier consumer and cost nothing."""
         nbytes = mism = 0
         for v, want in zip(eqn.inputs, sig.ins):
             have = _sbp_of(var_sbp, v, len(self.h))
-            if have != want:
+            if have != want and (v, want) not in boxed:
                 mism += 1
                 nbytes += boxing_bytes(v.aval.shape, v.aval.dtype, self.h, have, want)
         return nbytes, mism
@@ -83,14 +85,43 @@ class _Problem:
             outs.append(tuple(req))
         return outs
 
-    def out_cost(self, var_sbp):
+    def out_cost(self, var_sbp, boxed=()):
         nbytes = mism = 0
+        seen = set(boxed)
         for v, want in zip(self.program.outvars, self.final_sbps(var_sbp)):
             have = _sbp_of(var_sbp, v, len(self.h))
-            if have != want:
+            if have != want and (v, want) not in seen:
+                seen.add((v, want))
                 mism += 1
                 nbytes += boxing_bytes(v.aval.shape, v.aval.dtype, self.h, have, want)
         return nbytes, mism
+
+    def total(self, sigs):
+        """Exact (bytes, conversions) of a full choice; each (var, sbp) converts once."""
+        var_sbp = dict(self.init)
+        boxed = set()
+        nbytes = mism = 0
+        for eqn, sig in zip(self.program.eqns, sigs):
+            b, m = self.in_cost(var_sbp, eqn, sig, boxed)
+            nbytes, mism = nbytes + b, mism + m
+            boxed.update(_pairs(var_sbp, eqn, sig, len(self.h)))
+            for v, o in zip(eqn.outputs, sig.outs):
+                var_sbp[v] = o
+        b, m = self.out_cost(var_sbp, boxed)
+        return var_sbp, (nbytes + b, mism + m)
+
+
+def _pairs(var_sbp, eqn, sig, ndim):
+    return [
+        (v, want)
+        for v, want in zip(eqn.inputs, sig.ins)
+        if type(v) is not Literal and _sbp_of(var_sbp, v, ndim) != want
+    ]
+
+
+EXHAUSTIVE_MAX_EQNS = 12
+SEARCH_SPACE_LIMIT = 10**7
+SWEEP_MAX_EQNS = 400
 
 
 def plan_program(program, pl, in_sbps, out_sbps, allow_partial_out=False, search=True):
@@ -98,53 +129,56 @@ def plan_program(program, pl, in_sbps, out_sbps, allow_partial_out=False, search
     from fflow.transforms.shard import sbp_constraint_p
 
     prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, sbp_constraint_p)
-    var_sbp, sigs, cost = _greedy(prob)
-    if search and len(program.eqns) <= 40:
+    sigs = _greedy(prob)
+    var_sbp, cost = prob.total(sigs)
+    space = 1
+    for c in prob.cands:
+        space *= len(c)
+    if search and len(program.eqns) <= EXHAUSTIVE_MAX_EQNS and space <= SEARCH_SPACE_LIMIT:
         found = _search(prob, cost)
         if found is not None:
-            var_sbp, sigs, cost = found
+            sigs = found
+            var_sbp, cost = prob.total(sigs)
+    if search and len(program.eqns) <= SWEEP_MAX_EQNS:
+        sigs = _sweep(prob, sigs, cost)
+        var_sbp, cost = prob.total(sigs)
     return Plan(var_sbp, sigs, prob.final_sbps(var_sbp), cost[0])
 
 
 def fixed_plan(program, pl, in_sbps, out_sbps, sigs):
     """A Plan with the given signature per equation (no search)."""
     prob = _Problem(program, pl, in_sbps, out_sbps, True, None)
-    var_sbp = dict(prob.init)
-    total = 0
-    for eqn, sig in zip(program.eqns, sigs):
-        total += prob.in_cost(var_sbp, eqn, sig)[0]
-        for v, s in zip(eqn.outputs, sig.outs):
-            var_sbp[v] = s
-    total += prob.out_cost(var_sbp)[0]
-    return Plan(var_sbp, list(sigs), prob.final_sbps(var_sbp), total)
+    var_sbp, cost = prob.total(sigs)
+    return Plan(var_sbp, list(sigs), prob.final_sbps(var_sbp), cost[0])
 
 
 def _greedy(prob):
     var_sbp = dict(prob.init)
+    boxed = set()
     sigs = []
-    total = [0, 0]
+    ndim = len(prob.h)
     for eqn, cands in zip(prob.program.eqns, prob.cands):
         best, best_key = None, None
         for i, sig in enumerate(cands):
-            nbytes, mism = prob.in_cost(var_sbp, eqn, sig)
+            nbytes, mism = prob.in_cost(var_sbp, eqn, sig, boxed)
             key = (nbytes, mism, i)
             if best_key is None or key < best_key:
                 best, best_key = sig, key
         sigs.append(best)
-        total[0] += best_key[0]
-        total[1] += best_key[1]
+        boxed.update(_pairs(var_sbp, eqn, best, ndim))
         for v, s in zip(eqn.outputs, best.outs):
             var_sbp[v] = s
-    ob, om = prob.out_cost(var_sbp)
-    return var_sbp, sigs, (total[0] + ob, total[1] + om)
+    return sigs
 
 
 def _search(prob, bound):
-    """Branch and bound over signature choices; None if nothing beats `bound` in budget."""
+    """Exhaustive branch and bound over signature choices (small programs only)."""
     eqns = prob.program.eqns
+    ndim = len(prob.h)
     best = [None, bound]
     budget = [SEARCH_NODE_LIMIT]
     var_sbp = dict(prob.init)
+    boxed = set()
     chosen = []
 
     def rec(k, cost):
@@ -152,29 +186,94 @@ def _search(prob, bound):
             return
         budget[0] -= 1
         if k == len(eqns):
-            ob, om = prob.out_cost(var_sbp)
+            ob, om = prob.out_cost(var_sbp, boxed)
             total = (cost[0] + ob, cost[1] + om)
             if total < best[1]:
-                best[0] = (dict(var_sbp), list(chosen), total)
+                best[0] = list(chosen)
                 best[1] = total
             return
         eqn = eqns[k]
         scored = []
         for sig in prob.cands[k]:
-            nbytes, mism = prob.in_cost(var_sbp, eqn, sig)
+            nbytes, mism = prob.in_cost(var_sbp, eqn, sig, boxed)
             scored.append(((cost[0] + nbytes, cost[1] + mism), sig))
         scored.sort(key=lambda t: t[0])
         for c, sig in scored:
             if c >= best[1]:
                 break
+            new_pairs = [p for p in _pairs(var_sbp, eqn, sig, ndim) if p not in boxed]
+            boxed.update(new_pairs)
             chosen.append(sig)
+            saved = [(v, var_sbp.get(v)) for v in eqn.outputs]
             for v, s in zip(eqn.outputs, sig.outs):
                 var_sbp[v] = s
             rec(k + 1, c)
+            for v, old in saved:
+                if old is None:
+                    var_sbp.pop(v, None)
+                else:
+                    var_sbp[v] = old
             chosen.pop()
+            boxed.difference_update(new_pairs)
 
     rec(0, (0, 0))
     return best[0]
+
+
+def _sweep(prob, sigs, cost, rounds=2):
+    """Local improvement: change one equation's signature when that lowers the exact cost.
+
+    Candidates are screened by the change at the equation and its consumers, then
+    confirmed by the exact total.
+    """
+    eqns = prob.program.eqns
+    consumers = {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.inputs:
+            if type(v) is not Literal:
+                consumers.setdefault(v, []).append(k)
+    outset = {v for v in prob.program.outvars if type(v) is not Literal}
+    sigs = list(sigs)
+    var_sbp, cost = prob.total(sigs)
+    for _ in range(rounds):
+        improved = False
+        for k in reversed(range(len(eqns))):
+            if len(prob.cands[k]) < 2:
+                continue
+            eqn = eqns[k]
+            users = sorted({c for v in eqn.outputs for c in consumers.get(v, [])})
+            touches_out = any(v in outset for v in eqn.outputs)
+
+            ctx = (prob, eqns, sigs, var_sbp, eqn, users, touches_out)
+            here = _local_cost(ctx, sigs[k])
+            for sig in prob.cands[k]:
+                if sig is sigs[k] or _local_cost(ctx, sig) >= here:
+                    continue
+                trial = sigs[:k] + [sig] + sigs[k + 1 :]
+                t_var, t_cost = prob.total(trial)
+                if t_cost < cost:
+                    sigs, var_sbp, cost = trial, t_var, t_cost
+                    here = _local_cost((prob, eqns, sigs, var_sbp, eqn, users, touches_out), sig)
+                    improved = True
+        if not improved:
+            break
+    return sigs
+
+
+def _local_cost(ctx, sig):
+    """(bytes, conversions) at one equation and its consumers if it took `sig`."""
+    prob, eqns, sigs, var_sbp, eqn, users, touches_out = ctx
+    env = dict(var_sbp)
+    for v, s in zip(eqn.outputs, sig.outs):
+        env[v] = s
+    b, m = prob.in_cost(env, eqn, sig)
+    for c in users:
+        cb, cm = prob.in_cost(env, eqns[c], sigs[c])
+        b, m = b + cb, m + cm
+    if touches_out:
+        ob, om = prob.out_cost(env)
+        b, m = b + ob, m + om
+    return (b, m)
 
 
 def total_bytes_of(plan):

@@ -39,10 +39,21 @@ def pp_sharded(sp):
     def emit_boxing(v, src, dst, bp):
         from fflow.core import Var
 
-        nv = Var(v.aval)
-        ops = ",".join(bp.collectives()) or "relabel"
-        text = f"{var(nv, dst)} = {ops}[{_steps_text(bp)}] {use(v)}"
-        lines.append(text + (f"    # {bp.bytes} bytes" if bp.bytes else ""))
+        prev = use(v)
+        nv = v
+        for step in bp.steps:
+            nv = Var(v.aval)
+            if step.kind == "exchange":
+                after, text = step.dst, "exchange"
+            else:
+                after = tuple(step.dst if m in step.axes else s for m, s in enumerate(step.before))
+                text = _op_text(step)
+            line = f"{var(nv, after)} = {text} {prev}"
+            lines.append(line + (f"    # {step.bytes} bytes" if step.bytes else ""))
+            prev = names(nv)
+        if not bp.steps:  # same layout, another name for it (e.g. merged mesh axes)
+            nv = Var(v.aval)
+            lines.append(f"{var(nv, dst)} = relabel {prev}")
         return nv
 
     for k, (eqn, sig) in enumerate(zip(sp.program.eqns, plan.eqn_sigs)):
@@ -77,5 +88,8 @@ def pp_sharded(sp):
     return f"{head}\n{{ lambda {consts}; {ins}. let\n{body}\n  in ({', '.join(outs)}) }}"
 
 
-def _steps_text(bp):
-    return " ; ".join(s.describe() for s in bp.steps)
+def _op_text(step):
+    from fflow.transforms.shard_boxing import _ops_1d_names
+
+    ops = "+".join(_ops_1d_names(step.src, step.dst)) or "relabel"
+    return f"{ops}[mesh_axes={step.axes} {step.src}->{step.dst}]"
