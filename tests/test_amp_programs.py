@@ -131,3 +131,31 @@ def test_drawn_programs_place_each_class_in_its_dtype(kinds, policy):
     # and the un-rewritten program has no float casts at all
     plain = fflow.make_jaxpr(f)(ws, x)
     assert not [e for e in plain.eqns if e.primitive.name == "convert_element_type"]
+
+
+GRAD_TOL = {"bf16": 2.0**-3, "fp16": 2.0**-6}  # relative norm, per block
+
+
+@settings(max_examples=12, deadline=None)
+@given(kinds=programs, seed=st.integers(0, 2**31 - 1), policy=st.sampled_from(["bf16", "fp16"]))
+def test_drawn_program_gradients_match_fp32(kinds, seed, policy):
+    """grad(amp(f)) against grad(f): the mixed-precision backward pass (low-precision
+    matmul transposes, cast transposes) stays within a few roundoffs per block; the
+    tolerance is looser than for values since a normalization of a small-norm row
+    amplifies rounding of its input."""
+    f = make_program(kinds)
+    ws, x = draw_inputs(seed, len(kinds))
+    coef = jnp.asarray(np.linspace(-1, 1, N * D).reshape(N, D).astype(np.float32))
+
+    def loss(ws, x):
+        return jnp.sum(f(ws, x)[0] * coef) / (N * D)
+
+    ref = fflow.grad(loss)(ws, x)
+    got = fflow.grad(fflow.amp(loss, policy))(ws, x)
+    diff = sum(
+        np.sum((np.asarray(g, np.float64) - np.asarray(r, np.float64)) ** 2)
+        for g, r in zip(got, ref)
+    )
+    norm = sum(np.sum(np.asarray(r, np.float64) ** 2) for r in ref)
+    assert all(g.dtype == np.float32 for g in got)
+    assert np.sqrt(diff) <= GRAD_TOL[policy] * len(kinds) * np.sqrt(norm), kinds
