@@ -566,7 +566,97 @@ def associative_scan(fn, elems, reverse=False, axis=0):
     return tree_unflatten(tree, out)
 
 
+# ----------------------------------------------------------------------------
+# collectives over a named vmap axis
+
+
+def _axis_names(axis_name, what):
+    from fflow.transforms.vmap import find_axis
+
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    size = 1
+    for n in names:
+        trace = find_axis(n)
+        if trace is None:
+            raise user_error(
+                NameError,
+                f"unbound axis name: {n!r}. {what} needs an enclosing "
+                f"fflow.vmap(..., axis_name={n!r}).",
+            )
+        size *= trace.axis_size
+    return names, size
+
+
+def psum(x, axis_name):
+    """Sum `x` over the examples of the vmap named `axis_name` (every example gets it).
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: v / lax.psum(v, "i"), axis_name="i")(jnp.ones(4)).tolist()
+        [0.25, 0.25, 0.25, 0.25]
+    """
+    from fflow.primitives.named_axis import psum_p
+
+    names, _ = _axis_names(axis_name, "psum")
+    return tree_map(lambda v: psum_p.bind(as_value(v), axis_name=names), x)
+
+
+def pmean(x, axis_name):
+    """Mean of `x` over the examples of the named vmap axis."""
+    lax = _lax()
+    names, size = _axis_names(axis_name, "pmean")
+    return tree_map(lambda v: lax.div(v, size), psum(x, names))
+
+
+def pmax(x, axis_name):
+    """Maximum of `x` over the examples of the named vmap axis."""
+    from fflow.primitives.named_axis import pmax_p
+
+    names, _ = _axis_names(axis_name, "pmax")
+    return tree_map(lambda v: pmax_p.bind(as_value(v), axis_name=names), x)
+
+
+def pmin(x, axis_name):
+    """Minimum of `x` over the examples of the named vmap axis."""
+    from fflow.primitives.named_axis import pmin_p
+
+    names, _ = _axis_names(axis_name, "pmin")
+    return tree_map(lambda v: pmin_p.bind(as_value(v), axis_name=names), x)
+
+
+def all_gather(x, axis_name, *, axis=0, tiled=False):
+    """Every example's `x`, stacked along a new `axis` (concatenated if `tiled`)."""
+    from fflow.primitives.named_axis import all_gather_named_p
+
+    names, size = _axis_names(axis_name, "all_gather")
+
+    def gather(v):
+        v = as_value(v)
+        ndim = aval_of_value(v).ndim
+        ax = axis % (ndim if tiled else ndim + 1)
+        return all_gather_named_p.bind(
+            v, axis_name=names, axis=ax, tiled=bool(tiled), axis_size=size
+        )
+
+    return tree_map(gather, x)
+
+
+def axis_index(axis_name):
+    """The index of the current example along the named vmap axis (int32)."""
+    from fflow.primitives.named_axis import axis_index_p
+
+    names, _ = _axis_names(axis_name, "axis_index")
+    return axis_index_p.bind(axis_name=names)
+
+
 __all__ = [
+    "psum",
+    "pmean",
+    "pmax",
+    "pmin",
+    "all_gather",
+    "axis_index",
     "cond",
     "switch",
     "while_loop",

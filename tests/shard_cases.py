@@ -300,4 +300,9 @@ ELSEWHERE = {
     "scan": "all-B control flow, test_shard_transform.py::test_control_flow_runs_broadcast",
     "sbp_constraint": "with_sbp, test_shard_transform.py",
     "shard_call": "the sharded call itself, test_shard_transform.py",
+    **{
+        name: "a collective over a named vmap axis: vmap evaluates it (test_vmap_named.py); "
+        "it never reaches a program that shard runs"
+        for name in ("psum", "pmax", "pmin", "all_gather_axis", "axis_index")
+    },
 }

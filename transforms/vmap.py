@@ -16,6 +16,7 @@ primitives/<family>.py.
 """
 
 import functools
+import threading
 
 import numpy as np
 
@@ -27,6 +28,11 @@ from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 batch_rules = {}
 not_mapped = None
+
+# Collectives over a named axis (psum, all_gather, axis_index...): the BatchTrace
+# whose axis_name they name evaluates them with
+# `named_axis_rules[prim](trace, vals, dims, **params) -> (out, out_dim)`.
+named_axis_rules = {}
 
 # Rules of primitives defined in modules that load lazily: loaded on first use.
 _lazy_rule_modules = {
@@ -78,6 +84,14 @@ class BatchTrace(core.Trace):
             v, d = self.lift(a)
             vals.append(v)
             dims.append(d)
+        if (
+            self.axis_name is not None
+            and prim in named_axis_rules
+            and self.axis_name in params["axis_name"]
+        ):
+            with set_current_trace(self.parent):
+                out, out_dim = named_axis_rules[prim](self, vals, dims, **params)
+            return self.box(out, out_dim)
         if all(d is not_mapped for d in dims):
             with set_current_trace(self.parent):
                 return prim.bind(*vals, **params)
@@ -87,8 +101,13 @@ class BatchTrace(core.Trace):
                 NotImplementedError,
                 f"fflow has no batching rule (vmap) for the primitive {prim.name!r}.",
             )
-        with set_current_trace(self.parent):
-            out, out_dim = rule(vals, dims, **params)
+        prev = _rule_axis.name
+        _rule_axis.name = self.axis_name
+        try:
+            with set_current_trace(self.parent):
+                out, out_dim = rule(vals, dims, **params)
+        finally:
+            _rule_axis.name = prev
         if prim.multiple_results:
             return [self.box(o, d) for o, d in zip(out, out_dim)]
         return self.box(out, out_dim)
@@ -97,6 +116,23 @@ class BatchTrace(core.Trace):
         if bdim is not_mapped:
             return val
         return BatchTracer(self, val, bdim)
+
+
+class _RuleAxis(threading.local):
+    name = None  # the axis name of the BatchTrace whose rule is running
+
+
+_rule_axis = _RuleAxis()
+
+
+def find_axis(name):
+    """The enclosing BatchTrace named `name` (searching from the current trace), or None."""
+    trace = core.current_trace()
+    while trace is not None:
+        if isinstance(trace, BatchTrace) and trace.axis_name == name:
+            return trace
+        trace = trace.parent
+    return None
 
 
 def get_batch_rule(prim):
@@ -242,8 +278,10 @@ def batch_program(program, axis_size, in_batched, instantiate):
         for a, b in zip(program.in_avals, in_batched)
     ]
 
+    axis_name = _rule_axis.name
+
     def f(*args):
-        trace = BatchTrace(axis_size)
+        trace = BatchTrace(axis_size, axis_name)
         try:
             with set_current_trace(trace):
                 ins = [trace.box(a, 0 if b else not_mapped) for a, b in zip(args, in_batched)]
