@@ -502,10 +502,16 @@ def clamp(min, x, max):  # noqa: A002
 
 # Structured control flow (cond, switch, while_loop, fori_loop, scan, map, associative_scan)
 from fflow.lax_control import (  # noqa: E402,F401
+    all_gather,
     associative_scan,
+    axis_index,
     cond,
     fori_loop,
     map,
+    pmax,
+    pmean,
+    pmin,
+    psum,
     scan,
     switch,
     while_loop,
