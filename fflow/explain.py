@@ -57,6 +57,7 @@ class Report:
         self.bytes_unfused = _bytes_unfused(self.optimized)
         self.bytes_moved = _bytes_moved(self.steps)
         self.source = getattr(ex, "source", None)
+        self.native_sources = list(getattr(ex, "native_sources", ()))
 
     def __str__(self):
         lines = [f"trace: {self.trace_time * 1e3:.2f} ms"]
@@ -72,6 +73,8 @@ class Report:
         )
         for g in self.groups:
             lines.append(f"  {g!r}")
+        if self.native_sources:
+            lines.append(f"native loops (C): {len(self.native_sources)}")
         lines.append(
             f"estimated bytes moved: {self.bytes_moved / 1e6:.3f} MB "
             f"(unfused {self.bytes_unfused / 1e6:.3f} MB)"
