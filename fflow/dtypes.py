@@ -155,7 +155,11 @@ def result_type(*dtypes_and_weak):
         if weak:
             top = max(weak, key=_kind_rank)
             if _kind_rank(top) > _kind_rank(out):
-                return (top if _kind_rank(top) == 3 else float_ if top.kind == "f" else top), False
+                # a weak scalar of a higher kind wins and stays weak (i32 + 2.5 -> weak f32)
+                if top.kind == "c":
+                    wide = out.kind == "f" and out.itemsize == 8
+                    return np.dtype(np.complex128 if wide else np.complex64), True
+                return (float_ if top.kind == "f" else int_), True
         return out, False
     top = max(weak, key=_kind_rank)
     return top, True

@@ -147,6 +147,7 @@ bitwise_or = _binary("or")
 bitwise_xor = _binary("xor")
 shift_left = _binary("shift_left")
 shift_right_logical = _binary("shift_right_logical")
+shift_right_arithmetic = _binary("shift_right_arithmetic")
 
 
 def round(x, rounding_method=0):  # noqa: A001

@@ -38,6 +38,8 @@ def _shift_left(x, y):
 
 shift_left_p = binary("shift_left", _shift_left, kinds="iu")
 shift_right_logical_p = binary("shift_right_logical", _shift_right_logical, kinds="u")
+# arithmetic (sign-filling) right shift of signed integers
+shift_right_arithmetic_p = binary("shift_right_arithmetic", np.right_shift, kinds="iu")
 
 for _p in (
     eq_p,
@@ -51,6 +53,7 @@ for _p in (
     xor_p,
     shift_left_p,
     shift_right_logical_p,
+    shift_right_arithmetic_p,
 ):
     defzero(_p)
     _p.traits.add("compare")

@@ -39,22 +39,56 @@ from fflow.numpy.shapes import shape, size
 
 Array = ndarray
 
-float16 = _np.float16
-float32 = _np.float32
-float64 = _np.float64
-int8 = _np.int8
-int16 = _np.int16
-int32 = _np.int32
-int64 = _np.int64
-uint8 = _np.uint8
-uint16 = _np.uint16
-uint32 = _np.uint32
-uint64 = _np.uint64
-bool_ = _np.bool_
-complex64 = _np.complex64
-complex128 = _np.complex128
-float_ = _np.float32
-int_ = _np.int32
+
+class _ScalarMeta(type):
+    """`jnp.float32` & co.: usable as dtypes, and calling one makes a 0-d (or cast)
+    fflow array, traced values included (as in JAX)."""
+
+    @property
+    def __numpy_dtype__(cls):
+        return cls.dtype
+
+    def __hash__(cls):
+        return hash(cls.dtype.type)
+
+    def __eq__(cls, other):
+        return cls is other or cls.dtype.type == other
+
+    def __ne__(cls, other):
+        return not cls == other
+
+    def __call__(cls, x):
+        return asarray(x, dtype=cls.dtype)
+
+    def __instancecheck__(cls, instance):
+        return isinstance(instance, cls.dtype.type)
+
+    def __repr__(cls):
+        return f"<class 'fflow.numpy.{cls.__name__}'>"
+
+
+def _scalar_type(np_type):
+    return _ScalarMeta(_np.dtype(np_type).name, (object,), {"dtype": _np.dtype(np_type)})
+
+
+float16 = _scalar_type(_np.float16)
+float32 = single = _scalar_type(_np.float32)
+float64 = double = _scalar_type(_np.float64)
+int8 = _scalar_type(_np.int8)
+int16 = _scalar_type(_np.int16)
+int32 = _scalar_type(_np.int32)
+int64 = _scalar_type(_np.int64)
+uint8 = _scalar_type(_np.uint8)
+uint16 = _scalar_type(_np.uint16)
+uint32 = _scalar_type(_np.uint32)
+uint64 = _scalar_type(_np.uint64)
+bool_ = _scalar_type(_np.bool_)
+complex64 = _scalar_type(_np.complex64)
+complex128 = _scalar_type(_np.complex128)
+float_ = float32
+int_ = int32
+uint = uint32
+complex_ = complex64
 inexact = _np.inexact
 floating = _np.floating
 integer = _np.integer
@@ -75,7 +109,9 @@ euler_gamma = _np.euler_gamma
 
 def __getattr__(name):
     if name == "bfloat16":
-        return _bf16().type
+        global bfloat16
+        bfloat16 = _scalar_type(_bf16())
+        return bfloat16
     raise AttributeError(f"module 'fflow.numpy' has no attribute {name!r}")
 
 
@@ -86,9 +122,20 @@ def finfo(dtype):
 
 
 def result_type(*args):
-    from fflow.numpy._util import promote_dtypes
+    """The dtype JAX's promotion gives for arrays, scalars and dtypes together."""
+    from fflow import dtypes as _d
+    from fflow.numpy._util import info
 
-    return promote_dtypes(*args)[0]
+    pairs = []
+    for a in args:
+        if a is int or a is float or a is complex or a is bool:
+            pairs.append((_d.canonicalize(a), a is not bool))
+        elif isinstance(a, (_np.dtype, str, type)):
+            pairs.append((_d.canonicalize(a), False))
+        else:
+            d, weak, _ = info(a)
+            pairs.append((d, weak))
+    return _d.result_type(*pairs)[0]
 
 
 def promote_types(a, b):

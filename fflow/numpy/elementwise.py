@@ -91,7 +91,10 @@ def absolute(x, /):
 
 
 abs = absolute  # noqa: A001
-fabs = absolute
+
+
+def fabs(x, /):
+    return lax.abs(_float(x))
 
 
 def sign(x, /):
@@ -119,8 +122,7 @@ fix = trunc
 
 
 def rint(x, /):
-    x = operand(x)
-    return x if dtypes.is_int(info(x)[0]) else lax.round(x, 1)
+    return lax.round(_float(x), 1)
 
 
 def round(a, decimals=0, out=None):  # noqa: A001
@@ -138,11 +140,11 @@ around = round
 
 
 def square(x, /):
-    return lax.square(operand(x))
+    return lax.square(_numeric(operand(x)))
 
 
 def reciprocal(x, /):
-    x = operand(x)
+    x = _float(x)
     return lax.div(lax.full_like(x, 1), x)
 
 
@@ -179,7 +181,10 @@ def isneginf(x, /):
 
 def signbit(x, /):
     x = _float(x)
-    return lax.lt(x, lax.full_like(x, 0))
+    zero = lax.full_like(x, 0)
+    # -0.0 has its sign bit set: 1 / -0.0 = -inf
+    neg_zero = lax.bitwise_and(lax.eq(x, zero), lax.lt(lax.div(lax.full_like(x, 1), x), zero))
+    return lax.bitwise_or(lax.lt(x, zero), neg_zero)
 
 
 add = _binary(lax.add, "add")
@@ -199,7 +204,53 @@ greater_equal = _binary(lax.ge, "greater_equal")
 bitwise_and = _binary(lax.bitwise_and, "bitwise_and")
 bitwise_or = _binary(lax.bitwise_or, "bitwise_or")
 bitwise_xor = _binary(lax.bitwise_xor, "bitwise_xor")
-left_shift = _binary(lax.shift_left, "left_shift")
+
+
+def _numeric(*args):
+    """Bools become the default int for arithmetic, as in JAX (bool % bool -> int32)."""
+    if info(args[0])[0] == np.bool_:
+        args = [convert(a, dtypes.int_) for a in args]
+    return args[0] if len(args) == 1 else args
+
+
+def left_shift(x, y, /):
+    return lax.shift_left(*_numeric(*promote(x, y)))
+
+
+def right_shift(x, y, /):
+    """Arithmetic shift for signed integers, logical for unsigned (NumPy's >>)."""
+    x, y = _numeric(*promote(x, y))
+    if info(x)[0].kind == "u":
+        return lax.shift_right_logical(x, y)
+    return lax.shift_right_arithmetic(x, y)
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+def gcd(x, y, /):
+    """Greatest common divisor of integers (Euclid's algorithm, a fixed number of steps)."""
+    x, y = _numeric(*promote(x, y))
+    if not dtypes.is_int(info(x)[0]):
+        raise TypeError("gcd needs integer arguments")
+    a, b = lax.abs(x), lax.abs(y)
+    zero = lax.full_like(a, 0)
+    one = lax.full_like(a, 1)
+    # each step at least halves the pair within two steps: 2 * bits steps suffice
+    for _ in range(2 * info(x)[0].itemsize * 8):
+        b_zero = lax.eq(b, zero)
+        safe_b = lax.select_n(b_zero, b, one)
+        a, b = lax.select_n(b_zero, b, a), lax.select_n(b_zero, lax.rem(a, safe_b), zero)
+    return a
+
+
+def lcm(x, y, /):
+    x, y = _numeric(*promote(x, y))
+    g = gcd(x, y)
+    zero = lax.full_like(g, 0)
+    safe_g = lax.select_n(lax.eq(g, zero), g, lax.full_like(g, 1))
+    out = lax.abs(lax.mul(lax.div(x, safe_g), y))
+    return lax.select_n(lax.eq(g, zero), out, zero)
 
 
 def true_divide(x, y, /):
@@ -211,19 +262,30 @@ divide = true_divide
 
 
 def floor_divide(x, y, /):
-    x, y = promote(x, y)
+    x, y = _numeric(*promote(x, y))
     if dtypes.is_int(info(x)[0]):
         q = lax.div(x, y)
         r = lax.rem(x, y)
         zero = lax.full_like(r, 0)
         adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
         return lax.select_n(adjust, q, lax.sub(q, lax.full_like(q, 1)))
-    return lax.floor(lax.div(x, y))
+    return _float_divmod(x, y)[0]
+
+
+def _float_divmod(x, y):
+    # NumPy's (and JAX's) divmod: exact for floats, unlike floor(x / y)
+    mod = lax.rem(x, y)
+    div = lax.div(lax.sub(x, mod), y)
+    zero = lax.full_like(mod, 0)
+    fix = lax.bitwise_and(lax.ne(mod, zero), lax.ne(lax.lt(y, zero), lax.lt(mod, zero)))
+    mod = lax.select_n(fix, mod, lax.add(mod, y))
+    div = lax.select_n(fix, div, lax.sub(div, lax.full_like(div, 1)))
+    return lax.round(div, 1), mod
 
 
 def remainder(x, y, /):
     """Python-style modulo: the result has the sign of the divisor."""
-    x, y = promote(x, y)
+    x, y = _numeric(*promote(x, y))
     r = lax.rem(x, y)
     zero = lax.full_like(r, 0)
     adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
@@ -234,7 +296,7 @@ mod = remainder
 
 
 def fmod(x, y, /):
-    x, y = promote(x, y)
+    x, y = _numeric(*promote(x, y))
     return lax.rem(x, y)
 
 
@@ -245,11 +307,11 @@ def divmod(x, y, /):  # noqa: A001
 def power(x, y, /):
     """x ** y; a static Python int exponent becomes integer_pow (exact, differentiable at 0)."""
     if type(y) is int and not isinstance(x, (int, float)):
-        x = operand(x)
+        x = _numeric(operand(x))
         if dtypes.is_int(info(x)[0]) and y < 0:
             raise ValueError("Integers to negative integer powers are not allowed.")
         return lax.integer_pow(x, y)
-    x, y = promote(x, y)
+    x, y = _numeric(*promote(x, y))
     if dtypes.is_int(info(x)[0]):
         return _int_power(x, y)
     return lax.pow(x, y)
@@ -259,18 +321,23 @@ pow = power  # noqa: A001
 
 
 def _int_power(x, y):
-    # exponentiation by squaring over a fixed number of bits (traceable)
+    # exponentiation by squaring over the exponent's bits (traceable); a negative
+    # exponent gives 0 except for bases 1 and -1
+    zero, one = lax.full_like(y, 0), lax.full_like(y, 1)
+    e = lax.abs(y) if info(y)[0].kind == "i" else y
     acc = lax.full_like(x, 1)
     base = x
-    one = lax.full_like(y, 1)
-    zero = lax.full_like(y, 0)
-    e = y
-    for _ in range(info(x)[0].itemsize * 8):
+    for _ in range(info(y)[0].itemsize * 8):
         bit = lax.ne(lax.bitwise_and(e, one), zero)
         acc = lax.select_n(bit, acc, lax.mul(acc, base))
         base = lax.mul(base, base)
         e = lax.div(e, lax.full_like(e, 2))
-    return acc
+    if info(y)[0].kind == "u":
+        return acc
+    xone = lax.full_like(x, 1)
+    is_unit = lax.bitwise_or(lax.eq(x, xone), lax.eq(x, lax.neg(xone)))
+    neg = lax.select_n(is_unit, lax.full_like(x, 0), acc)
+    return lax.select_n(lax.lt(y, zero), acc, neg)
 
 
 def float_power(x, y, /):
