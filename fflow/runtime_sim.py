@@ -40,10 +40,18 @@ class SimRuntime:
         return gv.shards[0]
 
     def execute(self, sp, in_shards):
+        n = sp.placement.size
+        progs = [sp.local_program(i) for i in range(n)]
+        results = self.run_programs(progs, [[s[i] for s in in_shards] for i in range(n)])
+        n_out = len(sp.program.outvars)
+        return [{i: results[i][k] for i in range(n)} for k in range(n_out)]
+
+    def run_programs(self, programs, args):
+        """Run one program per device (args[i] for device i) in lockstep at collectives."""
         from fflow.transforms.shard_exec import device_steps
 
-        n = sp.placement.size
-        gens = [device_steps(sp.local_program(i), [s[i] for s in in_shards]) for i in range(n)]
+        n = len(programs)
+        gens = [device_steps(p, a) for p, a in zip(programs, args)]
         results = [None] * n
         reqs = {}
         for i, g in enumerate(gens):
@@ -56,8 +64,7 @@ class SimRuntime:
             for i, g in enumerate(gens):
                 self._advance(g, i, outs[i], reqs_next, results)
             reqs = reqs_next
-        n_out = len(sp.program.outvars)
-        return [{i: results[i][k] for i in range(n)} for k in range(n_out)]
+        return results
 
     @staticmethod
     def _advance(gen, i, value, reqs, results, first=False):
