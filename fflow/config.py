@@ -16,6 +16,10 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
   primitives' reference implementations instead of the generated kernels.
 * `jit_native` (True): compile large fused elementwise groups to native code when
   a C compiler is available (else chunked NumPy).
+* `blas_threads` (0 = leave alone): limit NumPy's BLAS to this many threads (through
+  threadpoolctl). On a loaded machine OpenBLAS's spinning workers stall every matmul;
+  `FFLOW_BLAS_THREADS=1` in the environment applies it when this module loads (the
+  first jit compile or `fflow.config` access).
 * `cpu_devices` (8): number of simulated CPU devices for `shard`.
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
@@ -33,6 +37,7 @@ _DEFAULTS = {
     "explain_log": False,
     "enable_x64": False,
     "jit_backend": "numpy",
+    "blas_threads": 0,
 }
 
 
@@ -104,6 +109,22 @@ def _jit_mode_hook(_value):
 
     debug.install_eager_checks(config.debug_nans or config.debug_infs)
 
+
+def _blas_threads_hook(value):
+    if not value:
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError as e:
+        raise ImportError(
+            "fflow.config blas_threads needs threadpoolctl (pip install threadpoolctl)"
+        ) from e
+    threadpool_limits(limits=int(value), user_api="blas")
+
+
+config.on_update("blas_threads", _blas_threads_hook)
+if config.blas_threads:
+    _blas_threads_hook(config.blas_threads)
 
 for _name in ("debug_nans", "debug_infs", "jit_interpret"):
     config.on_update(_name, _jit_mode_hook)

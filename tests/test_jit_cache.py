@@ -178,3 +178,15 @@ def test_explain_reports_passes_groups_and_bytes():
     assert set(report.pass_times) >= {"dce", "fold", "cse"}
     text = str(report)
     assert "fused" in text and "trace" in text
+
+
+def test_blas_threads_option():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = {i["internal_api"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}
+    try:
+        fflow.config.update("blas_threads", 1)
+        infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+        assert infos and all(i["num_threads"] == 1 for i in infos)
+    finally:
+        threadpoolctl.threadpool_limits(limits=before.get("openblas", None), user_api="blas")
+        fflow.config.update("blas_threads", 0)
