@@ -6,10 +6,12 @@ output's dims are batch, then lhs free, then rhs free (as in XLA and JAX).
 
 import numpy as np
 from fflow.transforms.autodiff import defjvp, transpose_rules
+from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import dtypes, lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
+from fflow.sharding import B, P, S
 
 dot_general_p = Primitive("dot_general")
 dot_general_p.amp_class = "low"
@@ -203,3 +205,25 @@ def _register_dot_batch_rule():
 
 
 _register_dot_batch_rule()
+
+
+# ----------------------------------------------------------------------------
+# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
+# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
+
+
+def _dot_general_sbp(in_avals, out_avals, *, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs, rhs = in_avals
+    lf = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
+    rf = [i for i in range(rhs.ndim) if i not in rc and i not in rb]
+    nb = len(lb)
+    sigs = [Sig((S(a), S(b)), (S(i),)) for i, (a, b) in enumerate(zip(lb, rb))]
+    sigs += [Sig((S(a), B), (S(nb + j),)) for j, a in enumerate(lf)]
+    sigs += [Sig((B, S(b)), (S(nb + len(lf) + j),)) for j, b in enumerate(rf)]
+    sigs += [Sig((S(a), S(b)), (P,)) for a, b in zip(lc, rc)]
+    sigs += [Sig((P, B), (P,)), Sig((B, P), (P,))]
+    return sigs
+
+
+def_sbp(dot_general_p, _dot_general_sbp)

@@ -14,10 +14,12 @@ from fflow.transforms.autodiff import (
     jvp_rules,
     transpose_rules,
 )
+from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
+from fflow.sharding import B, P, S
 
 
 def _prim(name):
@@ -499,3 +501,87 @@ def _register_indexing_batch_rules():
 
 
 _register_indexing_batch_rules()
+
+
+# ----------------------------------------------------------------------------
+# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
+# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
+
+
+def _dynamic_slice_sbp(in_avals, out_avals, *, slice_sizes):
+    x, *starts = in_avals
+    return [
+        Sig((S(k),) + (B,) * len(starts), (S(k),))
+        for k in range(x.ndim)
+        if slice_sizes[k] == x.shape[k]
+    ]
+
+
+def _dus_sbp(in_avals, out_avals):
+    x, u, *starts = in_avals
+    return [
+        Sig((S(k), S(k)) + (B,) * len(starts), (S(k),))
+        for k in range(x.ndim)
+        if u.shape[k] == x.shape[k]
+    ]
+
+
+def _gather_local(ctx, x, idx):
+    # x is split on gathered axes: look up the indices that fall in this shard
+    # (shifted by the shard's offset), zero elsewhere; the shards sum to the result.
+    axes = ctx.params["axes"]
+    full = ctx.in_avals[0].shape
+    box = ctx.in_boxes[0]
+    k = len(axes)
+    lo = np.array([box[a][0] for a in axes], np.int64)
+    size = np.array([box[a][1] - box[a][0] for a in axes], np.int64)
+    top = np.array([full[a] - 1 for a in axes], np.int64)
+    dt = idx.dtype
+    ishape = idx.shape
+    dims = (idx.ndim - 1,)
+
+    def row(values):
+        return lax.broadcast_in_dim(np.asarray(values, dt), ishape, dims)
+
+    clamped = lax.min(lax.max(idx, row(np.zeros(k))), row(top))
+    shifted = lax.sub(clamped, row(lo))
+    ok = lax.bitwise_and(lax.ge(shifted, row(np.zeros(k))), lax.lt(shifted, row(size)))
+    inside = lax.reduce_and(ok, (idx.ndim - 1,))
+    got = lax.gather(x, shifted, axes)
+    nb = idx.ndim - 1
+    mask = lax.broadcast_in_dim(inside, got.shape, tuple(range(nb)))
+    return lax.select_n(mask, lax.full(got.shape, 0, got.dtype), got)
+
+
+def _gather_sbp(in_avals, out_avals, *, axes):
+    x, idx = in_avals
+    nb = idx.ndim - 1
+    rest = [d for d in range(x.ndim) if d not in axes]
+    sigs = [Sig((S(d), B), (S(nb + rest.index(d)),)) for d in rest]
+    sigs += [Sig((B, S(k)), (S(k),)) for k in range(nb)]
+    sigs += [Sig((S(a), B), (P,), _gather_local) for a in axes]
+    sigs.append(Sig((P, B), (P,)))
+    return sigs
+
+
+def _scatter_sbp_for(linear):
+    def rule(in_avals, out_avals, *, axes):
+        x, idx, upd = in_avals
+        nb = idx.ndim - 1
+        rest = [d for d in range(x.ndim) if d not in axes]
+        sigs = [Sig((S(d), B, S(nb + rest.index(d))), (S(d),)) for d in rest]
+        if linear:
+            sigs.append(Sig((P, B, P), (P,)))
+            sigs += [Sig((P, S(k), S(k)), (P,)) for k in range(nb)]
+        return sigs
+
+    return rule
+
+
+def_sbp(dynamic_slice_p, _dynamic_slice_sbp, shape_param="slice_sizes")
+def_sbp(dynamic_update_slice_p, _dus_sbp)
+def_sbp(gather_p, _gather_sbp)
+def_sbp(scatter_add_p, _scatter_sbp_for(True))
+def_sbp(scatter_p, _scatter_sbp_for(False))
+for _p in (scatter_mul_p, scatter_min_p, scatter_max_p):
+    def_sbp(_p, _scatter_sbp_for(False))

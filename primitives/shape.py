@@ -3,10 +3,12 @@ concatenate, rev. All are linear; their transposes move cotangents back."""
 
 import numpy as np
 from fflow.transforms.autodiff import Zero, deflinear, is_undefined
+from fflow.transforms.shard_rules import Sig, def_sbp, passthrough_partials
 
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
+from fflow.sharding import B, P, S
 
 
 def _shape_prim(name):
@@ -422,3 +424,144 @@ def _register_shape_batch_rules():
 
 
 _register_shape_batch_rules()
+
+
+# ----------------------------------------------------------------------------
+# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
+# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
+
+
+def _broadcast_in_dim_sbp(in_avals, out_avals, *, shape, broadcast_dimensions):
+    (x,) = in_avals
+    sigs = []
+    for src, dst in enumerate(broadcast_dimensions):
+        if x.shape[src] == shape[dst]:
+            sigs.append(Sig((S(src),), (S(dst),)))
+    for d in range(len(shape)):
+        if d not in broadcast_dimensions or x.shape[broadcast_dimensions.index(d)] != shape[d]:
+            sigs.append(Sig((B,), (S(d),)))
+    return passthrough_partials(sigs)
+
+
+def reshape_groups(a, b):
+    """Pairs (in_dims, out_dims) of contiguous dim groups with equal element counts."""
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        gi, gj = [i], [j]
+        pa, pb = a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                pa *= a[i]
+                gi.append(i)
+                i += 1
+            else:
+                pb *= b[j]
+                gj.append(j)
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def _reshape_sbp(in_avals, out_avals, *, new_sizes, dimensions=None):
+    (x,) = in_avals
+    sigs = []
+    if 0 not in x.shape:
+        for gi, gj in reshape_groups(list(x.shape), list(new_sizes)):
+            lead_i = next((d for d in gi if x.shape[d] > 1), None)
+            lead_j = next((d for d in gj if new_sizes[d] > 1), None)
+            if lead_i is not None and lead_j is not None:
+                sigs.append(Sig((S(lead_i),), (S(lead_j),)))
+    return passthrough_partials(sigs)
+
+
+def _transpose_sbp(in_avals, out_avals, *, permutation):
+    sigs = [Sig((S(p),), (S(k),)) for k, p in enumerate(permutation)]
+    return passthrough_partials(sigs)
+
+
+def _squeeze_sbp(in_avals, out_avals, *, dimensions):
+    (x,) = in_avals
+    kept = [k for k in range(x.ndim) if k not in dimensions]
+    sigs = [Sig((S(k),), (S(i),)) for i, k in enumerate(kept)]
+    return passthrough_partials(sigs)
+
+
+def _rev_sbp(in_avals, out_avals, *, dimensions):
+    (x,) = in_avals
+    sigs = [Sig((S(k),), (S(k),)) for k in range(x.ndim) if k not in dimensions]
+    return passthrough_partials(sigs)
+
+
+def _slice_local(ctx, x):
+    # The device holds [lo, hi) of the input on each dim; it produces its output
+    # box, filled where its input covers the slice and zero elsewhere (P).
+    p = ctx.params
+    strides = p["strides"] or (1,) * len(p["start_indices"])
+    starts, limits, pads = [], [], []
+    for d, ((lo, hi), (olo, ohi)) in enumerate(zip(ctx.in_boxes[0], ctx.out_boxes[0])):
+        s, st = p["start_indices"][d], strides[d]
+        # output positions o in [olo, ohi) with input index s + o*st in [lo, hi)
+        first = max(olo, -(-(lo - s) // st))
+        last = min(ohi, -(-(hi - s) // st))
+        last = max(last, first)
+        starts.append(s + first * st - lo)
+        limits.append(s + (last - 1) * st - lo + 1 if last > first else s + first * st - lo)
+        pads.append((first - olo, ohi - last, 0))
+    n = len(starts)
+    starts = [min(max(a, 0), x.shape[d]) for d, a in enumerate(starts)]
+    limits = [min(max(b, starts[d]), x.shape[d]) for d, b in enumerate(limits)]
+    piece = lax.slice(x, starts, limits, strides)
+    if any(lo or hi for lo, hi, _ in pads):
+        piece = lax.pad(piece, lax.full((), 0, x.dtype), tuple(pads))
+    assert n == len(pads)
+    return piece
+
+
+def _slice_sbp(in_avals, out_avals, *, start_indices, limit_indices, strides):
+    (x,) = in_avals
+    strides = strides or (1,) * x.ndim
+    sigs = []
+    for k in range(x.ndim):
+        full = start_indices[k] == 0 and limit_indices[k] == x.shape[k] and strides[k] == 1
+        sigs.append(Sig((S(k),), (S(k),) if full else (P,), _slice_local))
+    sigs.append(Sig((P,), (P,), _slice_local))
+    return sigs
+
+
+def _pad_sbp(in_avals, out_avals, *, padding_config):
+    (x, _) = in_avals
+    return [
+        Sig((S(k), B), (S(k),)) for k, cfg in enumerate(padding_config) if tuple(cfg) == (0, 0, 0)
+    ]
+
+
+def _concatenate_sbp(in_avals, out_avals, *, dimension):
+    n = len(in_avals)
+    sigs = [Sig((S(k),) * n, (S(k),)) for k in range(in_avals[0].ndim) if k != dimension]
+    sigs.append(Sig((P,) * n, (P,)))
+    return sigs
+
+
+def _iota_local(ctx):
+    p = ctx.params
+    shape = ctx.out_shape()
+    dim = p["dimension"]
+    offset = ctx.out_boxes[0][dim][0]
+    out = lax.broadcasted_iota(p["dtype"], shape, dim)
+    return lax.add(out, lax.full(shape, offset, p["dtype"])) if offset else out
+
+
+def _iota_sbp(in_avals, out_avals, *, dtype, shape, dimension):
+    return [Sig((), (S(k),), None if k != dimension else _iota_local) for k in range(len(shape))]
+
+
+def_sbp(broadcast_in_dim_p, _broadcast_in_dim_sbp, shape_param="shape")
+def_sbp(reshape_p, _reshape_sbp, shape_param="new_sizes")
+def_sbp(transpose_p, _transpose_sbp)
+def_sbp(squeeze_p, _squeeze_sbp)
+def_sbp(rev_p, _rev_sbp)
+def_sbp(slice_p, _slice_sbp)
+def_sbp(pad_p, _pad_sbp)
+def_sbp(concatenate_p, _concatenate_sbp)
+def_sbp(iota_p, _iota_sbp, shape_param="shape")

@@ -2,10 +2,12 @@
 
 import numpy as np
 from fflow.transforms.autodiff import Zero, jvp_rules
+from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
+from fflow.sharding import S
 
 sort_p = Primitive("sort", multiple_results=True)
 sort_p.amp_class = "follow"
@@ -72,3 +74,16 @@ def _register_sort_batch_rule():
 
 
 _register_sort_batch_rule()
+
+
+# ----------------------------------------------------------------------------
+# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
+# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
+
+
+def _sort_sbp(in_avals, out_avals, *, dimension, num_keys=1):
+    n = len(in_avals)
+    return [Sig((S(k),) * n, (S(k),) * n) for k in range(in_avals[0].ndim) if k != dimension]
+
+
+def_sbp(sort_p, _sort_sbp)

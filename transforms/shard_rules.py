@@ -153,6 +153,13 @@ def rule_of(prim):
     return None
 
 
+def passthrough_partials(sigs, n_extra_b=0):
+    """Append P -> P, P(max) -> P(max), P(min) -> P(min) (ops that commute with all three)."""
+    for a in (P, partial_max, partial_min):
+        sigs.append(Sig((a,) + (B,) * n_extra_b, (a,)))
+    return sigs
+
+
 def has_signatures(prim):
     return rule_of(prim) is not None or prim in broadcast_only
 
