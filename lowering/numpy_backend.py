@@ -67,7 +67,7 @@ def _ufunc(eqn):
 def _supports_out(eqn):
     """Whether the row of this elementwise eqn can write into a given buffer (`out=`)."""
     if eqn.primitive.name == "integer_pow":
-        return eqn.params["y"] >= 2
+        return eqn.params["y"] >= 1
     return _ufunc(eqn) is not None
 
 
@@ -235,7 +235,7 @@ def _integer_pow_expr(ctx, eqn, args, out=None):
     if y < 1:
         return None
     if y == 1:
-        return None if out is not None else f"np.multiply({args[0]}, 1)"
+        return f"np.multiply({args[0]}, 1" + (f", out={out})" if out is not None else ")")
     products = []
 
     def mul(a, b):

@@ -506,8 +506,47 @@ class Liveness:
         return all(self.last_use.get(w, -1) <= i for w in group)
 
 
+# primitives whose reference implementation always returns a new array
+FRESH_OUTPUT_PRIMITIVES = {
+    "dot_general",
+    "reduce_sum",
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_and",
+    "reduce_or",
+    "argmax",
+    "argmin",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "sort",
+    "gather",
+    "pad",
+    "concatenate",
+    "iota",
+    "scatter",
+    "scatter_add",
+    "scatter_mul",
+    "scatter_min",
+    "scatter_max",
+    "dynamic_update_slice",
+}
+# elementwise primitives whose implementation may return its input itself
+_ELEMENTWISE_MAY_RETURN_INPUT = {"stop_gradient", "convert_element_type", "integer_pow"}
+
+
 def default_may_alias(eqn):
-    return eqn.primitive.name in VIEW_PRIMITIVES or eqn.primitive.multiple_results
+    """Whether an output of `eqn` may share memory with an input (conservative)."""
+    name = eqn.primitive.name
+    if name in VIEW_PRIMITIVES or name in _ELEMENTWISE_MAY_RETURN_INPUT:
+        return True
+    if name in FRESH_OUTPUT_PRIMITIVES:
+        return False
+    if "elementwise" in eqn.primitive.traits and not eqn.primitive.multiple_results:
+        return False
+    return True  # control flow, custom calls, anything unknown: may return an input
 
 
 def liveness(steps, outvars, may_alias=default_may_alias):

@@ -157,3 +157,18 @@ def test_checkpoint_and_custom_calls_run_compiled():
     f = fflow.jit(fflow.grad(lambda x: jnp.sum(block(x) ** 2)))
     x = jnp.linspace(0.0, 1.0, 5)
     np.testing.assert_allclose(f(x), fflow.grad(lambda x: jnp.sum(block(x) ** 2))(x), rtol=1e-6)
+
+
+def test_outputs_aliasing_inputs_are_never_overwritten():
+    from fflow import lax_control
+
+    def f(x):
+        y = x * 2  # a fresh buffer...
+        z = lax_control.cond(x[0] > 0, lambda a: a, lambda a: a + 1, y)  # ...maybe returned
+        w = jnp.exp(y)  # y is dead here: an in-place exp would clobber z
+        return z, w
+
+    x = jnp.asarray([1.0, 2.0])
+    z, w = fflow.jit(f)(x)
+    np.testing.assert_array_equal(z, [2.0, 4.0])
+    np.testing.assert_array_equal(w, np.exp(np.asarray([2.0, 4.0], np.float32)))
