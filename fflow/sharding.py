@@ -107,8 +107,12 @@ class Partial(SbpParallel):
         return "P" if self.op == "sum" else f"P({self.op})"
 
 
-def split(axis):
-    """SBP: a balanced split of the logical array along `axis`."""
+def split(axis=None, *, dim=None):
+    """SBP: a balanced split of the logical array along `axis` (OneFlow's `dim`)."""
+    if axis is None:
+        axis = dim
+    if axis is None:
+        raise user_error(TypeError, "split needs an axis: fflow.sbp.split(0)")
     return Split(axis)
 
 
