@@ -226,12 +226,38 @@ def _checking_process_primitive(prim, args, params):
     return out
 
 
+_FAST_OPERATORS = {
+    "__add__": ("add", False),
+    "__radd__": ("add", True),
+    "__sub__": ("subtract", False),
+    "__rsub__": ("subtract", True),
+    "__mul__": ("multiply", False),
+    "__rmul__": ("multiply", True),
+    "__truediv__": ("true_divide", False),
+    "__rtruediv__": ("true_divide", True),
+}
+_saved_operators = {}
+
+
 def install_eager_checks(on):
-    """Check every eager primitive's outputs (the root trace) while NaN checks are on."""
+    """Check every eager primitive's outputs (the root trace) while NaN checks are on.
+
+    The eager operators' NumPy fast path (fflow/array_methods.py) binds no primitive,
+    so while checking, Array's operators take the primitive path instead.
+    """
+    from fflow import array_methods
+
     if on:
         root_trace.process_primitive = _checking_process_primitive
+        if not _saved_operators:
+            for dunder, (name, reflected) in _FAST_OPERATORS.items():
+                _saved_operators[dunder] = Array.__dict__[dunder]
+                setattr(Array, dunder, array_methods._binop(name, None, reflected))
     else:
         root_trace.__dict__.pop("process_primitive", None)
+        for dunder, method in _saved_operators.items():
+            setattr(Array, dunder, method)
+        _saved_operators.clear()
 
 
 __all__ = ["print", "callback", "debug_callback_p", "run_interpreted", "NanError"]

@@ -89,3 +89,12 @@ def test_debug_nans_backward_names_the_forward_line(debug_nans):
 def test_debug_nans_off_returns_nan():
     out = fflow.jit(lambda x: jnp.log(x))(jnp.asarray([-1.0]))
     assert np.isnan(np.asarray(out)).all()
+
+
+def test_debug_nans_eager_operators(debug_nans):
+    x = jnp.asarray([0.0, 1.0])
+    with pytest.raises(NanError, match="'mul'"):
+        _ = x * jnp.asarray([np.inf, 1.0])  # EAGER_MUL
+    fflow.config.update("debug_nans", False)
+    out = x * jnp.asarray([np.inf, 1.0])  # fast path again, no check
+    assert np.isnan(np.asarray(out)[0])
