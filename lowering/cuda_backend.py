@@ -29,7 +29,7 @@ from fflow import core
 from fflow.array import Array, root_trace
 from fflow.core import Literal, Program, ShapedArray, Var
 
-WIDE_LIMIT = 2**31 - 1
+WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
 FULL_REDUCE_MIN = 8192
 
 
@@ -266,6 +266,16 @@ class Plan:
                 )
         if axes == tuple(range(nd - len(axes), nd)):
             return _RowGroup(e)
+        nsplit = ck.split_count(e)
+        if nsplit > 1:
+            red = ck.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)
+            m = ck.size_of(e.outputs[0].aval.shape)
+            partial = Var(ShapedArray((nsplit, m), _acc_dtype(red.acc)))
+            kernels = [
+                ck.strided_reduce_kernel(e, self.inline, self.wide, partial_var=partial),
+                ck.combine_partials_kernel(e, partial, self.wide),
+            ]
+            return KernelStep(kernels, note=f"split in {nsplit}")
         return KernelStep([ck.strided_reduce_kernel(e, self.inline, self.wide)])
 
     # -- row fusion ---------------------------------------------------------------------
@@ -429,7 +439,7 @@ class ShimRuntime:
         return shim.build_many([k.source for k in kernels]) if kernels else {}
 
     def launch(self, fn, kernel, args):
-        fn((kernel.grid,), (kernel.block,), args)
+        fn(_tuple(kernel.grid), (kernel.block,), args)
 
     def to_runtime(self, value, aval):
         from fflow.device import DeviceBuffer, _aligned_copy
@@ -507,7 +517,7 @@ class CupyRuntime:
         return out
 
     def launch(self, fn, kernel, args):
-        fn((kernel.grid,), (kernel.block,), tuple(args))
+        fn(_tuple(kernel.grid), (kernel.block,), tuple(args))
 
     def to_runtime(self, value, aval):
         from fflow.device import DeviceBuffer, to_device
@@ -701,6 +711,10 @@ class Executable:
             env[v] = rt.from_host(np.asarray(o), v.aval)
 
 
+def _tuple(grid):
+    return grid if isinstance(grid, tuple) else (grid,)
+
+
 def _raw(x):
     return x._value if type(x) is Array else x
 
@@ -753,7 +767,7 @@ def plan_text(plan):
                 ins = ", ".join(nm(v) for kind, v in k.args if kind == "in")
                 outs = ", ".join(nm(v) for kind, v in k.args if kind == "out")
                 lines.append(
-                    f"{i:3d} kernel {k.name} grid=({k.grid},) block=({k.block},) "
+                    f"{i:3d} kernel {k.name} grid={_tuple(k.grid)} block=({k.block},) "
                     f"read={k.bytes_read}B written={k.bytes_written}B  ({ins}) -> ({outs})"
                     + (f"  [{s.note}]" if s.note else "")
                 )

@@ -819,8 +819,30 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     return k.finish(body, grid, block)
 
 
-def strided_reduce_kernel(eqn, inline, wide=False):
-    """Reduce any axes: one thread per output element loops over the reduced ones."""
+def split_count(eqn):
+    """How many slices of the reduced axes a strided reduction is split into (1: none).
+
+    Few outputs over a long reduction (a bias gradient: sum over the batch) would
+    leave most of a GPU idle with one thread per output; slices run in parallel and
+    a second small kernel combines them.
+    """
+    if eqn.primitive.name in ("argmax", "argmin"):
+        return 1
+    shape = eqn.inputs[0].aval.shape
+    axes = eqn.params["axes"]
+    m = size_of([d for i, d in enumerate(shape) if i not in axes])
+    kn = size_of([shape[i] for i in axes])
+    if m >= 32768 or kn < 256:
+        return 1
+    return int(min(kn // 64, max(1, 65536 // max(m, 1)), 512))
+
+
+def strided_reduce_kernel(eqn, inline, wide=False, partial_var=None):
+    """Reduce any axes: one thread per output element loops over the reduced ones.
+
+    With `partial_var` (shape (S, outputs), the accumulator dtype) the reduced axes
+    are cut in S slices, one per blockIdx.y, each writing its partial result.
+    """
     src = eqn.inputs[0]
     axes = tuple(eqn.params["axes"])
     shape = src.aval.shape
@@ -831,7 +853,7 @@ def strided_reduce_kernel(eqn, inline, wide=False):
     red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
     k = KernelSource("red", inline, wide)
     comb_fn = red.arg_helper(k) if red.is_arg else None
-    out = k.output(eqn.outputs[0])
+    out = k.output(partial_var if partial_var is not None else eqn.outputs[0])
     b = Builder(k)
     oidx = [b.index_tmp(e) for e in delinearize("o", out_shape, k.lit)]
     head = list(b.lines)
@@ -848,11 +870,40 @@ def strided_reduce_kernel(eqn, inline, wide=False):
     inner = head + [f"{red.acc} acc = {red.init};"]
     if red.is_arg:
         inner.append("long long ids = -1;")
-    inner += (
-        [f"for ({k.idx_t} r = 0; r < {kn}{k.lit}; ++r) {{"] + _indent(b2.lines + acc_line) + ["}"]
+    if partial_var is None:
+        grid = _grid(m)
+        r0, r1 = "0", f"{kn}{k.lit}"
+    else:
+        nsplit = partial_var.aval.shape[0]
+        chunk = -(-kn // nsplit)
+        grid = (_grid(m), nsplit)
+        r0 = f"({k.idx_t})blockIdx.y * {chunk}{k.lit}"
+        r1 = f"({r0} + {chunk}{k.lit} < {kn}{k.lit} ? {r0} + {chunk}{k.lit} : {kn}{k.lit})"
+    loop = f"for ({k.idx_t} r = {r0}; r < {r1}; ++r) {{"
+    inner += [loop] + _indent(b2.lines + acc_line) + ["}"]
+    if partial_var is None:
+        res = red.result("ids" if red.is_arg else "acc")
+        inner.append(f"{out}[o] = {red.out_r.store(res)};")
+    else:
+        inner.append(f"{out}[({k.idx_t})blockIdx.y * {m}{k.lit} + o] = acc;")
+    body += _indent(inner) + ["}"]
+    return k.finish(body, grid, BLOCK)
+
+
+def combine_partials_kernel(eqn, partial_var, wide=False):
+    """The second pass of a split reduction: combine the S partials of every output."""
+    src = eqn.inputs[0]
+    red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+    nsplit, m = partial_var.aval.shape
+    k = KernelSource("red2", {}, wide)
+    pin = k.input(partial_var)
+    out = k.output(eqn.outputs[0])
+    body = [_grid_loop("o", "", f"{m}{k.lit}", k.idx_t)]
+    inner = [f"{red.acc} acc = {red.init};"]
+    inner.append(
+        f"for (int s = 0; s < {nsplit}; ++s) acc = {red.comb('acc', f'{pin}[s * {m}{k.lit} + o]')};"
     )
-    res = red.result("ids" if red.is_arg else "acc")
-    inner.append(f"{out}[o] = {red.out_r.store(res)};")
+    inner.append(f"{out}[o] = {red.out_r.store(red.result('acc'))};")
     body += _indent(inner) + ["}"]
     return k.finish(body, _grid(m), BLOCK)
 

@@ -314,6 +314,14 @@ def test_reductions():
     cases.append(("argmax, block mode", lambda a: lax.argmax(a, 1), [big]))
     cases.append(("full sum, two passes", lambda a: lax.reduce_sum(a, (0, 1)), [big]))
     cases.append(("full max, two passes", lambda a: lax.reduce_max(a, (0, 1)), [big]))
+    tall = rng.uniform(-1, 1, (3000, 5)).astype(np.float32)
+    cases.append(("column sum split in slices", lambda a: lax.reduce_sum(a, (0,)), [tall]))
+    cases.append(
+        ("column max split (f16)", lambda a: lax.reduce_max(a, (0,)), [tall.astype(np.float16)])
+    )
+    cases.append(
+        ("bias-grad-like sum over (0, 1)", lambda a: lax.reduce_sum(a.reshape(30, 100, 5), (0, 1)), [tall])
+    )  # fmt: skip
     half = big.astype(np.float16)
     cases.append(("f16 full sum (f32 accumulation)", lambda a: lax.reduce_sum(a, (0, 1)), [half]))
     run_cases(cases)
