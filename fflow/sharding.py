@@ -166,16 +166,14 @@ def partial_identity(op, dtype):
 
 
 def num_cpu_devices():
-    """How many simulated CPU devices exist (config, then FFLOW_NUM_CPU_DEVICES, default 8)."""
-    try:
-        from fflow.config import config
+    """How many simulated CPU devices exist: FFLOW_NUM_CPU_DEVICES if set, else
+    `fflow.config.cpu_devices` (FFLOW_CPU_DEVICES, default 8)."""
+    env = os.environ.get("FFLOW_NUM_CPU_DEVICES")
+    if env:
+        return int(env)
+    from fflow.config import config
 
-        n = getattr(config, "num_cpu_devices", None)
-        if n:
-            return int(n)
-    except ImportError:  # config is optional
-        pass
-    return int(os.environ.get("FFLOW_NUM_CPU_DEVICES", "8"))
+    return int(config.cpu_devices)
 
 
 class placement:  # noqa: N801  (named as in OneFlow: flow.placement)

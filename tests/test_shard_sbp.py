@@ -102,3 +102,29 @@ def test_nd_placement_needs_one_sbp_per_axis():
     m = fflow.placement("cpu", [[0, 1], [2, 3]])
     with pytest.raises(ValueError, match="one SBP per mesh axis"):
         fflow.to_global(np.ones(4, np.float32), m, S(0))
+
+
+def test_device_count_from_config():
+    from fflow.sharding import num_cpu_devices
+
+    if os.environ.get("FFLOW_NUM_CPU_DEVICES"):
+        pytest.skip("the environment variable takes precedence")
+    old = fflow.config.cpu_devices
+    try:
+        fflow.config.update("cpu_devices", 3)
+        assert num_cpu_devices() == 3
+        with pytest.raises(ValueError, match="3 devices"):
+            fflow.placement("cpu", [0, 1, 2, 3])
+    finally:
+        fflow.config.update("cpu_devices", old)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import fflow.transforms.shard as shard_mod
+
+    from fflow import sharding
+
+    for mod in (sharding, shard_mod):
+        assert doctest.testmod(mod).failed == 0
