@@ -20,6 +20,7 @@ Rules of the rendering:
 """
 
 import sys
+import weakref
 
 import numpy as np
 from fflow.lowering import passes
@@ -399,14 +400,14 @@ def emit_update(ctx, eqn, i):
 
 # -- control flow: Python loops around compiled bodies ---------------------------------
 
-_BODY_CACHE = {}  # id(program) -> (program, kernel); programs are long-lived in jit caches
+_BODY_CACHE = weakref.WeakKeyDictionary()  # body program -> its compiled kernel
 
 
 def body_kernel(program):
     """A raw (NumPy in, NumPy out) compiled kernel for a closed body program."""
-    hit = _BODY_CACHE.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
+    hit = _BODY_CACHE.get(program)
+    if hit is not None:
+        return hit
     if program.constvars:
         consts = [np.asarray(c) for c in program.consts]
         closed = program.replace(
@@ -420,7 +421,7 @@ def body_kernel(program):
         kernel.source = inner.source
     else:
         kernel = compile_program(program, name="body", raw=True)
-    _BODY_CACHE[id(program)] = (program, kernel)
+    _BODY_CACHE[program] = kernel
     return kernel
 
 

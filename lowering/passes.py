@@ -14,6 +14,7 @@ saying after which step each value (and each buffer, counting views) is dead.
 """
 
 import time
+import weakref
 
 import numpy as np
 
@@ -23,16 +24,35 @@ FOLD_MAX_SIZE = 1024  # fold array-valued results only while they stay small
 
 
 def is_effectful(eqn):
-    return "effect" in eqn.primitive.traits
+    """An effect (trait "effect"), or control flow / a call whose body has one."""
+    if "effect" in eqn.primitive.traits:
+        return True
+    return any(_program_has_effects(p) for p in subprograms(eqn))
+
+
+_effects_cache = weakref.WeakKeyDictionary()  # program -> bool
+
+
+def _program_has_effects(program):
+    hit = _effects_cache.get(program)
+    if hit is None:
+        hit = _effects_cache[program] = any(is_effectful(e) for e in program.eqns)
+    return hit
+
+
+def subprograms(eqn):
+    """The programs among `eqn`'s params (bodies of control flow and calls)."""
+    out = []
+    for value in eqn.params.values():
+        if isinstance(value, Program):
+            out.append(value)
+        elif isinstance(value, (tuple, list)):
+            out.extend(v for v in value if isinstance(v, Program))
+    return out
 
 
 def has_subprograms(eqn):
-    for value in eqn.params.values():
-        if isinstance(value, Program):
-            return True
-        if isinstance(value, (tuple, list)) and any(isinstance(v, Program) for v in value):
-            return True
-    return False
+    return bool(subprograms(eqn))
 
 
 # -- DCE ------------------------------------------------------------------------------

@@ -98,3 +98,17 @@ def test_debug_nans_eager_operators(debug_nans):
     fflow.config.update("debug_nans", False)
     out = x * jnp.asarray([np.inf, 1.0])  # fast path again, no check
     assert np.isnan(np.asarray(out)[0])
+
+
+def test_print_inside_a_dead_scan_body_still_runs(capsys):
+    from fflow import lax_control
+
+    def f(x):
+        def body(c, xi):
+            fflow.debug.print("step {}", xi)
+            return c + xi, c
+
+        return lax_control.scan(body, 0.0, x)[0]
+
+    fflow.jit(fflow.grad(f))(jnp.arange(3.0))  # the forward scan's values are unused
+    assert capsys.readouterr().out.splitlines() == ["step 0.0", "step 1.0", "step 2.0"]
