@@ -85,18 +85,19 @@ def train_step(params, state, inputs, targets, lr):
     return params, state, loss
 
 
-def sample(params, first, length):
-    """Greedy decoding with `fori_loop` over a fixed-size output buffer."""
+def sample(params, first, length, temperature=0.7, seed=0):
+    """Sampling with `scan` over a stack of PRNG keys (one per generated character)."""
     hidden = params["w_hh"].shape[0]
 
-    def body(i, carry):
-        h, char, out = carry
+    def step(carry, key):
+        h, char = carry
         h, logits = rnn_step(params, h, char[None])
-        nxt = jnp.argmax(logits[0]).astype(jnp.int32)
-        return h, nxt, out.at[i].set(nxt)
+        nxt = fflow.random.categorical(key, logits[0] / temperature).astype(jnp.int32)
+        return (h, nxt), nxt
 
-    init = (jnp.zeros((1, hidden)), jnp.asarray(first, jnp.int32), jnp.zeros(length, jnp.int32))
-    return fflow.jit(lambda c: lax.fori_loop(0, length, body, c))(init)[2]
+    keys = fflow.random.split(fflow.random.PRNGKey(seed), length)
+    init = (jnp.zeros((1, hidden)), jnp.asarray(first, jnp.int32))
+    return fflow.jit(lambda c, k: lax.scan(step, c, k)[1])(init, keys)
 
 
 def main(steps=300, seq_len=64, batch_size=32, hidden=128, lr=3e-3, log_every=25, seed=0):
@@ -119,7 +120,7 @@ def main(steps=300, seq_len=64, batch_size=32, hidden=128, lr=3e-3, log_every=25
             print(f"step {step:4d}  loss {np.mean(losses[-log_every:]):.3f}")
     elapsed = time.perf_counter() - start
     print(f"{steps} steps in {elapsed:.1f} s ({elapsed / steps * 1e3:.1f} ms/step)")
-    out = sample(params, index["d"], 60)
+    out = sample(params, index["d"], 80)
     print("sample:", repr("d" + "".join(chars[i] for i in np.asarray(out))))
     return losses
 
