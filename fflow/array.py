@@ -241,7 +241,7 @@ class EvalTrace(core.Trace):
             elif t is np.ndarray:
                 vals.append(a)
             elif isinstance(a, core.Tracer):
-                core.check_not_leaked(a)
+                core.check_not_leaked(a, self)
                 raise core.UnexpectedTracerError(
                     f"a tracer of {a._trace} reached eager evaluation of {prim.name}; "
                     "a traced value escaped its transformation."

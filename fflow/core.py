@@ -283,8 +283,21 @@ def bind(prim, *args, **params):
     return _state.trace.process_primitive(prim, args, params)
 
 
-def check_not_leaked(x):
-    """Raise if `x` is a tracer whose transform has already returned."""
+def check_not_leaked(x, trace=None):
+    """Raise if `x` is a tracer whose transform has already returned, or (given the
+    `trace` that meets it) a tracer of a transformation that `trace` is not inside."""
+    if trace is not None and isinstance(x, Tracer) and not x._trace.finished:
+        t = trace.parent
+        while t is not None and t is not x._trace:
+            t = t.parent
+        if t is None:
+            raise user_error(
+                UnexpectedTracerError,
+                f"A value traced by {type(x._trace).__name__} ({x.aval.str_short()}) reached "
+                f"{type(trace).__name__}, which runs outside that transformation. A common "
+                "cause: a custom_jvp/custom_vjp function or rule that closes over a value "
+                "being differentiated. Fix: pass such values as explicit arguments.",
+            )
     if isinstance(x, Tracer) and x._trace.finished:
         raise user_error(
             UnexpectedTracerError,

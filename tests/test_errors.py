@@ -181,3 +181,18 @@ def test_unhashable_static_argname():
     with pytest.raises(TypeError, match="unhashable"):
         f(1.0, s=[1])
     assert float(f(1.0, s=(1,))) == 2.0
+
+
+def test_custom_rule_closing_over_a_differentiated_value():
+    def outer(y):
+        @fflow.custom_jvp
+        def f(a):
+            return a * 2.0
+
+        f.defjvp(lambda p, t: (p[0] * 2.0, t[0] * y))  # closes over y, being differentiated
+        return f(y)
+
+    for transform in (fflow.grad, lambda g: lambda y: fflow.jvp(g, (y,), (1.0,))):
+        with pytest.raises(UnexpectedTracerError, match="explicit arguments") as e:
+            transform(outer)(3.0)
+        _assert_names_line(e)

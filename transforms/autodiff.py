@@ -158,7 +158,7 @@ class JVPTrace(core.Trace):
         if isinstance(x, JVPTracer) and x._trace is self:
             return x.primal, x.tangent
         if isinstance(x, core.Tracer):
-            core.check_not_leaked(x)
+            core.check_not_leaked(x, self)
         return x, Zero(tangent_aval(aval_of_value(x)))
 
     def process_primitive(self, prim, args, params):

@@ -51,7 +51,7 @@ class StagingTrace(core.Trace):
         if isinstance(x, StagingTracer) and x._trace is self:
             return x.var
         if isinstance(x, core.Tracer):
-            core.check_not_leaked(x)
+            core.check_not_leaked(x, self)
         if isinstance(x, (bool, int, float, complex)):
             return Literal(x)
         if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
