@@ -298,3 +298,15 @@ def test_vmap_matches_loop_for_drawn_shapes_axes_and_primitives(data):
     expected = loop_vmap(f, (in_axis,), out_axis, x)
     actual = fflow.vmap(f, in_axes=in_axis, out_axes=out_axis)(x)
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_select_with_batched_scalar_predicate_and_unbatched_cases():
+    p = jnp.array([True, False, True])
+    a, b = jnp.arange(3.0), -jnp.arange(3.0)
+    out = fflow.vmap(lambda q: lax.select_n(q, a, b))(p)
+    ref = np.stack([np.asarray(b) if q else np.asarray(a) for q in [True, False, True]])
+    np.testing.assert_allclose(np.asarray(out), ref)
+    bs = np.stack([np.asarray(b) * k for k in range(3)])
+    out = fflow.vmap(lambda q, bb: lax.select_n(q, a, bb))(p, bs)
+    ref = np.stack([bs[k] if q else np.asarray(a) for k, q in enumerate([True, False, True])])
+    np.testing.assert_allclose(np.asarray(out), ref)

@@ -221,19 +221,21 @@ def _elementwise_batch(prim, vals, dims, **params):
         return prim.bind(*vals, **params), d0
     size = batch_size(vals, dims)
     moved = [bdim_to_front(v, d, size) if d is not not_mapped else v for v, d in zip(vals, dims)]
-    full_shape = max(
-        (aval_of_value(m).shape for m, d in zip(moved, dims) if d is not not_mapped), key=len
-    )
+    # the per-example shape of the widest operand (the others are scalar predicates)
+    example_shapes = [
+        aval_of_value(m).shape[1:] if d is not not_mapped else aval_of_value(m).shape
+        for m, d in zip(moved, dims)
+    ]
+    example = max(example_shapes, key=len)
+    full_shape = (size,) + tuple(example)
+    n = len(full_shape)
     out = []
-    for m, d in zip(moved, dims):
-        shape = aval_of_value(m).shape
+    for m, d, shape in zip(moved, dims, example_shapes):
+        rank = len(shape)
         if d is not_mapped:
-            rank = len(shape)
-            n = len(full_shape)
-            # unbatched operand: its dims align with the trailing dims of the batched shape
             m = lax.broadcast_in_dim(m, full_shape, tuple(range(n - rank, n)))
-        elif shape != full_shape:
-            m = lax.broadcast_in_dim(m, full_shape, tuple(range(len(shape))))
+        elif rank != n - 1:
+            m = lax.broadcast_in_dim(m, full_shape, (0,) + tuple(range(n - rank, n)))
         out.append(m)
     return prim.bind(*out, **params), 0
 
