@@ -421,8 +421,12 @@ def _dynamic_slice_batch(vals, dims, *, slice_sizes):
         starts = [zero] + [lax.convert_element_type(s, np.int32) for s in starts]
         return dynamic_slice_p.bind(x, *starts, slice_sizes=(size,) + tuple(slice_sizes)), 0
     # batched starts: gather every element of each lane's window
-    x = vm.bdim_to_front(x, dx, size)
     starts = [vm.bdim_to_front(s, d, size) for s, d in zip(starts, dstarts)]
+    if dx is vm.not_mapped:
+        # one operand for all lanes: no need to copy it per lane
+        idx = _window_indices(x.shape, starts, slice_sizes, (size,))
+        return lax.gather(x, idx, tuple(range(x.ndim))), 0
+    x = vm.moveaxis(x, dx, 0)
     idx = _window_indices(x.shape[1:], starts, slice_sizes, (size,))
     lane = lax.broadcasted_iota(np.int32, idx.shape[:-1] + (1,), 0)
     idx = lax.concatenate([lane, idx], idx.ndim - 1)
