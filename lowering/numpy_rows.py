@@ -1,0 +1,265 @@
+"""Rows of the NumPy code generator for non-elementwise primitives: matmul without
+operand copies, reductions, views, in-place scatter / dynamic_update_slice, and control
+flow (`cond`, `while`, `scan`) and calls (`custom_jvp_call`, `custom_vjp_call`,
+`checkpoint`) as Python control flow around compiled bodies.
+
+A row is `emit(ctx, eqn, step_index)`; `ctx` is the rendering state of
+`numpy_backend` (names, constants, emitted lines, buffer ownership).
+"""
+
+import weakref
+
+import numpy as np
+
+
+def _params_call(ctx, eqn, prefix):
+    fn = ctx.const(eqn.primitive.impl, f"{prefix}_{eqn.primitive.name}_")
+    if not eqn.params:
+        return fn + "({})"
+    p = ctx.const(dict(eqn.params), "p")
+    return fn + ("({}, **" if eqn.inputs else "({}**") + p + ")"
+
+
+def emit_fallback(ctx, eqn, i):
+    """Call the primitive's reference implementation (any primitive)."""
+    args = ", ".join(ctx.arg(v, as_array=True) for v in eqn.inputs)
+    call = _params_call(ctx, eqn, "impl").format(args)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    if not outs:
+        ctx.emit(call)
+    elif eqn.primitive.multiple_results:
+        ctx.emit(f"{', '.join(outs) + (',' if len(outs) == 1 else '')} = {call}")
+    else:
+        ctx.emit(f"{outs[0]} = {call}")
+
+
+def emit_dot(ctx, eqn, i):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    lhs, rhs = eqn.inputs
+    pet = eqn.params.get("preferred_element_type")
+    la, ra = lhs.aval, rhs.aval
+    plain = (
+        not lb
+        and la.ndim == 2
+        and ra.ndim == 2
+        and len(lc) == 1
+        and la.dtype == ra.dtype
+        and la.dtype.kind == "f"
+        and la.dtype.itemsize >= 4
+        and (pet is None or np.dtype(pet) == la.dtype)
+    )
+    if not plain:
+        return emit_fallback(ctx, eqn, i)
+    a = ctx.name(lhs) + (".T" if lc[0] == 0 else "")
+    b = ctx.name(rhs) + (".T" if rc[0] == 1 else "")
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.matmul({a}, {b})")
+    ctx.fresh.add(eqn.outputs[0])
+
+
+def emit_reduce_sum(ctx, eqn, i):
+    x = eqn.inputs[0]
+    if x.aval.dtype.kind != "f" or x.aval.dtype.itemsize < 4:
+        return emit_fallback(ctx, eqn, i)
+    out = eqn.outputs[0]
+    ctx.emit(f"{ctx.name(out)} = np.sum({ctx.arg(x, True)}, axis={tuple(eqn.params['axes'])})")
+    if out.aval.ndim:
+        ctx.fresh.add(out)
+
+
+def emit_broadcast(ctx, eqn, i):
+    x = eqn.inputs[0]
+    shape = tuple(eqn.params["shape"])
+    dims = eqn.params["broadcast_dimensions"]
+    expanded = [1] * len(shape)
+    for src, d in enumerate(dims):
+        expanded[d] = x.aval.shape[src]
+    src = ctx.arg(x, True)
+    if tuple(expanded) != x.aval.shape:
+        src = f"{src}.reshape({tuple(expanded)})"
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.broadcast_to({src}, {shape})")
+
+
+def emit_reshape(ctx, eqn, i):
+    new = tuple(eqn.params["new_sizes"])
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = {ctx.arg(eqn.inputs[0], True)}.reshape({new})")
+
+
+def emit_transpose(ctx, eqn, i):
+    perm = tuple(eqn.params["permutation"])
+    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.transpose({ctx.arg(eqn.inputs[0], True)}, {perm})")
+
+
+def _scatter_into(ufunc):
+    def into(out, indices, updates, axes):
+        moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
+        idx = []
+        inb = np.ones(indices.shape[:-1], dtype=bool)
+        for k, a in enumerate(axes):
+            ik = indices[..., k]
+            inb &= (ik >= 0) & (ik < out.shape[a])
+            idx.append(ik)
+        idx = tuple(idx)
+        if not inb.all():
+            idx = tuple(i[inb] for i in idx)
+            updates = updates[inb]
+        if ufunc is None:
+            moved[idx] = updates
+        else:
+            ufunc.at(moved, idx, updates)
+        return out
+
+    return into
+
+
+_SCATTER_INTO = {
+    "scatter": _scatter_into(None),
+    "scatter_add": _scatter_into(np.add),
+    "scatter_mul": _scatter_into(np.multiply),
+    "scatter_min": _scatter_into(np.minimum),
+    "scatter_max": _scatter_into(np.maximum),
+}
+
+
+def _dus_into(out, update, *starts):
+    starts = [int(min(max(int(s), 0), d - n)) for d, n, s in zip(out.shape, update.shape, starts)]
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return out
+
+
+def emit_update(ctx, eqn, i):
+    """scatter*/dynamic_update_slice: in place when the operand's buffer is free."""
+    operand = eqn.inputs[0]
+    out = eqn.outputs[0]
+    target = ctx.inplace_target(i, out, [operand])
+    if target is None:
+        emit_fallback(ctx, eqn, i)
+        ctx.fresh.add(out)
+        return
+    name, cond = target
+    rest = ", ".join(ctx.arg(v, True) for v in eqn.inputs[1:])
+    if eqn.primitive.name == "dynamic_update_slice":
+        fn = ctx.const(_dus_into, "dus_into")
+        inplace = f"{fn}({name}, {rest})"
+    else:
+        fn = ctx.const(_SCATTER_INTO[eqn.primitive.name], "scatter_into")
+        inplace = f"{fn}({name}, {rest}, {tuple(eqn.params['axes'])})"
+    if cond is None:
+        ctx.emit(f"{ctx.name(out)} = {inplace}")
+    else:
+        args = ", ".join(ctx.arg(v, as_array=True) for v in eqn.inputs)
+        copy = _params_call(ctx, eqn, "impl").format(args)
+        ctx.emit(f"{ctx.name(out)} = {inplace} if {cond} else {copy}")
+    ctx.fresh.add(out)
+
+
+# -- control flow: Python loops around compiled bodies ---------------------------------
+
+_BODY_CACHE = weakref.WeakKeyDictionary()  # body program -> its compiled kernel
+
+
+def body_kernel(program):
+    """A raw (NumPy in, NumPy out) compiled kernel for a closed body program."""
+    from fflow.lowering.numpy_backend import compile_program
+
+    hit = _BODY_CACHE.get(program)
+    if hit is not None:
+        return hit
+    if program.constvars:
+        consts = [np.asarray(c) for c in program.consts]
+        closed = program.replace(
+            invars=list(program.constvars) + list(program.invars), constvars=[], consts=[]
+        )
+        inner = compile_program(closed, name="body", raw=True)
+
+        def kernel(*args):
+            return inner(*consts, *args)
+
+        kernel.source = inner.source
+    else:
+        kernel = compile_program(program, name="body", raw=True)
+    _BODY_CACHE[program] = kernel
+    return kernel
+
+
+def _tuple_target(names):
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
+def emit_cond(ctx, eqn, i):
+    branches = eqn.params["branches"]
+    kernels = ctx.const(tuple(body_kernel(b) for b in branches), "branches")
+    idx, *ops = eqn.inputs
+    args = ", ".join(ctx.arg(v, True) for v in ops)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    pick = f"min(max(int({ctx.arg(idx, True)}), 0), {len(branches) - 1})"
+    call = f"{kernels}[{pick}]({args})"
+    ctx.emit(f"{_tuple_target(outs)} = {call}" if outs else call)
+
+
+def emit_while(ctx, eqn, i):
+    p = eqn.params
+    cond_k = ctx.const(body_kernel(p["cond_jaxpr"]), "cond")
+    body_k = ctx.const(body_kernel(p["body_jaxpr"]), "body")
+    args = [ctx.arg(v, True) for v in eqn.inputs]
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, carry = args[:nc], args[nc : nc + nb], args[nc + nb :]
+    outs = [ctx.name(v) for v in eqn.outputs]
+    ctx.emit(f"{_tuple_target(outs)} = {_tuple_target(carry)}")
+    c_args = ", ".join(cconsts + outs)
+    b_args = ", ".join(bconsts + outs)
+    ctx.emit(f"while {cond_k}({c_args})[0]:")
+    ctx.emit(f"{_tuple_target(outs)} = {body_k}({b_args})", 2)
+
+
+def emit_scan(ctx, eqn, i):
+    p = eqn.params
+    body = p["jaxpr"]
+    nconst, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
+    body_k = ctx.const(body_kernel(body), "scan_body")
+    args = [ctx.arg(v, True) for v in eqn.inputs]
+    consts, carry, xs = args[:nconst], args[nconst : nconst + ncarry], args[nconst + ncarry :]
+    outs = [ctx.name(v) for v in eqn.outputs]
+    c_out, y_out = outs[:ncarry], outs[ncarry:]
+    for name, aval in zip(y_out, body.out_avals[ncarry:]):
+        dt = ctx.const(aval.dtype, "dt")
+        ctx.emit(f"{name} = np.empty({(length,) + tuple(aval.shape)}, {dt})")
+    if c_out:
+        ctx.emit(f"{_tuple_target(c_out)} = {_tuple_target(carry)}")
+    order = f"range({length} - 1, -1, -1)" if p.get("reverse") else f"range({length})"
+    ctx.emit(f"for _i in {order}:")
+    call_args = ", ".join(consts + c_out + [f"{x}[_i]" for x in xs])
+    ys = [f"_y{k}" for k in range(len(y_out))]
+    ctx.emit(f"{_tuple_target(c_out + ys)} = {body_k}({call_args})", 2)
+    for name, y in zip(y_out, ys):
+        ctx.emit(f"{name}[_i] = {y}", 2)
+    for v in eqn.outputs[ncarry:]:
+        ctx.fresh.add(v)
+
+
+def emit_call(ctx, eqn, i):
+    """custom_jvp_call / custom_vjp_call / checkpoint: run the nested program compiled."""
+    program = eqn.params.get("program")
+    if program is None:
+        return emit_fallback(ctx, eqn, i)
+    kernel = ctx.const(body_kernel(program), "call")
+    args = ", ".join(ctx.arg(v, True) for v in eqn.inputs)
+    outs = [ctx.name(v) for v in eqn.outputs]
+    call = f"{kernel}({args})"
+    ctx.emit(f"{_tuple_target(outs)} = {call}" if outs else call)
+
+
+ROWS = {
+    "custom_jvp_call": emit_call,
+    "custom_vjp_call": emit_call,
+    "checkpoint": emit_call,
+    "cond": emit_cond,
+    "while": emit_while,
+    "scan": emit_scan,
+    "dot_general": emit_dot,
+    "reduce_sum": emit_reduce_sum,
+    "broadcast_in_dim": emit_broadcast,
+    "reshape": emit_reshape,
+    "transpose": emit_transpose,
+    "dynamic_update_slice": emit_update,
+    **{name: emit_update for name in _SCATTER_INTO},
+}
