@@ -16,8 +16,9 @@ Rules of the rendering:
   by reference count), has the right shape/dtype and — counting every view of
   it — is dead afterwards; input buffers are never written otherwise (they may be
   read-only zero-stride views);
-* fused elementwise groups reuse their temporaries in place and, when large, run
-  in row blocks of the leading axis, so that their temporaries stay in cache.
+* fused elementwise groups reuse their temporaries in place; large ones with
+  transcendental functions become one native C loop (lowering/native.py), very large
+  NumPy ones run in row blocks of the leading axis.
 """
 
 import sys
