@@ -276,7 +276,8 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         def push(*t_leaves):
             return jvp(f_of_diff, tuple(leaves), tuple(t_leaves), has_aux=has_aux)
 
-        res = vmap(push, in_axes=0, out_axes=-1)(*basis) if not has_aux else None
+        # the primal output does not depend on the basis vector: out_axes None keeps it unbatched
+        res = vmap(push, in_axes=0, out_axes=(None, -1))(*basis) if not has_aux else None
         if has_aux:
             out, tangents, aux = vmap(push, in_axes=0, out_axes=(None, -1, None))(*basis)
         else:
