@@ -13,8 +13,6 @@ import fflow
 import fflow.numpy as jnp
 from fflow.sharding import B, P, S, partial_max
 
-PL4 = None
-
 
 def pl(n=4):
     return fflow.placement("cpu", list(range(n)))

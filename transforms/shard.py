@@ -45,6 +45,7 @@ from fflow.api_util import Store, as_value, flatten_fun
 from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
 from fflow.errors import user_error
 from fflow.sharding import (
+    B,
     SbpParallel,
     Split,
     as_nd_sbp,
@@ -82,13 +83,7 @@ def _mesh_of(sbp):
 
 def dual(nd):
     """The SBP of a cotangent: partial becomes broadcast, split and broadcast stay."""
-    return tuple(Broadcast_() if s.is_partial() else s for s in nd)
-
-
-def Broadcast_():  # noqa: N802
-    from fflow.sharding import B
-
-    return B
+    return tuple(B if s.is_partial() else s for s in nd)
 
 
 deflinear(
@@ -176,14 +171,6 @@ def bind_call(sp, args):
     return shard_call_p.bind(*args, sharded=sp)
 
 
-def _key_of(x):
-    try:
-        hash(x)
-        return x
-    except TypeError:
-        return id(x)
-
-
 class Sharded:
     """A sharded function: call it, or inspect its plan with `.plan(*args)`."""
 
@@ -207,7 +194,7 @@ class Sharded:
                 if is_global(x) and x.placement == pl:
                     spec = x.sbp
                 else:
-                    spec = (Broadcast_(),) * pl.ndim
+                    spec = (B,) * pl.ndim
             aval = core.aval_of_value(x)
             check_sbp_fits(aval.shape, spec, pl.hierarchy, "in_sbp")
             out.append(tuple(spec))

@@ -17,7 +17,7 @@ from fflow.transforms.staging import trace_to_program
 
 from fflow import core
 from fflow.core import Literal, ShapedArray
-from fflow.sharding import local_box, make_global, runtime
+from fflow.sharding import B, local_box, make_global, runtime
 
 
 class ShardedProgram:
@@ -114,14 +114,14 @@ class ShardedProgram:
             for v, x in zip(prog.invars, xs):
                 env[v] = x
             for v, c in zip(prog.constvars, prog.consts):
-                env[v] = _slice_const(c, plan.var_sbp[v], h, coords)
+                env[v] = c  # constants are broadcast: every device has the whole value
 
             boxed = {}
 
             def read(v, want):
                 if type(v) is Literal:
                     x = np.asarray(v.value, v.aval.dtype)
-                    have = (_B(),) * len(h)
+                    have = (B,) * len(h)
                 else:
                     x = env[v]
                     have = plan.var_sbp[v]
@@ -180,12 +180,6 @@ class ShardedProgram:
         return outs
 
 
-def _B():
-    from fflow.sharding import B
-
-    return B
-
-
 def _root():
     from fflow.array import root_trace
 
@@ -194,16 +188,12 @@ def _root():
 
 def _sbp(var_sbp, v, h):
     if type(v) is Literal:
-        return (_B(),) * len(h)
+        return (B,) * len(h)
     return var_sbp[v]
 
 
 def _local_shape(shape, nd, hierarchy, coords):
     return tuple(b - a for a, b in local_box(shape, nd, hierarchy, coords))
-
-
-def _slice_const(c, nd, hierarchy, coords):
-    return c  # constants are broadcast (B): every device has the whole value
 
 
 # ----------------------------------------------------------------------------

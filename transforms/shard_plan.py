@@ -12,7 +12,6 @@ an exhaustive branch-and-bound search over all signature choices that starts
 from the greedy cost and keeps the plan with the fewest bytes.
 """
 
-import numpy as np
 from fflow.transforms.shard_boxing import boxing_bytes
 from fflow.transforms.shard_rules import Sig, signatures
 
@@ -274,7 +273,3 @@ def _local_cost(ctx, sig):
         ob, om = prob.out_cost(env)
         b, m = b + ob, m + om
     return (b, m)
-
-
-def total_bytes_of(plan):
-    return int(np.int64(plan.bytes))
