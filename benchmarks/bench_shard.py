@@ -46,7 +46,7 @@ def one_device_overhead(tiny, reps):
     gx, gy = fflow.to_global(x, pl1, B), fflow.to_global(y, pl1, B)
     # interleaved rounds, best of each: this machine's load varies between runs
     t_jit, t_shard = [], []
-    for _ in range(3):
+    for _ in range(5):
         t_jit.append(median_time(lambda: jitted(params, x, y), reps))
         t_shard.append(median_time(lambda: sharded(gparams, gx, gy), reps))
     t_jit, t_shard = min(t_jit), min(t_shard)
@@ -85,6 +85,8 @@ def plans():
 def main():
     args = parse_args(__doc__)
     reps = args.reps or (2 if args.tiny else 15)
+    # one BLAS thread: on a loaded 2-core machine spinning BLAS workers dominate the timing
+    fflow.config.update("blas_threads", 1)
     print("## shard: one simulated device vs unsharded jit\n")
     print("| workload | jit (unsharded) | shard on 1 device | ratio |")
     print("|---|---|---|---|")
