@@ -509,10 +509,12 @@ def test_custom_inside_checkpoint_and_scan_like_loop():
 def test_docstring_examples():
     import doctest
 
-    import fflow.test_util
     import fflow.transforms.custom
+    import fflow.transforms.remat
 
-    for module in (fflow.transforms.custom, fflow.test_util):
+    import fflow.test_util
+
+    for module in (fflow.transforms.custom, fflow.transforms.remat, fflow.test_util):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
