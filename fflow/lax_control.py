@@ -17,7 +17,7 @@ import numpy as np
 
 from fflow.api_util import as_value
 from fflow.array import Array
-from fflow.core import Tracer, aval_of_value
+from fflow.core import aval_of_value
 from fflow.errors import ShapeError, user_error
 from fflow.tree_util import tree_flatten, tree_map, tree_unflatten
 
@@ -664,5 +664,4 @@ __all__ = [
     "scan",
     "map",
     "associative_scan",
-    "Tracer",
 ]

@@ -15,7 +15,7 @@ from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
 from fflow.transforms.staging import partial_eval_rules
 
-from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
+from fflow.core import Literal, Primitive, Program, set_current_trace
 from fflow.errors import ShapeError, user_error
 
 scan_p = Primitive("scan", multiple_results=True)
@@ -359,4 +359,4 @@ def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse=Fal
 
 vm.batch_rules[scan_p] = _scan_batch
 
-__all__ = ["scan_p", "scan_bind", "ShapedArray"]
+__all__ = ["scan_p", "scan_bind"]

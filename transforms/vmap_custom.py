@@ -13,7 +13,7 @@ from fflow.transforms import vmap as vm
 from fflow import lax
 
 
-def _front(vals, dims, size):
+def _front(vals, dims):
     return [vm.moveaxis(v, d, 0) if d is not vm.not_mapped else v for v, d in zip(vals, dims)]
 
 
@@ -27,7 +27,7 @@ def _batched_program_call(prim, vals, dims, params):
     program = params["program"]
     in_b = [d is not vm.not_mapped for d in dims]
     new, out_b = vm.batch_program(program, size, in_b, False)
-    outs = prim.bind(*_front(vals, dims, size), **dict(params, program=new))
+    outs = prim.bind(*_front(vals, dims), **dict(params, program=new))
     return outs, [0 if b else None for b in out_b]
 
 
@@ -64,7 +64,7 @@ def _custom_jvp_call_batch(vals, dims, *, fun, jvp, program, num_consts, num_non
         in_b = [d is not vm.not_mapped for d in dims]
         new_program, _ = vm.batch_program(program, size, in_b, True)
     outs = custom.custom_jvp_call_p.bind(
-        *_front(vals, dims, size),
+        *_front(vals, dims),
         fun=fun_b,
         jvp=jvp_b,
         program=new_program,
@@ -116,7 +116,7 @@ def _custom_vjp_call_batch(vals, dims, *, fun, fwd, bwd, program, num_consts, nu
         in_b = [d is not vm.not_mapped for d in dims]
         new_program, _ = vm.batch_program(program, size, in_b, True)
     outs = custom.custom_vjp_call_p.bind(
-        *_front(vals, dims, size),
+        *_front(vals, dims),
         **dict(params, fun=fun_b, fwd=fwd_b, bwd=bwd_b, program=new_program),
     )
     return outs, [0] * len(outs)
