@@ -286,6 +286,27 @@ def as_nd_sbp(value, ndim, what="sbp"):
 
 def check_sbp_fits(shape, nd_sbp, hierarchy, what="sbp"):
     """Raise a user error if `nd_sbp` cannot describe an array of `shape`."""
+    if _fits(tuple(shape), tuple(nd_sbp), tuple(hierarchy)):
+        return
+    _raise_unfit(shape, nd_sbp, hierarchy, what)
+
+
+@functools.lru_cache(maxsize=65536)
+def _fits(shape, nd_sbp, hierarchy):
+    for s in nd_sbp:
+        if s.is_split() and not 0 <= s.axis < len(shape):
+            return False
+    for axis in range(len(shape)):
+        pieces = 1
+        for h, s in zip(hierarchy, nd_sbp):
+            if s.is_split() and s.axis == axis:
+                pieces *= h
+        if pieces > 1 and shape[axis] < pieces:
+            return False
+    return True
+
+
+def _raise_unfit(shape, nd_sbp, hierarchy, what):
     for s in nd_sbp:
         if s.is_split() and not 0 <= s.axis < len(shape):
             raise user_error(
@@ -589,9 +610,9 @@ def to_global(x, placement=None, sbp=None):
                     "is not supported; to_local() and to_global() it instead.",
                 )
         target = src.sbp if sbp is None else as_nd_sbp(sbp, pl.ndim, "to_global")
-        check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
         if pl == src.placement and target == src.sbp:
             return x
+        check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
         from fflow.transforms.shard_boxing import box_global
 
         return box_global(x, pl, target)
