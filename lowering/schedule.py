@@ -7,7 +7,7 @@ its views, is dead. Both are shared by the NumPy and CUDA backends (re-exported 
 """
 
 import numpy as np
-from fflow.lowering.passes import has_subprograms, is_effectful
+from fflow.lowering.effects import has_subprograms, is_effectful
 
 from fflow.core import Literal, Var
 
