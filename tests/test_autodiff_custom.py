@@ -558,3 +558,15 @@ def test_residual_bytes_with_checkpoint():
     remat = residual_bytes(fflow.checkpoint(block))
     assert remat == x.nbytes
     assert plain == 8 * x.nbytes
+
+
+def test_checkpoint_prevent_cse_keeps_recomputation_as_one_equation():
+    def f(x):
+        return jnp.sum(jnp.sin(jnp.sin(x)))
+
+    x = jnp.asarray(X)
+    for prevent_cse, n_checkpoint in ((True, 1), (False, 0)):
+        g = fflow.grad(fflow.checkpoint(f, prevent_cse=prevent_cse))
+        names = [e.primitive.name for e in fflow.make_jaxpr(g)(x).eqns]
+        assert names.count("checkpoint") == n_checkpoint
+        _close(g(x), np.cos(np.sin(X)) * np.cos(X), 1e-12)

@@ -148,42 +148,12 @@ partial_eval_rules[checkpoint_p] = _checkpoint_partial_eval
 
 def _checkpoint_transpose(cts, *args, program, prevent_cse, policy):
     linear = [ad.is_undefined(a) for a in args]
-    linear_vars = {v for v, lin in zip(program.invars, linear) if lin}
     known_vars = [v for v, lin in zip(program.invars, linear) if not lin]
     known_vals = [a for a, lin in zip(args, linear) if not lin]
-    eqns = list(program.eqns)
-    # Recompute the non-linear part first, as one `checkpoint` equation so that a
-    # compiler cannot merge it with the forward pass (which would defeat remat).
-    nonlinear, linear_eqns = [], []
-    for eqn in eqns:
-        if any(_is_var(v) and v in linear_vars for v in eqn.inputs):
-            linear_vars.update(eqn.outputs)
-            linear_eqns.append(eqn)
-        else:
-            nonlinear.append(eqn)
-    if nonlinear:
-        needed_by_linear = [
-            v
-            for v in dict.fromkeys(
-                v for e in linear_eqns for v in e.inputs if _is_var(v) and v not in linear_vars
-            )
-            if v not in set(known_vars)
-        ]
-        needed_by_linear = [v for v in needed_by_linear if any(v in e.outputs for e in nonlinear)]
-        if needed_by_linear:
-            recompute = Program(
-                known_vars,
-                [],
-                _needed_eqns(nonlinear, needed_by_linear, set(known_vars)),
-                needed_by_linear,
-                [],
-            )
-            res = checkpoint_p.bind(
-                *known_vals, program=recompute, prevent_cse=prevent_cse, policy=None
-            )
-            known_vars = known_vars + needed_by_linear
-            known_vals = known_vals + list(res)
-        eqns = linear_eqns
+    eqns = program.eqns
+    if prevent_cse:
+        eqns, known_vars, known_vals = _recompute_first(program, linear, known_vars, known_vals)
+    # backward_pass evaluates any remaining non-linear equation forward (recomputation)
     lin_program = Program(
         [v for v, lin in zip(program.invars, linear) if lin],
         known_vars,
@@ -194,6 +164,30 @@ def _checkpoint_transpose(cts, *args, program, prevent_cse, policy):
     cts_in = ad.backward_pass(lin_program, list(cts))
     it = iter(cts_in)
     return [next(it) if lin else None for lin in linear]
+
+
+def _recompute_first(program, linear, known_vars, known_vals):
+    """Recompute the residuals of the linear equations as one `checkpoint` equation,
+    so that a compiler cannot merge the recomputation with the forward pass."""
+    linear_vars = {v for v, lin in zip(program.invars, linear) if lin}
+    nonlinear, linear_eqns = [], []
+    for eqn in program.eqns:
+        if any(_is_var(v) and v in linear_vars for v in eqn.inputs):
+            linear_vars.update(eqn.outputs)
+            linear_eqns.append(eqn)
+        else:
+            nonlinear.append(eqn)
+    computed = {o for e in nonlinear for o in e.outputs}
+    residuals = list(
+        dict.fromkeys(v for e in linear_eqns for v in e.inputs if _is_var(v) and v in computed)
+    )
+    if not residuals:
+        return linear_eqns, known_vars, known_vals
+    recompute = Program(
+        known_vars, [], _needed_eqns(nonlinear, residuals, set(known_vars)), residuals, []
+    )
+    values = checkpoint_p.bind(*known_vals, program=recompute, prevent_cse=True, policy=None)
+    return linear_eqns, known_vars + residuals, known_vals + list(values)
 
 
 ad.transpose_rules[checkpoint_p] = _checkpoint_transpose
