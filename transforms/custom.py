@@ -293,7 +293,11 @@ class custom_jvp:
         self.jvp = None
 
     def defjvp(self, jvp, symbolic_zeros=False):
-        """Set the rule `jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)`."""
+        """Set the rule `jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)`.
+
+        Zero tangents reach the rule as zero arrays (`symbolic_zeros` is accepted for
+        JAX compatibility and has no effect). Returns `jvp`, so it works as a decorator.
+        """
         self.jvp = jvp
         return jvp
 
@@ -488,7 +492,11 @@ class custom_vjp:
         self.bwd = None
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False):
-        """Set the forward (`fwd(*args) -> (out, res)`) and backward rules."""
+        """Set the forward (`fwd(*args) -> (out, res)`) and backward rules.
+
+        `bwd(*nondiff_args, res, ct)` gets zero arrays for zero output cotangents
+        (`symbolic_zeros` is accepted for JAX compatibility and has no effect).
+        """
         self.fwd = fwd
         self.bwd = bwd
 
