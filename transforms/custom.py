@@ -330,9 +330,9 @@ class custom_jvp:
         name = _name(self.fun)
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
-        args = _resolve_args(self.fun, args, kwargs)
         if _is_eager():
-            return self.fun(*args)
+            return self.fun(*args, **kwargs)
+        args = _resolve_args(self.fun, args, kwargs)
         a = _Args(args, self.nondiff_argnums, f"custom_jvp function {name}")
         out_store = Store()
         fun, rule = self.fun, self.jvp
@@ -509,9 +509,9 @@ class custom_vjp:
         name = _name(self.fun)
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
-        args = _resolve_args(self.fun, args, kwargs)
         if _is_eager():
-            return self.fun(*args)
+            return self.fun(*args, **kwargs)
+        args = _resolve_args(self.fun, args, kwargs)
         a = _Args(args, self.nondiff_argnums, f"custom_vjp function {name}")
         out_store = Store()
         res_store = Store()
