@@ -171,6 +171,7 @@ def run_torch(args):
     import torch
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True  # as fflow and JAX do on GPUs
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     out = {}
     xs = [torch.randn(args.n_elem, device=dev) for _ in range(3)]
@@ -303,7 +304,8 @@ def _jbench(fn, reps):
 
 
 def run_tests(args):
-    env = dict(os.environ, FFLOW_CUDA_TEST_BACKEND=args.backend)
+    # exact float32 products in the tests (the benchmarks use TF32, as JAX does)
+    env = dict(os.environ, FFLOW_CUDA_TEST_BACKEND=args.backend, FFLOW_GPU_TF32="0")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "tests/test_cuda_primitives.py",
            "tests/test_cuda_fusion.py"]  # fmt: skip
     print("$", " ".join(cmd), f"(FFLOW_CUDA_TEST_BACKEND={args.backend})", flush=True)

@@ -18,6 +18,8 @@ Example:
     [1.0, 3.0, 5.0, 7.0]
 """
 
+import os
+
 import numpy as np
 
 from fflow import array as _array
@@ -47,6 +49,9 @@ class Device:
 
 
 def _cupy():
+    # float32 GEMMs use TF32 tensor cores, as JAX does by default on GPUs; set
+    # FFLOW_GPU_TF32=0 (before the first GPU use) for full float32 products
+    os.environ.setdefault("CUPY_TF32", os.environ.get("FFLOW_GPU_TF32", "1"))
     try:
         import cupy
     except ImportError as e:

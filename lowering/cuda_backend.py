@@ -482,9 +482,9 @@ class CupyRuntime:
     name = "cuda"
 
     def __init__(self, device):
-        import cupy
+        from fflow.device import _cupy
 
-        self.cp = cupy
+        self.cp = _cupy()
         self.device = device
 
     def empty(self, aval):
