@@ -75,7 +75,7 @@ class BatchTrace(core.Trace):
         if isinstance(x, BatchTracer) and x._trace is self:
             return x.val, x.bdim
         if isinstance(x, core.Tracer):
-            core.check_not_leaked(x)
+            core.check_not_leaked(x, self)
         return x, not_mapped
 
     def process_primitive(self, prim, args, params):
