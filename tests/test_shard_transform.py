@@ -302,3 +302,19 @@ def test_error_sbp_does_not_fit_shape():
     with pytest.raises(ValueError) as e:
         fflow.shard(lambda v: v, pl2x2(), in_sbp=S(0))(np.ones((4, 4), np.float32))
     assert "mesh axis" in str(e.value) and HERE in str(e.value)
+
+
+def test_closures_over_traced_values_and_global_arrays():
+    x = np.arange(6, dtype=np.float32)
+    p = pl(2)
+
+    def outer(w):
+        return fflow.shard(lambda v: jnp.sum(jnp.sin(v * w)), p, in_sbp=S(0))(x)
+
+    got = fflow.grad(outer)(np.float32(1.5))
+    np.testing.assert_allclose(float(got), float(np.sum(np.cos(1.5 * x) * x)), rtol=1e-5)
+    np.testing.assert_allclose(float(fflow.jit(outer)(np.float32(1.5))), np.sin(1.5 * x).sum(),
+                               rtol=1e-5)  # fmt: skip
+    g = fflow.to_global(np.full(6, 2.0, np.float32), p, S(0))
+    out = fflow.shard(lambda v: v + g, p, in_sbp=S(0))(x)
+    np.testing.assert_array_equal(np.asarray(out), x + 2.0)

@@ -93,7 +93,8 @@ deflinear(
 
 
 class _Ctx(threading.local):
-    stack = []
+    def __init__(self):
+        self.stack = []  # placements of the shard calls being traced (innermost last)
 
 
 _ctx = _Ctx()
@@ -213,27 +214,53 @@ class Sharded:
         avals = [core.aval_of_value(x).strip_weak_type() for x in leaves]
         key = (in_tree, tuple(avals), tuple(in_sbps))
         entry = self.cache.get(key)
-        if entry is None:
-            store = Store()
-            flat = flatten_fun(self.fun, in_tree, store)
-            _ctx.stack.append(self.placement)
-            try:
-                with set_current_trace(array_mod.root_trace):
-                    program = trace_to_program(flat, avals)
-            finally:
-                _ctx.stack.pop()
-            self.trace_count += 1
-            out_tree = store.value
-            out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
-            sp = ShardedProgram(program, self.placement, in_sbps, out_specs)
-            entry = (sp, out_tree)
-            self.cache[key] = entry
-        return entry + (leaves,)
+        if entry is not None:
+            return entry + (leaves,)
+        store = Store()
+        flat = flatten_fun(self.fun, in_tree, store)
+        _ctx.stack.append(self.placement)
+        try:
+            # the current trace is the parent: values of outer transforms that `f` closes
+            # over become constants here, and are lifted to inputs below
+            program = trace_to_program(flat, avals)
+        finally:
+            _ctx.stack.pop()
+        self.trace_count += 1
+        out_tree = store.value
+        program, lifted, lifted_sbps = _lift_closed_over(program, self.placement)
+        out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
+        sp = ShardedProgram(program, self.placement, lifted_sbps + in_sbps, out_specs)
+        if lifted:
+            # values of other traces (or global arrays) closed over by `f`: passed as
+            # inputs, and traced again next call since they change from call to call
+            return sp, out_tree, lifted + leaves
+        self.cache[key] = (sp, out_tree)
+        return sp, out_tree, leaves
 
     def __call__(self, *args):
         sp, out_tree, leaves = self._entry(args)
         outs = bind_call(sp, leaves)
         return tree_unflatten(out_tree, list(outs))
+
+
+def _lift_closed_over(program, pl):
+    """Turn constants that are tracers of outer transforms or global arrays into inputs."""
+    keep_vars, keep_vals, lift_vars, lift_vals, lift_sbps = [], [], [], [], []
+    for v, c in zip(program.constvars, program.consts):
+        if isinstance(c, core.Tracer) or is_global(c):
+            lift_vars.append(v)
+            lift_vals.append(c)
+            same = is_global(c) and c.placement == pl
+            lift_sbps.append(tuple(c.sbp) if same else (B,) * pl.ndim)
+        else:
+            keep_vars.append(v)
+            keep_vals.append(c)
+    if not lift_vars:
+        return program, [], []
+    program = Program(
+        lift_vars + program.invars, keep_vars, program.eqns, program.outvars, keep_vals
+    )
+    return program, lift_vals, lift_sbps
 
 
 def shard(f, placement, in_sbp=None, out_sbp=None):  # noqa: A002
