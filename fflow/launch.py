@@ -5,6 +5,14 @@ aborts every rank when one raises, so a failing rank ends the run with its own
 traceback instead of leaving the others waiting in a collective. The ranks use
 fflow's MPI runtime (FFLOW_RUNTIME=mpi), so the same script that runs on
 simulated devices runs here unchanged.
+
+Each rank holds only its own shards. Reading a global array's whole value
+(`np.asarray`, `float`, `print`) gathers it from every rank, so do it on all ranks
+(compute the value everywhere, then print on rank 0):
+
+    loss = float(step(...))          # every rank
+    if fflow.sharding.runtime().rank == 0:
+        print(loss)
 """
 
 import argparse
