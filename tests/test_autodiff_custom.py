@@ -570,3 +570,20 @@ def test_checkpoint_prevent_cse_keeps_recomputation_as_one_equation():
         names = [e.primitive.name for e in fflow.make_jaxpr(g)(x).eqns]
         assert names.count("checkpoint") == n_checkpoint
         _close(g(x), np.cos(np.sin(X)) * np.cos(X), 1e-12)
+
+
+@pytest.mark.parametrize("policy", [None, checkpoint_policies.everything_saveable])
+def test_checkpoint_odd_output_structures(policy):
+    from fflow.test_util import check_grads
+
+    def f(x, y, n):  # an input passed through, constants, an integer input and output
+        return x, y * 2.0 + jnp.sin(x) * n, 3.0, jnp.ones(2), n * 2
+
+    g = fflow.checkpoint(f, policy=policy)
+    outs = g(jnp.asarray(0.5), jnp.asarray(1.0), 3)
+    assert int(outs[4]) == 6 and float(outs[2]) == 3.0
+    check_grads(lambda x, y: g(x, y, np.int32(3))[:2], (np.float64(0.5), np.float64(1.0)), order=2)
+    h = fflow.jit(fflow.grad(lambda x, y: g(x, y, 3)[1] + jnp.sum(g(x, y, 3)[3]), argnums=(0, 1)))
+    gx, gy = h(np.float64(0.5), np.float64(1.0))
+    _close(gx, 3 * np.cos(0.5), 1e-12)
+    _close(gy, 2.0)
