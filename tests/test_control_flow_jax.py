@@ -84,3 +84,59 @@ def test_same_results_as_jax():
                 q.shape,
             )
             np.testing.assert_allclose(q, p, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def programs2(jnp, lax, vmap, jit, grad):
+    o = {}
+    o["int_scan"] = lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(5))
+    o["fori_float"] = lax.fori_loop(0, 5, lambda i, x: x + i, 0.0)
+    o["fori_arr_i"] = lax.fori_loop(0, 5, lambda i, x: x.at[i].set(i), jnp.zeros(5, jnp.int32))
+    o["cond_int"] = lax.cond(True, lambda: 1, lambda: 2)
+    o["while_tuple"] = lax.while_loop(
+        lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] + 0.5), (0, 0.0)
+    )
+    o["vmap_cond_int"] = vmap(lambda p: lax.cond(p > 0, lambda: p * 2, lambda: p - 1))(
+        jnp.arange(-2, 3)
+    )
+    o["switch_tree"] = lax.switch(
+        2, [lambda x: (x, x), lambda x: (x * 2, x), lambda x: (x + 1, -x)], jnp.ones(2)
+    )
+    o["scan_none"] = lax.scan(lambda c, _: (c * 2, None), 1.0, None, length=3)
+    o["scan_tree_xs"] = lax.scan(
+        lambda c, x: (c + x["a"] * x["b"], x["a"]), 0.0, {"a": jnp.arange(3.0), "b": jnp.ones(3)}
+    )
+    o["jit_cond"] = jit(lambda x: lax.cond(x.sum() > 0, lambda y: y + 1, lambda y: y - 1, x))(
+        jnp.arange(3.0)
+    )
+    o["vmap_scan_out1"] = vmap(
+        lambda x: lax.scan(lambda c, v: (c + v, c * v), 0.0, x), out_axes=(0, 1)
+    )(jnp.ones((2, 3)))
+    o["map_tree"] = lax.map(lambda d: d["x"] * 2, {"x": jnp.arange(4.0)})
+    o["scan_unroll"] = lax.scan(lambda c, x: (c * x, c), 1.0, jnp.arange(1.0, 4.0), unroll=2)
+    o["scan_bool_carry"] = lax.scan(
+        lambda c, x: (jnp.logical_or(c, x > 1), c), False, jnp.arange(3.0)
+    )
+    o["fori_neg"] = lax.fori_loop(3, 1, lambda i, x: x + i, 10)
+    o["cond_operand_tuple"] = lax.cond(
+        False, lambda t: t[0] + t[1], lambda t: t[0] * t[1], (jnp.float32(2), jnp.float32(3))
+    )
+    return o
+
+
+def test_more_programs_same_results_as_jax():
+    a = programs2(jjnp, jlax, jax.vmap, jax.jit, jax.grad)
+    b = programs2(fjnp, flax, fflow.vmap, fflow.jit, fflow.grad)
+    for k in a:
+        la = jax.tree_util.tree_leaves(a[k])
+        lb = fflow.tree_util.tree_leaves(b[k])
+        assert len(la) == len(lb), k
+        for p, q in zip(la, lb):
+            p, q = np.asarray(p), np.asarray(q)
+            assert p.shape == q.shape and p.dtype == q.dtype, (
+                k,
+                p.dtype,
+                q.dtype,
+                p.shape,
+                q.shape,
+            )
+            np.testing.assert_allclose(q, p, rtol=1e-6, err_msg=k)
