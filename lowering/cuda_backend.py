@@ -137,6 +137,8 @@ def _kind(eqn):
         return "scatter"
     if name == "dot_general":
         return "blas"
+    if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= ck.SORT_MAX:
+        return "sort"
     return "host"
 
 
@@ -214,6 +216,8 @@ class Plan:
                 pending.append(BlasStep(e))
             elif kind == "control":
                 pending.append(ControlStep(e))
+            elif kind == "sort":
+                pending.append(KernelStep([ck.sort_kernel(e, self.wide)]))
             else:
                 pending.append(HostStep(e))
         pending = self._merge_rows(pending)

@@ -1085,3 +1085,72 @@ def _atomic_helper(k, mode, dtype):
         )
     k.helper(guard, text)
     return fname
+
+
+SORT_MAX = 2048  # longer lines sort on the host
+
+
+def sort_kernel(eqn, wide=False):
+    """Stable sort of every line along `dimension`: a block per line, bitonic sort of
+    the line's indices in shared memory (keys compared lexicographically, NaN last, the
+    original index breaking ties, which makes it stable), then a gather of every operand."""
+    ops = eqn.inputs
+    dim, num_keys = eqn.params["dimension"], eqn.params.get("num_keys", 1)
+    shape = ops[0].aval.shape
+    length = shape[dim]
+    post = size_of(shape[dim + 1 :])
+    nlines = size_of(shape) // max(length, 1)
+    p2 = 1
+    while p2 < length:
+        p2 *= 2
+    block = min(max(p2 // 2, 32), 1024)
+    k = KernelSource("sort", {}, wide)
+    names = [k.input(v) for v in ops]
+    outs = [k.output(v) for v in eqn.outputs]
+    t = k.idx_t
+    off = f"(({t})(line / {post}{k.lit}) * {length * post}{k.lit} + ({t})(line % {post}{k.lit}))"
+    lines = []
+    for i in range(num_keys):
+        r = renderer_for(ops[i].aval.dtype)
+        va = r.load(f"{names[i]}[base + ({t})a * {post}]")
+        vb = r.load(f"{names[i]}[base + ({t})b * {post}]")
+        lines += [
+            f"{{ {r.compute} va = {va}, vb = {vb};",
+            "  if ((vb < va) || (va != va && vb == vb)) return true;",
+            "  if ((va < vb) || (vb != vb && va == va)) return false; }",
+        ]
+    params = ", ".join(f"const {storage_ctype(v.aval.dtype)}* {n}" for v, n in zip(ops, names))
+    text = (
+        f"__device__ __forceinline__ bool HELPER({params}, {t} base, int a, int b) {{\n"
+        f"  if (a >= {length} || b >= {length}) return a >= {length} && (b < {length} || a > b);\n"
+        + "\n".join("  " + x for x in lines)
+        + "\n  return a > b;\n}"
+    )
+    helper = "fflow_sort_after_" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    k.helper(helper.upper(), text.replace("HELPER", helper))
+    call = f"{helper}({', '.join(names)}, base, "
+    body = [
+        f"__shared__ int perm[{p2}];",
+        f"for ({t} line = blockIdx.x; line < {nlines}{k.lit}; line += gridDim.x) {{",
+        f"  const {t} base = {off};",
+        f"  for (int i = threadIdx.x; i < {p2}; i += blockDim.x) perm[i] = i;",
+        "  __syncthreads();",
+        f"  for (int kk = 2; kk <= {p2}; kk <<= 1) {{",
+        "    for (int j = kk >> 1; j > 0; j >>= 1) {",
+        f"      for (int i = threadIdx.x; i < {p2}; i += blockDim.x) {{",
+        "        int ixj = i ^ j;",
+        "        if (ixj > i) {",
+        "          int a = perm[i], b = perm[ixj];",
+        f"          bool swap = (i & kk) == 0 ? {call}a, b) : {call}b, a);",
+        "          if (swap) { perm[i] = b; perm[ixj] = a; }",
+        "        }",
+        "      }",
+        "      __syncthreads();",
+        "    }",
+        "  }",
+        f"  for (int i = threadIdx.x; i < {length}; i += blockDim.x) {{",
+        f"    const {t} src = base + ({t})perm[i] * {post}, dst = base + ({t})i * {post};",
+    ]
+    body += [f"    {o}[dst] = {n}[src];" for o, n in zip(outs, names)]
+    body += ["  }", "  __syncthreads();", "}"]
+    return k.finish(body, max(1, min(nlines, MAX_GRID)), block)

@@ -432,7 +432,12 @@ def test_dot_general_and_host_fallback():
             ),
             [a, b],
         ),  # fmt: skip
-        ("sort (host fallback)", lambda x: lax.sort(x, 1), [a]),
+        ("sort (a kernel)", lambda x: lax.sort(x, 1), [a]),
+        (
+            "sort of a long line (host fallback)",
+            lambda x: lax.sort(x, 0),
+            [np.arange(3000.0)[::-1]],
+        ),
     ]
     from fflow.transforms.shard import sbp_constraint_p
 
@@ -442,14 +447,36 @@ def test_dot_general_and_host_fallback():
         ("with_sbp annotation (identity)", lambda x: sbp_constraint_p.bind(x * 2, sbp=(B,)), [a])
     )
     built = run_cases(cases)
-    text = built[2][1].source
-    assert "host sort" in text
+    assert "fflow_sort_" in built[2][1].source
+    assert "host sort" in built[3][1].source
     assert "cublas gemm" in built[0][1].source
+
+
+def test_sort_stable_multi_key_nan_last():
+    def make(data):
+        shape = data.draw(shapes(1, 3, 9))
+        dim = data.draw(st.integers(0, len(shape) - 1))
+        dtype = data.draw(
+            st.sampled_from([np.dtype(np.float32), np.dtype(np.int32)] + ([BF16] if BF16 else []))
+        )
+        rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+        keys = rng.integers(-3, 3, shape).astype(dtype)  # many ties: stability matters
+        if dtype.kind == "f" and data.draw(st.booleans()):
+            keys[rng.random(shape) < 0.2] = np.nan
+        second = rng.integers(0, 4, shape).astype(np.int32)
+        num_keys = data.draw(st.integers(1, 2))
+        iota = lambda: lax.broadcasted_iota(np.int32, shape, dim)  # noqa: E731
+        return (
+            f"sort {dtype.name}{list(shape)} dim={dim} keys={num_keys}",
+            lambda k, s: lax.sort([k, s, iota()], dimension=dim, num_keys=num_keys),
+            [keys, second],
+        )
+
+    run_cases(collect(make, 25))
 
 
 # primitives with no CUDA kernel on purpose: they run on the host inside a plan
 HOST_ON_PURPOSE = {
-    "sort": "bitonic sort kernel not written; host fallback",
     "debug_callback": "a host callback by definition",
 }
 CONTROL_FLOW_AND_COLLECTIVES = ("cond", "while", "scan", "all_", "reduce_scatter", "psum",
@@ -462,7 +489,7 @@ TESTED_HERE = (
        "shift_right_arithmetic",
        "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
-       "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint"}
+       "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
     | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | set(cuda_kernels.SCATTERS)
 )  # fmt: skip
 
@@ -474,7 +501,7 @@ def test_every_primitive_has_a_cuda_lowering():
         | cuda_kernels.REDUCTIONS
         | set(cuda_kernels.CUMULATIVE)
         | set(cuda_kernels.SCATTERS)
-        | {"dot_general"}
+        | {"dot_general", "sort"}
     )
     missing = []
     for name in primitives:
