@@ -4,7 +4,7 @@ gradient (of the sum, w.r.t. x): fflow jit vs JAX jit vs PyTorch eager vs naive 
 import math
 
 import numpy as np
-from common import load_jax, load_torch, median_time, parse_args, print_table, wanted
+from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 A, B, C = 1.5, 0.25, 0.75
 K = math.sqrt(2 / math.pi)
@@ -36,7 +36,7 @@ def main():
     n = 4096 if args.tiny else 4 * 1024 * 1024
     reps = args.reps or (2 if args.tiny else 15)
     x = np.random.default_rng(0).normal(size=n).astype(np.float32)
-    fwd, grad = {}, {}
+    fwd_fns, grad_fns = {}, {}
 
     if wanted(args, "fflow"):
         import fflow
@@ -48,21 +48,21 @@ def main():
         ff = fflow.jit(f)
         fg = fflow.jit(fflow.grad(lambda x: jnp.sum(f(x))))
         fx = jnp.asarray(x)
-        fwd["fflow"] = median_time(lambda: ff(fx), reps)
-        grad["fflow"] = median_time(lambda: fg(fx), reps)
+        fwd_fns["fflow"] = lambda: ff(fx)
+        grad_fns["fflow"] = lambda: fg(fx)
 
     jax = load_jax() if wanted(args, "jax") else None
     if jax is not None:
-        jnp = jax.numpy
+        jax_np = jax.numpy
 
         def jf(x):
-            return jnp.tanh(gelu(jnp, A * x + B)) * C
+            return jax_np.tanh(gelu(jax_np, A * x + B)) * C
 
         jff = jax.jit(jf)
-        jfg = jax.jit(jax.grad(lambda x: jnp.sum(jf(x))))
-        jx = jnp.asarray(x)
-        fwd["jax.jit"] = median_time(lambda: jff(jx).block_until_ready(), reps)
-        grad["jax.jit"] = median_time(lambda: jfg(jx).block_until_ready(), reps)
+        jfg = jax.jit(jax.grad(lambda x: jax_np.sum(jf(x))))
+        jx = jax_np.asarray(x)
+        fwd_fns["jax.jit"] = lambda: jff(jx).block_until_ready()
+        grad_fns["jax.jit"] = lambda: jfg(jx).block_until_ready()
 
     torch = load_torch() if wanted(args, "torch") else None
     if torch is not None:
@@ -71,19 +71,21 @@ def main():
         def tf(x):
             return torch.tanh(gelu(torch, A * x + B)) * C
 
-        fwd["torch eager"] = median_time(lambda: tf(tx), reps)
+        fwd_fns["torch eager"] = lambda: tf(tx)
 
         def tgrad():
             xx = tx.detach().requires_grad_(True)
             tf(xx).sum().backward()
             return xx.grad
 
-        grad["torch eager"] = median_time(tgrad, reps)
+        grad_fns["torch eager"] = tgrad
 
     if wanted(args, "numpy"):
-        fwd["numpy"] = median_time(lambda: numpy_forward(x), reps)
-        grad["numpy"] = median_time(lambda: numpy_grad(x), reps)
+        fwd_fns["numpy"] = lambda: numpy_forward(x)
+        grad_fns["numpy"] = lambda: numpy_grad(x)
 
+    fwd = interleaved_times(fwd_fns, reps)
+    grad = interleaved_times(grad_fns, reps)
     print_table(
         "Elementwise chain tanh(gelu(a*x+b))*c",
         [(f"forward, {n} float32", fwd), (f"grad, {n} float32", grad)],

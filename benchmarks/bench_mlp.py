@@ -5,7 +5,7 @@ fflow jit vs JAX jit vs PyTorch eager vs hand-written NumPy; and the first call
 import time
 
 import numpy as np
-from common import load_jax, load_torch, median_time, parse_args, print_table, wanted
+from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 LR = 0.01
 
@@ -129,7 +129,7 @@ def main():
     batch, dims = sizes(args.tiny)
     reps = args.reps or (2 if args.tiny else 30)
     x, y = data(batch, dims)
-    step_times, first_times = {}, {}
+    step_times_fns, first_times = {}, {}
 
     if wanted(args, "fflow"):
         import fflow.numpy as jnp
@@ -142,7 +142,7 @@ def main():
             state["p"], loss = step(state["p"], fx, fy)
             return loss
 
-        step_times["fflow"] = median_time(run_fflow, reps)
+        step_times_fns["fflow"] = run_fflow
         firsts = []
         for k in range(1 if args.tiny else 3):
             params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in init(dims)]
@@ -154,15 +154,15 @@ def main():
 
     jax = load_jax() if wanted(args, "jax") else None
     if jax is not None:
-        step = make_jax_step(jax)
-        state = {"p": [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in init(dims)]}
+        jax_step = make_jax_step(jax)
+        jax_state = {"p": [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in init(dims)]}
         jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
 
         def run_jax():
-            state["p"], loss = step(state["p"], jx, jy)
+            jax_state["p"], loss = jax_step(jax_state["p"], jx, jy)
             loss.block_until_ready()
 
-        step_times["jax.jit"] = median_time(run_jax, reps)
+        step_times_fns["jax.jit"] = run_jax
         firsts = []
         for k in range(1 if args.tiny else 3):
             params = [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in init(dims)]
@@ -176,12 +176,13 @@ def main():
     if torch is not None:
         tstep = torch_setup(torch, init(dims))
         tx, ty = torch.tensor(x), torch.tensor(y)
-        step_times["torch eager"] = median_time(lambda: tstep(tx, ty), reps)
+        step_times_fns["torch eager"] = lambda: tstep(tx, ty)
 
     if wanted(args, "numpy"):
         params = init(dims)
-        step_times["numpy"] = median_time(lambda: numpy_step(params, x, y), reps)
+        step_times_fns["numpy"] = lambda: numpy_step(params, x, y)
 
+    step_times = interleaved_times(step_times_fns, reps)
     name = f"MLP step {'-'.join(map(str, dims))}, batch {batch}"
     print_table(
         "MLP training step",

@@ -3,7 +3,7 @@ softmax attention, GELU MLP, mean-square loss, SGD): fflow jit vs JAX jit vs PyT
 eager. (No hand-written NumPy backward for this one: the column shows n/a.)"""
 
 import numpy as np
-from common import load_jax, load_torch, median_time, parse_args, print_table, wanted
+from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 LR = 1e-3
 
@@ -63,7 +63,7 @@ def main():
     reps = args.reps or (2 if args.tiny else 10)
     params = init(d, m)
     x = np.random.default_rng(1).normal(size=(b, s, d)).astype(np.float32)
-    times = {}
+    times_fns = {}
 
     if wanted(args, "fflow"):
         import fflow
@@ -83,28 +83,28 @@ def main():
         def run():
             state["p"], value = step(state["p"], fx)
 
-        times["fflow"] = median_time(run, reps)
+        times_fns["fflow"] = run
 
     jax = load_jax() if wanted(args, "jax") else None
     if jax is not None:
-        jnp = jax.numpy
+        jax_np = jax.numpy
 
         def jloss(p, x):
-            return jnp.mean(block(jnp, jax.nn, p, x, heads) ** 2)
+            return jax_np.mean(block(jax_np, jax.nn, p, x, heads) ** 2)
 
         @jax.jit
         def jstep(p, x):
             value, g = jax.value_and_grad(jloss)(p, x)
             return {k: p[k] - LR * g[k] for k in p}, value
 
-        jstate = {"p": {k: jnp.asarray(v) for k, v in params.items()}}
-        jx = jnp.asarray(x)
+        jstate = {"p": {k: jax_np.asarray(v) for k, v in params.items()}}
+        jx = jax_np.asarray(x)
 
         def jrun():
             jstate["p"], value = jstep(jstate["p"], jx)
             value.block_until_ready()
 
-        times["jax.jit"] = median_time(jrun, reps)
+        times_fns["jax.jit"] = jrun
 
     torch = load_torch() if wanted(args, "torch") else None
     if torch is not None:
@@ -133,8 +133,9 @@ def main():
                 for t in tp.values():
                     t -= LR * t.grad
 
-        times["torch eager"] = median_time(trun, reps)
+        times_fns["torch eager"] = trun
 
+    times = interleaved_times(times_fns, reps)
     print_table(
         "Transformer block training step",
         [(f"batch {b}, seq {s}, d {d}, {heads} heads, MLP {m}", times)],

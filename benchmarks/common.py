@@ -59,6 +59,25 @@ def median_time(fn, reps, warmup=3, inner=1):
     return statistics.median(times)
 
 
+def interleaved_times(fns, reps, warmup=3, inner=1):
+    """Median seconds per call of each `fns[name]`, timed round-robin.
+
+    Interleaving gives every framework the same share of a machine whose load
+    changes while the benchmark runs (other processes on a shared box).
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / inner)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
 def fmt_time(t):
     if t is None:
         return "n/a"
