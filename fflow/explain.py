@@ -9,7 +9,9 @@ Example:
     1
 """
 
+import sys
 import time
+import types
 
 import numpy as np
 
@@ -105,3 +107,13 @@ def explain(fun, **jit_kwargs):
 
 
 __all__ = ["explain", "Report"]
+
+
+class _CallableModule(types.ModuleType):
+    # `import fflow.explain` (e.g. by Lowered.explain) rebinds `fflow.explain` to this
+    # module; calling it must still mean `fflow.explain(f)`
+    def __call__(self, fun, **jit_kwargs):
+        return explain(fun, **jit_kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
