@@ -190,3 +190,9 @@ def test_blas_threads_option():
     finally:
         threadpoolctl.threadpool_limits(limits=before.get("openblas", None), user_api="blas")
         fflow.config.update("blas_threads", 0)
+
+
+def test_explain_is_callable_after_lowered_explain():
+    f = fflow.jit(lambda x: jnp.sin(x) * 2)
+    assert f.lower(jnp.ones(3)).explain().eqns_after >= 1  # imports fflow.explain
+    assert fflow.explain(lambda x: x + 1)(jnp.ones(3)).eqns_after == 1
