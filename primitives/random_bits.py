@@ -130,38 +130,64 @@ def _random_fold_in_abstract_eval(key, data):
 defzero(random_fold_in_p)
 
 
+def _bits_batch(args, dims, *, shape):
+    from fflow.transforms import vmap as vm
+
+    (key,), (bdim,) = args, dims
+    return random_bits_p.bind(vm.moveaxis(key, bdim, 0), shape=shape), 0
+
+
+def _fold_in_batch(args, dims):
+    from fflow.transforms import vmap as vm
+
+    (key, data), (kd, dd) = args, dims
+    size = vm.batch_size(args, dims)
+    key = vm.bdim_to_front(key, kd, size)
+    data = vm.bdim_to_front(data, dd, size)
+    return random_fold_in_p.bind(key, data), 0
+
+
 def _register_batch_rules():
     """Batching: leading key dims are batch dims, so a batched key needs no loop."""
-    try:
-        from fflow.transforms import vmap
-    except ImportError:  # vmap is optional at import time
-        return
-    table = getattr(vmap, "batch_rules", None)
-    if table is None:
-        return
-    import fflow.numpy as jnp
+    from fflow.transforms.vmap import batch_rules
 
-    def _bits_batch(args, dims, *, shape):
-        (key,), (bdim,) = args, dims
-        key = jnp.moveaxis(key, bdim, 0)
-        return random_bits_p.bind(key, shape=shape), 0
+    batch_rules[random_bits_p] = _bits_batch
+    batch_rules[random_fold_in_p] = _fold_in_batch
 
-    def _fold_in_batch(args, dims):
-        key, data = args
-        kd, dd = dims
-        size = key.shape[kd] if kd is not None else data.shape[dd]
-        key = jnp.broadcast_to(key, (size,) + key.shape) if kd is None else jnp.moveaxis(key, kd, 0)
-        data = (
-            jnp.broadcast_to(data, (size,) + data.shape)
-            if dd is None
-            else jnp.moveaxis(data, dd, 0)
-        )
-        return random_fold_in_p.bind(key, data), 0
-
-    table.setdefault(random_bits_p, _bits_batch)
-    table.setdefault(random_fold_in_p, _fold_in_batch)
 
 _register_batch_rules()
+
+
+# ----------------------------------------------------------------------------
+# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
+# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
+
+
+def _random_bits_local(ctx, key):
+    # Counter-based bits: each shard is the slice of the same logical random array.
+    full = ctx.out_avals[0].shape
+    out = random_bits_p.bind(key, **ctx.params)
+    box = ctx.out_boxes[0]
+    if all(lo == 0 and hi == n for (lo, hi), n in zip(box, full)):
+        return out
+    return lax.slice(out, [lo for lo, _ in box], [hi for _, hi in box])
+
+
+def _random_bits_sbp(in_avals, out_avals, *, shape):
+    (key,) = in_avals
+    nb = key.ndim - 1
+    sigs = [Sig((S(k),), (S(k),)) for k in range(nb)]
+    sigs += [Sig((B,), (S(nb + k),), _random_bits_local) for k in range(len(shape))]
+    return sigs
+
+
+def _fold_in_sbp(in_avals, out_avals):
+    key, data = in_avals
+    return [Sig((S(k), S(k)), (S(k),)) for k in range(key.ndim - 1)]
+
+
+def_sbp(random_bits_p, _random_bits_sbp)
+def_sbp(random_fold_in_p, _fold_in_sbp)
 
 
 # ----------------------------------------------------------------------------

@@ -159,3 +159,18 @@ def test_same_numbers_as_jax(name, fn):
         )
     else:
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_vmap_over_keys_matches_a_loop():
+    keys = random.split(random.PRNGKey(0), 3)
+    batched = fflow.vmap(lambda k: random.normal(k, (2,)))(keys)
+    looped = np.stack([np.asarray(random.normal(k, (2,))) for k in keys])
+    np.testing.assert_array_equal(np.asarray(batched), looped)
+    folded = fflow.vmap(lambda i: random.fold_in(random.PRNGKey(1), i))(
+        np.arange(3, dtype=np.uint32)
+    )
+    expected = np.stack([np.asarray(random.fold_in(random.PRNGKey(1), i)) for i in range(3)])
+    np.testing.assert_array_equal(np.asarray(folded), expected)
+    perms = fflow.jit(fflow.vmap(lambda k: random.permutation(k, 5)))(keys)
+    expected = np.stack([np.asarray(random.permutation(k, 5)) for k in keys])
+    np.testing.assert_array_equal(np.asarray(perms), expected)

@@ -36,6 +36,7 @@ from fflow.numpy.reductions import *
 from fflow.numpy.reductions import all, any, max, min, sum
 from fflow.numpy.shapes import *
 from fflow.numpy.shapes import shape, size
+from fflow.numpy.statistics import *
 
 Array = ndarray
 

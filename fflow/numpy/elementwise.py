@@ -362,7 +362,13 @@ def logaddexp2(x, y, /):
 
 def hypot(x, y, /):
     x, y = promote(x, y, to_inexact=True)
-    return lax.sqrt(lax.add(lax.mul(x, x), lax.mul(y, y)))
+    # scaled by the larger magnitude so large inputs do not overflow
+    a, b = lax.abs(x), lax.abs(y)
+    hi, lo = lax.max(a, b), lax.min(a, b)
+    zero = lax.eq(hi, lax.full_like(hi, 0))
+    r = lax.div(lo, lax.select_n(zero, hi, lax.full_like(hi, 1)))
+    out = lax.mul(hi, lax.sqrt(lax.add(lax.full_like(r, 1), lax.mul(r, r))))
+    return lax.select_n(zero, out, lax.full_like(out, 0))
 
 
 def copysign(x, y, /):

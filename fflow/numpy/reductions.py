@@ -172,10 +172,13 @@ def _cumulative(lax_fn, name, promote_small=True):
             a = lax.reshape(a, (int(np.prod(shape, dtype=np.int64)),))
             axis = 0
             shape = info(a)[2]
+        # like JAX: cumulative ops keep the dtype (bool becomes the default int)
         target = (
             dtypes.canonicalize(dtype)
             if dtype is not None
-            else (_sum_dtype(d) if promote_small else d)
+            else _sum_dtype(d)
+            if promote_small
+            else (dtypes.int_ if d == np.bool_ else d)
         )
         a = convert(a, target)
         return lax_fn(a, canonical_axis(axis, len(shape)))
@@ -184,36 +187,10 @@ def _cumulative(lax_fn, name, promote_small=True):
     return fn
 
 
-cumsum = _cumulative(lax.cumsum, "cumsum")
-cumprod = _cumulative(lax.cumprod, "cumprod")
-cumulative_sum = cumsum
-
-
-def nansum(a, axis=None, dtype=None, keepdims=False):
-    from fflow.numpy.elementwise import isnan, where
-
-    return sum(where(isnan(a), 0, a), axis=axis, dtype=dtype, keepdims=keepdims)
-
-
-def nanmean(a, axis=None, keepdims=False):
-    from fflow.numpy.elementwise import isnan, logical_not, where
-
-    ok = logical_not(isnan(a))
-    total = sum(where(ok, a, 0), axis=axis, keepdims=keepdims)
-    count = sum(ok, axis=axis, keepdims=keepdims)
-    return lax.div(total, convert(count, info(total)[0]))
-
-
-def nanmax(a, axis=None, keepdims=False):
-    from fflow.numpy.elementwise import isnan, where
-
-    return max(where(isnan(a), -np.inf, a), axis=axis, keepdims=keepdims)
-
-
-def nanmin(a, axis=None, keepdims=False):
-    from fflow.numpy.elementwise import isnan, where
-
-    return min(where(isnan(a), np.inf, a), axis=axis, keepdims=keepdims)
+cumsum = _cumulative(lax.cumsum, "cumsum", promote_small=False)
+cumprod = _cumulative(lax.cumprod, "cumprod", promote_small=False)
+cumulative_sum = _cumulative(lax.cumsum, "cumulative_sum")
+cumulative_prod = _cumulative(lax.cumprod, "cumulative_prod")
 
 
 def count_nonzero(a, axis=None, keepdims=False):
@@ -236,23 +213,3 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
 
 def ptp(a, axis=None, keepdims=False):
     return lax.sub(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))
-
-
-def median(a, axis=None, keepdims=False):
-    from fflow.numpy.shapes import sort, take
-
-    a = operand(a)
-    if axis is None:
-        a = lax.reshape(a, (int(np.prod(info(a)[2], dtype=np.int64)),))
-        axis = 0
-    n = info(a)[2][axis]
-    s = sort(a, axis=axis)
-    if n % 2:
-        out = take(s, n // 2, axis=axis)
-    else:
-        out = mean(take(s, np.array([n // 2 - 1, n // 2]), axis=axis), axis=axis)
-    if keepdims:
-        from fflow.numpy.shapes import expand_dims
-
-        out = expand_dims(out, axis)
-    return out

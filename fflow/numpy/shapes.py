@@ -404,9 +404,11 @@ def argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
         axis = 0
     axis = canonical_axis(axis, ndim(a))
     iota = lax.broadcasted_iota(dtypes.int_, info(a)[2], axis)
-    key = lax.neg(a) if descending and dtypes.is_inexact(info(a)[0]) else a
-    _, perm = lax.sort([key, iota], dimension=axis, num_keys=1)
-    return perm
+    if descending:
+        # as JAX: sort the reversed array, then reverse, so ties keep their order
+        a, iota = lax.rev(a, (axis,)), lax.rev(iota, (axis,))
+    _, perm = lax.sort([a, iota], dimension=axis, num_keys=1)
+    return lax.rev(perm, (axis,)) if descending else perm
 
 
 def take(a, indices, axis=None, mode=None, fill_value=None):
