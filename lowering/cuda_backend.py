@@ -806,12 +806,17 @@ def _optimize(program):
     return program
 
 
+compile_count = 0  # programs compiled by this backend (tests check it was used)
+
+
 def compile_program(program, donate=(), backend="cuda_shim", device=None, verify_nvrtc=None):
     """Compile `program` for the CUDA backend: "cuda" (CuPy on `device`) or "cuda_shim".
 
     `verify_nvrtc` (default: on for the shim when libnvrtc loads) also compiles every
     kernel to an sm_90 cubin, so a kernel that runs on the shim also builds for the GPU.
     """
+    global compile_count
+    compile_count += 1
     program = _optimize(program)
     if backend == "cuda":
         if device is None:
