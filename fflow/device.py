@@ -63,14 +63,20 @@ def _cupy():
     return cupy
 
 
-def devices(platform="gpu"):
-    """The devices of a platform: "gpu" (also "cuda"), "cuda_shim" or "cpu".
+def devices(platform=None):
+    """The devices of a platform: "gpu" (also "cuda"), "cuda_shim" or "cpu"; by default
+    the GPUs when CuPy finds one, else the CPU (as `jax.devices()`).
 
     Example:
         >>> import fflow
         >>> fflow.devices("cpu")
         [Device(cpu:0)]
     """
+    if platform is None:
+        try:
+            return devices("gpu")
+        except RuntimeError:
+            return devices("cpu")
     if platform in ("gpu", "cuda"):
         cupy = _cupy()
         try:

@@ -220,3 +220,18 @@ def test_gpu_check_script_smoke_run_on_the_shim():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "transformer block train step" in proc.stdout
+
+
+def test_jit_on_device_arrays_compiles_for_the_device():
+    dev = fflow.devices("gpu" if BACKEND == "cuda" else "cuda_shim")[0]
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    f = fflow.jit(lambda x: nn.softmax(x * 2.0) + 1.0)
+    before = cuda_backend.compile_count
+    on_dev = f(fflow.device_put(a, dev))
+    assert on_dev.device == dev and cuda_backend.compile_count == before + 1
+    on_cpu = f(a)  # the same function on host arrays: another cache entry, NumPy backend
+    assert type(on_cpu._value) is np.ndarray and cuda_backend.compile_count == before + 1
+    compare(on_dev, np.asarray(on_cpu), "jit on device vs host")
+    f(fflow.device_put(a, dev))
+    assert f.compile_count == 2
+    assert "fflow_row_" in f.lower(fflow.device_put(a, dev)).as_text()
