@@ -547,6 +547,9 @@ class CupyRuntime:
         la, ra = eqn.inputs[0].aval, eqn.inputs[1].aval
         out_aval = eqn.outputs[0].aval
         lhs, rhs = self._compute(lhs, la.dtype), self._compute(rhs, ra.dtype)
+        if np.dtype(out_aval.dtype) == np.float32 and lhs.dtype != cp.float32:
+            # a wider result (preferred_element_type): multiply in float32, as NumPy does
+            lhs, rhs = lhs.astype(cp.float32), rhs.astype(cp.float32)
         lf = [i for i in range(la.ndim) if i not in lc and i not in lb]
         rf = [i for i in range(ra.ndim) if i not in rc and i not in rb]
         nb = int(np.prod([la.shape[i] for i in lb], dtype=np.int64))
