@@ -241,6 +241,8 @@ def _update(x, idx, values, mode):
     x = operand(x)
     dtype, _, shape = info(x)
     values = convert(operand(values), dtype)
+    if _static_out_of_bounds(idx, shape):
+        return x  # JAX drops out-of-bounds updates
     fast = _static_box(idx, shape) if mode == "set" else None
     if fast is not None:
         starts, sizes, squeezed = fast
@@ -259,6 +261,18 @@ def _update(x, idx, values, mode):
     n = int(np.prod(sel_shape, dtype=np.int64))
     out = _SCATTER[mode](flat, lax.reshape(selected, (n, 1)), lax.reshape(upd, (n,)), (0,))
     return lax.reshape(out, shape)
+
+
+def _static_out_of_bounds(idx, shape):
+    """Whether a static int index (before any None/Ellipsis) is out of its dim's range."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    for d, e in enumerate(idx):
+        if e is None or e is Ellipsis or d >= len(shape):
+            return False
+        if _is_static_int(e) and not -shape[d] <= int(e) < shape[d]:
+            return True
+    return False
 
 
 def _static_box(idx, shape):
