@@ -603,14 +603,28 @@ def psum(x, axis_name):
 
 
 def pmean(x, axis_name):
-    """Mean of `x` over the examples of the named vmap axis."""
+    """Mean of `x` over the examples of the named vmap axis.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: v - lax.pmean(v, "i"), axis_name="i")(jnp.arange(3.0)).tolist()
+        [-1.0, 0.0, 1.0]
+    """
     lax = _lax()
     names, size = _axis_names(axis_name, "pmean")
     return tree_map(lambda v: lax.div(v, size), psum(x, names))
 
 
 def pmax(x, axis_name):
-    """Maximum of `x` over the examples of the named vmap axis."""
+    """Maximum of `x` over the examples of the named vmap axis.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: lax.pmax(v, "i"), axis_name="i")(jnp.arange(3.0)).tolist()
+        [2.0, 2.0, 2.0]
+    """
     from fflow.primitives.named_axis import pmax_p
 
     names, _ = _axis_names(axis_name, "pmax")
@@ -618,7 +632,14 @@ def pmax(x, axis_name):
 
 
 def pmin(x, axis_name):
-    """Minimum of `x` over the examples of the named vmap axis."""
+    """Minimum of `x` over the examples of the named vmap axis.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: lax.pmin(v, "i"), axis_name="i")(jnp.arange(3.0)).tolist()
+        [0.0, 0.0, 0.0]
+    """
     from fflow.primitives.named_axis import pmin_p
 
     names, _ = _axis_names(axis_name, "pmin")
@@ -626,7 +647,14 @@ def pmin(x, axis_name):
 
 
 def all_gather(x, axis_name, *, axis=0, tiled=False):
-    """Every example's `x`, stacked along a new `axis` (concatenated if `tiled`)."""
+    """Every example's `x`, stacked along a new `axis` (concatenated if `tiled`).
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: lax.all_gather(v, "i"), axis_name="i")(jnp.arange(2.0)).tolist()
+        [[0.0, 1.0], [0.0, 1.0]]
+    """
     from fflow.primitives.named_axis import all_gather_named_p
 
     names, size = _axis_names(axis_name, "all_gather")
@@ -643,7 +671,14 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
 
 
 def axis_index(axis_name):
-    """The index of the current example along the named vmap axis (int32)."""
+    """The index of the current example along the named vmap axis (int32).
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> fflow.vmap(lambda v: v * lax.axis_index("i"), axis_name="i")(jnp.ones(3)).tolist()
+        [0.0, 1.0, 2.0]
+    """
     from fflow.primitives.named_axis import axis_index_p
 
     names, _ = _axis_names(axis_name, "axis_index")

@@ -367,6 +367,12 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             axis goes in each output.
         axis_name: a name for the batch axis (for collectives).
         axis_size: the batch size; needed only when no argument is batched.
+        spmd_axis_name: accepted for JAX compatibility; unused (sharding is `fflow.shard`).
+
+    Returns:
+        A function with the signature of `fun` whose outputs carry the batch axis at
+        `out_axes`. Arguments mapped with different sizes raise a ValueError naming
+        each argument and its size.
 
     Example:
         >>> import fflow, fflow.numpy as jnp
