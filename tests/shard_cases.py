@@ -194,6 +194,20 @@ def convert(draw):
     return [arr(draw, shape(draw))], dict(new_dtype=np.dtype(np.float64), weak_type=False)
 
 
+def stacked(kind):
+    def case(draw):
+        b, n = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+        a = arr(draw, (b, n, n))
+        spd = a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=f32)
+        if kind == "solve":
+            return [spd, arr(draw, (b, n, 2))], {}
+        if kind in ("cholesky", "eigh", "slogdet"):
+            return [spd.astype(f32)], {}
+        return [a], {}
+
+    return case
+
+
 POS = dict(lo=0.2, hi=3.0)
 UNIT = dict(lo=-0.9, hi=0.9)
 
@@ -291,6 +305,12 @@ CASES = {
     "sort": sort,
     "random_bits": random_bits,
     "random_fold_in": random_fold_in,
+    "linalg_solve": stacked("solve"),
+    "cholesky": stacked("cholesky"),
+    "eigh": stacked("eigh"),
+    "svd": stacked("svd"),
+    "qr": stacked("qr"),
+    "slogdet": stacked("slogdet"),
 }
 
 # primitives whose signatures are tested elsewhere, with the place

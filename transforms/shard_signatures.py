@@ -3,16 +3,33 @@
 Most primitives register their SBP rules next to their definition (see the
 "SBP signatures" block of primitives/dot.py, shape.py, indexing.py, sort.py,
 random_bits.py); elementwise, reduction and cumulative primitives use the family
-rules of transforms/shard_rules.py. Here: control flow runs replicated, and the
-collectives are per-device operations that `shard` inserts but never plans.
+rules of transforms/shard_rules.py. Here: control flow runs replicated, the
+collectives are per-device operations that `shard` inserts but never plans, and
+stacked-matrix linear algebra splits over its leading batch dims.
 """
 
-from fflow.transforms.shard_rules import def_broadcast_only
+from fflow.transforms.shard_rules import Sig, def_broadcast_only, def_sbp
 
 from fflow import core
+from fflow.sharding import Split
+
+# stacked-matrix primitives (NumPy's convention): every input and output has the same
+# leading batch dims, then two matrix dims (or fewer for outputs such as slogdet's)
+STACKED_MATRIX = ("linalg_solve", "cholesky", "eigh", "svd", "qr", "slogdet")
+
+
+def _stacked_matrix_sbp(in_avals, out_avals, **params):
+    nb = in_avals[0].ndim - 2
+    return [
+        Sig((Split(k),) * len(in_avals), (Split(k),) * len(out_avals)) for k in range(max(nb, 0))
+    ]
 
 
 def register():
+    for name in STACKED_MATRIX:
+        prim = core.primitives.get(name)
+        if prim is not None and prim not in _registered():
+            def_sbp(prim, _stacked_matrix_sbp)
     for name in ("cond", "while", "scan"):
         prim = core.primitives.get(name)
         if prim is not None:
@@ -22,6 +39,12 @@ def register():
     for prim in core.primitives.values():
         if "collective" in prim.traits:
             def_broadcast_only(prim, "a per-device collective; shard inserts it, never plans it")
+
+
+def _registered():
+    from fflow.transforms.shard_rules import sbp_rules
+
+    return sbp_rules
 
 
 register()
