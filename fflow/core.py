@@ -74,7 +74,8 @@ def aval_of_value(x):
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval
-    if isinstance(x, (bool, int, float, complex)):
+    # np.float64 subclasses float, but a NumPy scalar keeps its dtype (not weak)
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return ShapedArray((), dtypes.python_scalar_dtype(x), weak_type=True)
     x = np.asarray(x)
     return ShapedArray(x.shape, x.dtype)

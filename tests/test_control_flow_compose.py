@@ -128,3 +128,14 @@ def test_transformed_control_flow_programs_typecheck():
     w_batch = np.array([0.7, 0.9], np.float32)
     ref = [float(f(w, xs)) for w in w_batch]
     np.testing.assert_allclose(np.asarray(fflow.vmap(f, (0, None))(w_batch, xs)), ref, rtol=1e-6)
+
+
+def test_numpy_scalars_keep_their_dtype_when_traced():
+    # np.float64 subclasses Python float; traced code must still see a strong f64
+    c = np.ones(2)
+    w = np.float64(0.8)
+    eager = jnp.asarray(c) * w
+    traced = fflow.jit(lambda v: v * w)(c)
+    assert eager.dtype == traced.dtype == np.float64
+    out = lax.scan(lambda h, x: (h * w + x, None), jnp.zeros(2, np.float64), np.ones((3, 2)))[0]
+    np.testing.assert_allclose(np.asarray(out), (1 + 0.8 + 0.64) * np.ones(2))

@@ -52,10 +52,11 @@ class StagingTrace(core.Trace):
             return x.var
         if isinstance(x, core.Tracer):
             core.check_not_leaked(x, self)
+        if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
+            # before the Python-scalar check: np.float64 subclasses float
+            return Literal(x, ShapedArray((), x.dtype))
         if isinstance(x, (bool, int, float, complex)):
             return Literal(x)
-        if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
-            return Literal(x, ShapedArray((), x.dtype))
         entry = self.const_vars.get(id(x))
         if entry is None:
             entry = (Var(aval_of_value(x)), x)
