@@ -9,6 +9,7 @@ from fflow.primitives import (  # noqa: F401
     cumulative,
     dot,
     indexing,
+    linalg,
     named_axis,
     random_bits,
     reduction,

@@ -513,6 +513,12 @@ NOT_GRAD_CHECKED = {
     "under shard, whose tests check its gradient against unsharded runs",
     "shard_call": "runs a sharded nested program per device; its gradients are checked by the "
     "shard tests against unsharded runs",
+    **{
+        name: "a dense linear-algebra primitive whose input must be well conditioned (SPD "
+        "for cholesky, distinct eigen/singular values): checked against finite differences "
+        "on such matrices in tests/test_numpy_linalg.py"
+        for name in ("cholesky", "eigh", "svd", "qr", "slogdet", "linalg_solve")
+    },
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
     **{

@@ -357,4 +357,17 @@ def norm(x, ord=None, axis=None, keepdims=False):
         return red.max(red.sum(ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims)
     if ord == np.inf:
         return red.max(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
+    if ord == -1:
+        return red.min(red.sum(ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims)
+    if ord == -np.inf:
+        return red.min(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
+    if ord in (2, -2, "nuc"):
+        from fflow.numpy import linalg as la
+        from fflow.numpy.shapes import expand_dims, moveaxis
+
+        s = la.svd(moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
+        out = red.max(s, -1) if ord == 2 else red.min(s, -1) if ord == -2 else red.sum(s, -1)
+        if keepdims:
+            out = expand_dims(out, tuple(sorted(a % nd for a in axis)))
+        return out
     raise NotImplementedError(f"norm with ord={ord!r} over two axes")
