@@ -135,3 +135,22 @@ def test_gpu_devices_without_cupy_say_how_to_fix():
         assert fflow.devices("gpu")
     with pytest.raises(ValueError, match="unknown platform"):
         fflow.devices("tpu")
+
+
+def test_cupy_code_paths_with_a_stand_in_cupy():
+    """CupyRuntime, device arrays and eager dispatch, driven through tests/fake_cupy.py
+    (NumPy arrays posing as CuPy ones, kernels run by the shim): the GPU mode of the
+    CUDA tests (FFLOW_CUDA_TEST_BACKEND=cuda) on a subset."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys; sys.path.insert(0, {here!r})\n"
+        "import fake_cupy; fake_cupy.install()\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+        f"{os.path.join(here, 'test_cuda_fusion.py')!r}, "
+        "'-k', 'mlp or transformer or device or control or epilogue']))\n"
+    )
+    env = dict(os.environ, FFLOW_CUDA_TEST_BACKEND="cuda")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "6 passed" in proc.stdout
