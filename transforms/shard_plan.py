@@ -68,9 +68,14 @@ class _Problem:
         """(bytes, conversions) to give `eqn` the inputs of `sig`; pairs in `boxed`
         (var, sbp) are already converted for an earlier consumer and cost nothing."""
         nbytes = mism = 0
+        here = []  # an operand used twice (x * x) converts once
         for v, want in zip(eqn.inputs, sig.ins):
             have = _sbp_of(var_sbp, v, len(self.h))
             if have != want and (v, want) not in boxed:
+                if type(v) is not Literal:
+                    if (v, want) in here:
+                        continue
+                    here.append((v, want))
                 mism += 1
                 nbytes += boxing_bytes(v.aval.shape, v.aval.dtype, self.h, have, want)
         return nbytes, mism

@@ -56,29 +56,29 @@ def pp_sharded(sp):
             lines.append(f"{var(nv, dst)} = relabel {prev}")
         return nv
 
+    converted = {}  # (var, sbp) -> the var holding it: one conversion serves all consumers
+
+    def operand(k, v, want):
+        if type(v) is not Literal and (v, want) in converted:
+            return names(converted[(v, want)])
+        hit = [b for b in boxings.get(k, []) if b[0] is v and b[2] == want]
+        if not hit:
+            return use(v)
+        _, src, dst, bp = hit[0]
+        nv = emit_boxing(v, src, dst, bp)
+        if type(v) is not Literal:
+            converted[(v, want)] = nv
+        return names(nv)
+
     for k, (eqn, sig) in enumerate(zip(sp.program.eqns, plan.eqn_sigs)):
-        local_names = []
-        for v, want in zip(eqn.inputs, sig.ins):
-            hit = [b for b in boxings.get(k, []) if b[0] is v and b[2] == want]
-            if hit:
-                _, src, dst, bp = hit[0]
-                nv = emit_boxing(v, src, dst, bp)
-                local_names.append(names(nv))
-            else:
-                local_names.append(use(v))
+        local_names = [operand(k, v, want) for v, want in zip(eqn.inputs, sig.ins)]
         params = ""
         if eqn.params:
             parts = [f"{p}={_pp_param(eqn.params[p], names, 4)}" for p in sorted(eqn.params)]
             params = "[" + " ".join(parts) + "]"
         outs = " ".join(var(v) for v in eqn.outputs)
         lines.append(f"{outs} = {eqn.primitive.name}{params} {' '.join(local_names)}".rstrip())
-    outs = []
-    for v, want in zip(sp.program.outvars, sp.out_sbps):
-        hit = [b for b in boxings.get("out", []) if b[0] is v and b[2] == want]
-        if hit:
-            outs.append(names(emit_boxing(*hit[0])))
-        else:
-            outs.append(use(v))
+    outs = [operand("out", v, want) for v, want in zip(sp.program.outvars, sp.out_sbps)]
     ins = " ".join(var(v) for v in sp.program.invars)
     consts = " ".join(var(v) for v in sp.program.constvars)
     head = f"shard on {sp.placement}: {sp.bytes} bytes per call"
