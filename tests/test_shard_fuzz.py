@@ -85,3 +85,27 @@ def test_random_programs(ops, mesh, data, rows, cols):
     # inputs arrive as local arrays and are scattered for free; the program's own
     # communication is exactly the plan's
     assert measured == sp.bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    ops=st.lists(st.sampled_from(OPS), min_size=1, max_size=4),
+    mesh=st.sampled_from(MESHES),
+    data=st.data(),
+)
+def test_random_programs_gradients(ops, mesh, data):
+    n = int(np.prod(mesh))
+    pl = fflow.placement("cpu", np.arange(n).reshape(mesh).tolist())
+    rng = np.random.default_rng(len(ops))
+    x = rng.normal(size=(6, 5)).astype(np.float32)
+    y = rng.normal(size=(4, 8)).astype(np.float32)
+    f = build(ops)
+
+    def loss(x, y):
+        return f(x, y)[1]
+
+    in_sbp = tuple(tuple(data.draw(st.sampled_from(SBPS)) for _ in mesh) for _ in range(2))
+    got = fflow.grad(fflow.shard(loss, pl, in_sbp=in_sbp), argnums=(0, 1))(x, y)
+    want = fflow.grad(loss, argnums=(0, 1))(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
