@@ -160,8 +160,25 @@ def passthrough_partials(sigs, n_extra_b=0):
     return sigs
 
 
+# all-broadcast on purpose, by name or trait (for primitives defined in modules that
+# load later than this one)
+broadcast_only_names = {}
+broadcast_only_traits = {}
+
+
+def broadcast_only_reason(prim):
+    if prim in broadcast_only:
+        return broadcast_only[prim]
+    if prim.name in broadcast_only_names:
+        return broadcast_only_names[prim.name]
+    for trait, reason in broadcast_only_traits.items():
+        if trait in prim.traits:
+            return reason
+    return None
+
+
 def has_signatures(prim):
-    return rule_of(prim) is not None or prim in broadcast_only
+    return rule_of(prim) is not None or broadcast_only_reason(prim) is not None
 
 
 # ----------------------------------------------------------------------------

@@ -8,7 +8,13 @@ collectives are per-device operations that `shard` inserts but never plans, and
 stacked-matrix linear algebra splits over its leading batch dims.
 """
 
-from fflow.transforms.shard_rules import Sig, def_broadcast_only, def_sbp
+from fflow.transforms.shard_rules import (
+    Sig,
+    broadcast_only_names,
+    broadcast_only_traits,
+    def_broadcast_only,
+    def_sbp,
+)
 
 from fflow import core
 from fflow.sharding import Split
@@ -26,6 +32,12 @@ def _stacked_matrix_sbp(in_avals, out_avals, **params):
 
 
 def register():
+    broadcast_only_names["debug_callback"] = "a host callback: every device runs it on whole values"
+    broadcast_only_traits["named_axis"] = (
+        "named-axis collectives (psum, ...) belong to vmap, which removes them before shard "
+        "plans a program"
+    )
+    broadcast_only_traits["collective"] = "a per-device collective; shard inserts it, never plans"
     for name in STACKED_MATRIX:
         prim = core.primitives.get(name)
         if prim is not None and prim not in _registered():
