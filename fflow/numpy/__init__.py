@@ -32,6 +32,7 @@ from fflow.numpy.linalg_ops import (
     trace,
     vdot,
 )
+from fflow.numpy.more import *
 from fflow.numpy.reductions import *
 from fflow.numpy.reductions import all, any, max, min, sum
 from fflow.numpy.shapes import *
