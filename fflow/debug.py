@@ -76,8 +76,18 @@ def _register_rules():
     try:
         from fflow.transforms.vmap import batch_rules
     except ImportError:  # pragma: no cover - vmap ships with fflow
-        return
-    batch_rules[debug_callback_p] = _debug_callback_batch
+        pass
+    else:
+        batch_rules[debug_callback_p] = _debug_callback_batch
+    try:
+        from fflow.transforms.shard_rules import def_broadcast_only
+    except ImportError:  # pragma: no cover - shard ships with fflow
+        pass
+    else:
+        def_broadcast_only(
+            debug_callback_p,
+            "an effect with no outputs: under shard it prints the replicated (whole) value",
+        )
 
 
 _register_rules()
