@@ -80,6 +80,13 @@ class ControlStep:
 
 
 CONTROL = ("cond", "while", "scan")
+# decompositions: cuSOLVER through CuPy (the NumPy implementation dispatches to
+# cupy.linalg for CuPy arrays), NumPy on the host shim
+SOLVER = {"linalg_solve", "cholesky", "eigh", "svd", "qr", "slogdet"}
+
+
+class SolverStep(HostStep):
+    """A dense decomposition/solve: cuSOLVER via CuPy on a GPU, else the host."""
 
 
 class _EwGroup:
@@ -139,6 +146,8 @@ def _kind(eqn):
         return "blas"
     if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= ck.SORT_MAX:
         return "sort"
+    if name in SOLVER:
+        return "solver"
     return "host"
 
 
@@ -175,7 +184,7 @@ class Plan:
                 if out in outset or any(
                     kinds[id(c)] != "fuse"
                     and not _renders_inputs(c)
-                    or kinds[id(c)] in ("host", "control")
+                    or kinds[id(c)] in ("host", "control", "solver")
                     for c in consumers.get(out, ())
                 ):
                     materialized.add(out)
@@ -216,6 +225,8 @@ class Plan:
                 pending.append(BlasStep(e))
             elif kind == "control":
                 pending.append(ControlStep(e))
+            elif kind == "solver":
+                pending.append(SolverStep(e))
             elif kind == "sort":
                 pending.append(KernelStep([ck.sort_kernel(e, self.wide)]))
             else:
@@ -466,6 +477,10 @@ class ShimRuntime:
     def matmul(self, eqn, lhs, rhs):
         return self.to_runtime(eqn.primitive.impl(lhs, rhs, **eqn.params), eqn.outputs[0].aval)
 
+    def solver(self, eqn, args):
+        outs = eqn.primitive.impl(*args, **eqn.params)
+        return list(outs) if eqn.primitive.multiple_results else [outs]
+
     def reshape(self, value, shape):
         return value.reshape(shape)
 
@@ -563,6 +578,17 @@ class CupyRuntime:
         out = out.reshape(out_aval.shape)
         return self._store(out, out_aval.dtype)
 
+    def solver(self, eqn, args):
+        """cuSOLVER through CuPy: NumPy's linalg functions dispatch on CuPy arrays."""
+        if any(np.dtype(v.aval.dtype).itemsize < 4 for v in eqn.inputs if type(v) is Var):
+            return None  # no half/bf16 solvers: the host does these
+        try:
+            outs = eqn.primitive.impl(*args, **eqn.params)
+        except (TypeError, ValueError, AttributeError, NotImplementedError):
+            return None
+        outs = list(outs) if eqn.primitive.multiple_results else [outs]
+        return outs if all(isinstance(o, self.cp.ndarray) for o in outs) else None
+
     def _compute(self, x, dtype):
         if np.dtype(dtype).name == "bfloat16":
             return (x.astype(self.cp.uint32) << 16).view(self.cp.float32)
@@ -646,6 +672,8 @@ class Executable:
                 env[step.out] = rt.reshape(env[step.src], step.out.aval.shape)
             elif t is ControlStep:
                 self._control(step.eqn, env)
+            elif t is SolverStep:
+                self._solver(step.eqn, env)
             else:
                 self._host(step.eqn, env)
             for v in self.last_use.get(i, ()):
@@ -657,6 +685,14 @@ class Executable:
             else:
                 outs.append(env[v])
         return outs
+
+    def _solver(self, eqn, env):
+        args = [_read(env, v, self.runtime) for v in eqn.inputs]
+        outs = self.runtime.solver(eqn, args)
+        if outs is None:
+            return self._host(eqn, env)
+        for v, o in zip(eqn.outputs, outs):
+            env[v] = self.runtime.to_runtime(o, v.aval)
 
     def _sub(self, program):
         """The executable of a sub-program (cached on this executable)."""
@@ -786,6 +822,12 @@ def plan_text(plan):
             )
         elif t is AliasStep:
             lines.append(f"{i:3d} view reshape {nm(s.src)} -> {nm(s.out)}")
+        elif t is SolverStep:
+            e = s.eqn
+            lines.append(
+                f"{i:3d} cusolver {e.primitive.name}  ({', '.join(nm(v) for v in e.inputs)}) -> "
+                f"({', '.join(nm(v) for v in e.outputs)})"
+            )
         else:
             e = s.eqn
             lines.append(

@@ -475,6 +475,24 @@ def test_sort_stable_multi_key_nan_last():
     run_cases(collect(make, 25))
 
 
+def test_linear_algebra_steps():
+    rng = np.random.default_rng(6)
+    m = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    spd = m @ np.swapaxes(m, -1, -2) + 4 * np.eye(4, dtype=np.float32)
+    b = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    tall = rng.standard_normal((5, 3)).astype(np.float64)
+    cases = [
+        ("solve", lambda a, b: bind("linalg_solve", a, b), [spd, b]),
+        ("cholesky + elementwise", lambda a: lax.mul(bind("cholesky", a), 2.0), [spd]),
+        ("eigh", lambda a: bind("eigh", a)[0], [spd]),
+        ("slogdet", lambda a: bind("slogdet", a), [spd]),
+        ("qr", lambda a: bind("qr", a)[1], [tall]),
+        ("svd singular values", lambda a: bind("svd", a)[1], [tall]),
+    ]
+    built = run_cases(cases)
+    assert "cusolver linalg_solve" in built[0][1].source
+
+
 # primitives with no CUDA kernel on purpose: they run on the host inside a plan
 HOST_ON_PURPOSE = {
     "debug_callback": "a host callback by definition",
@@ -490,6 +508,7 @@ TESTED_HERE = (
        "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
        "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
+    | cuda_backend.SOLVER
     | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | set(cuda_kernels.SCATTERS)
 )  # fmt: skip
 
@@ -502,6 +521,7 @@ def test_every_primitive_has_a_cuda_lowering():
         | set(cuda_kernels.CUMULATIVE)
         | set(cuda_kernels.SCATTERS)
         | {"dot_general", "sort"}
+        | cuda_backend.SOLVER
     )
     missing = []
     for name in primitives:
@@ -511,6 +531,7 @@ def test_every_primitive_has_a_cuda_lowering():
             or name.startswith(CONTROL_FLOW_AND_COLLECTIVES)
             or "collective" in prim.traits  # NCCL (lowering/cuda_nccl.py), not kernels
             or "control_flow" in prim.traits
+            or "named_axis" in prim.traits  # vmap's axis_name collectives
         ):
             continue
         if name not in lowered:
