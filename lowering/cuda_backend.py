@@ -146,7 +146,7 @@ def _kind(eqn):
         return "blas"
     if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= ck.SORT_MAX:
         return "sort"
-    if name in SOLVER:
+    if name in SOLVER or getattr(eqn.primitive.impl, "__module__", "") == "fflow.primitives.linalg":
         return "solver"
     return "host"
 
