@@ -623,8 +623,9 @@ class Executable:
         if verify_nvrtc:
             from fflow.lowering import nvrtc
 
-            for k in self.plan.kernels:
-                nvrtc.compile_cubin(k.source)
+            sources = [k.source for k in _unique(self.plan.kernels)]
+            if sources:  # one NVRTC run for the whole program (the preamble is guarded)
+                nvrtc.compile_cubin("\n".join(sources))
         self.consts = None
         self.subs = {}
         self.functions = None  # loaded on the first call (so a test can build many at once)
