@@ -136,7 +136,9 @@ def _neg(self):
         and type(self._value) is np.ndarray
         and self._sharding is None
     ):
-        return array_mod.Array(np.negative(self._value))
+        out = np.negative(self._value)
+        # a 0-d input gives a NumPy scalar: keep the Array's value an ndarray
+        return array_mod.Array(out if type(out) is np.ndarray else np.asarray(out))
     return _jnp().negative(self)
 
 

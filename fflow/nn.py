@@ -153,6 +153,21 @@ def glu(x, axis=-1):
     return a * sigmoid(b)
 
 
+def identity(x):
+    return jnp.asarray(x)
+
+
+def sparse_sigmoid(x):
+    x = _float(x)
+    return 0.5 * jnp.clip(x + 1.0, 0.0, 2.0)
+
+
+def log1mexp(x):
+    """log(1 - exp(-x)) for x > 0, accurate near 0 and for large x."""
+    x = _float(x)
+    return jnp.where(x > math.log(2), jnp.log1p(-jnp.exp(-x)), jnp.log(-jnp.expm1(-x)))
+
+
 # ----------------------------------------------------------------------------
 # Normalizers
 
@@ -232,6 +247,68 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
     if b is not None:
         out = jnp.where(sign < 0, np.nan, out)
     return out
+
+
+def logmeanexp(x, axis=None, where=None, keepdims=False):
+    """log(mean(exp(x))) along `axis`, computed stably."""
+    x = _float(x)
+    lse = logsumexp(x, axis=axis, keepdims=keepdims, where=where)
+    count = jnp.sum(jnp.ones_like(x) if where is None else where, axis=axis, keepdims=keepdims)
+    return lse - jnp.log(count.astype(lse.dtype))
+
+
+def dot_product_attention(
+    query,
+    key,
+    value,
+    bias=None,
+    mask=None,
+    *,
+    scale=None,
+    is_causal=False,
+    query_seq_lengths=None,
+    key_value_seq_lengths=None,
+    local_window_size=None,
+    implementation=None,
+):
+    """Scaled dot-product attention on [batch, seq, heads, head_dim] inputs (JAX's layout;
+    the batch dim may be absent); key/value heads may be fewer (grouped-query attention)."""
+    q, k, v = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    unbatched = q.ndim == 3
+    if unbatched:
+        q, k, v = q[None], k[None], v[None]
+    b, t, n, h = q.shape
+    s, kn = k.shape[1], k.shape[2]
+    if n != kn:
+        # grouped-query attention: each key/value head serves n // kn query heads
+        q = jnp.reshape(q, (b, t, kn, n // kn, h))
+        logits = jnp.einsum("btkgh,bskh->bkgts", q, k)
+        logits = jnp.reshape(logits, (b, n, t, s))
+    else:
+        logits = jnp.einsum("btnh,bsnh->bnts", q, k)
+    scale = 1.0 / math.sqrt(h) if scale is None else scale
+    logits = logits * np.asarray(scale, logits.dtype)
+    if bias is not None:
+        bias = jnp.asarray(bias)
+        logits = logits + (bias[None] if unbatched and bias.ndim == 3 else bias)
+    big_neg = np.asarray(-0.7 * float(dtypes.finfo(logits.dtype).max), logits.dtype)
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        logits = jnp.where(mask[None] if unbatched and mask.ndim == 3 else mask, logits, big_neg)
+    if is_causal:
+        causal = np.tril(np.ones((t, s), dtype=bool), s - t)
+        logits = jnp.where(causal, logits, big_neg)
+    if key_value_seq_lengths is not None:
+        valid = jnp.arange(s)[None, :] < jnp.asarray(key_value_seq_lengths)[:, None]
+        logits = jnp.where(valid[:, None, None, :], logits, big_neg)
+    probs = softmax(logits.astype(np.float32), axis=-1).astype(v.dtype)
+    if n != kn:
+        probs = jnp.reshape(probs, (b, kn, n // kn, t, s))
+        out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+        out = jnp.reshape(out, (b, t, n, v.shape[-1]))
+    else:
+        out = jnp.einsum("bnts,bsnh->btnh", probs, v)
+    return out[0] if unbatched else out
 
 
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):

@@ -321,6 +321,105 @@ def rademacher(key, shape=(), dtype=None):
     return (2 * b.astype(dtype) - 1).astype(dtype)
 
 
+def cauchy(key, shape=(), dtype=None):
+    jnp = _jnp()
+    key = _key(key, "cauchy")
+    dtype = _float_dtype(dtype, "cauchy")
+    u = _uniform(key, _shape(shape), dtype, dtypes.finfo(dtype).eps, 1.0)
+    return jnp.tan(jnp.multiply(np.asarray(np.pi, dtype), jnp.subtract(u, np.asarray(0.5, dtype))))
+
+
+def lognormal(key, sigma=1.0, shape=None, dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "lognormal")
+    shape = np.shape(sigma) if shape is None else _shape(shape)
+    return jnp.exp(normal(key, shape, dtype) * jnp.asarray(sigma, dtype))
+
+
+def rayleigh(key, scale=1.0, shape=None, dtype=None):
+    jnp = _jnp()
+    key = _key(key, "rayleigh")
+    dtype = _float_dtype(dtype, "rayleigh")
+    shape = np.shape(scale) if shape is None else _shape(shape)
+    u = _uniform(key, shape, dtype, 0.0, 1.0)
+    scale = jnp.broadcast_to(jnp.asarray(scale, dtype), shape)
+    return jnp.multiply(scale, jnp.sqrt(jnp.multiply(jnp.log(u), np.asarray(-2, dtype))))
+
+
+def pareto(key, b, shape=None, dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "pareto")
+    shape = np.shape(b) if shape is None else _shape(shape)
+    return jnp.exp(exponential(key, shape, dtype) / jnp.asarray(b, dtype))
+
+
+def weibull_min(key, scale, concentration, shape=(), dtype=None):
+    jnp = _jnp()
+    key = _key(key, "weibull_min")
+    dtype = _float_dtype(dtype, "weibull_min")
+    u = _uniform(key, _shape(shape), dtype, 0.0, 1.0)
+    return jnp.power(-jnp.log1p(-u), 1.0 / jnp.asarray(concentration, dtype)) * scale
+
+
+def maxwell(key, shape=(), dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "maxwell")
+    return jnp.linalg.norm(normal(key, _shape(shape) + (3,), dtype), axis=-1)
+
+
+def geometric(key, p, shape=None, dtype=None):
+    """Number of Bernoulli(p) trials up to the first success (int32 by default)."""
+    jnp = _jnp()
+    key = _key(key, "geometric")
+    p = jnp.asarray(p)
+    if not dtypes.is_float(p.dtype):
+        p = p.astype(dtypes.float_)
+    shape = p.shape if shape is None else _shape(shape)
+    u = _uniform(key, shape, p.dtype, 0.0, 1.0)
+    u = jnp.where(u == 0, 1, u)
+    log_one_minus_p = jnp.broadcast_to(jnp.log1p(-p), shape)
+    g = jnp.floor(jnp.log(u) / log_one_minus_p) + 1
+    return g.astype(dtypes.int_ if dtype is None else dtypes.canonicalize(dtype))
+
+
+def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky"):
+    """Samples of N(mean, cov); the factor of cov from cholesky (default), svd or eigh."""
+    jnp = _jnp()
+    key = _key(key, "multivariate_normal")
+    dtype = _float_dtype(dtype, "multivariate_normal")
+    mean = jnp.asarray(mean, dtype)
+    cov = jnp.asarray(cov, dtype)
+    if mean.ndim < 1 or cov.ndim < 2 or cov.shape[-2:] != (mean.shape[-1],) * 2:
+        raise user_error(
+            ShapeError,
+            f"multivariate_normal needs mean [..., n] and cov [..., n, n], got {mean.shape} "
+            f"and {cov.shape}",
+        )
+    if shape is None:
+        shape = np.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
+    shape = _shape(shape)
+    if method == "svd":
+        u, s, _ = jnp.linalg.svd(cov)
+        factor = u * jnp.sqrt(s[..., None, :])
+    elif method == "eigh":
+        w, v = jnp.linalg.eigh(cov)
+        factor = v * jnp.sqrt(w[..., None, :])
+    else:
+        factor = jnp.linalg.cholesky(cov)
+    samples = normal(key, shape + mean.shape[-1:], dtype)
+    return mean + jnp.einsum("...ij,...j->...i", factor, samples)
+
+
+def orthogonal(key, n, shape=(), dtype=None):
+    """Random n x n orthogonal matrices (Haar measure), via QR of a normal sample."""
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "orthogonal")
+    z = normal(key, _shape(shape) + (n, n), dtype)
+    q, r = jnp.linalg.qr(z)
+    d = jnp.diagonal(r, 0, -2, -1)
+    return q * jnp.expand_dims(jnp.sign(d), -2)
+
+
 # ----------------------------------------------------------------------------
 # Discrete distributions
 
@@ -489,6 +588,15 @@ __all__ = [
     "laplace",
     "logistic",
     "rademacher",
+    "cauchy",
+    "lognormal",
+    "rayleigh",
+    "pareto",
+    "weibull_min",
+    "maxwell",
+    "geometric",
+    "multivariate_normal",
+    "orthogonal",
     "randint",
     "permutation",
     "shuffle",

@@ -222,3 +222,44 @@ def test_initializers_same_as_jax(name):
     ours = getattr(nn.initializers, name)()(random.PRNGKey(1), (8, 5))
     theirs = getattr(jax.nn.initializers, name)()(jax.random.PRNGKey(1), (8, 5))
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)
+
+
+def _np_attention(q, k, v, mask=None):
+    logits = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        logits = np.where(mask, logits, -1e30)
+    return np.einsum("bnts,bsnh->btnh", _np_softmax(logits, -1), v)
+
+
+def test_dot_product_attention():
+    rng = np.random.RandomState(5)
+    q, k, v = (rng.randn(2, s, 4, 8) for s in (5, 6, 6))
+    np.testing.assert_allclose(
+        np.asarray(nn.dot_product_attention(q, k, v)), _np_attention(q, k, v), rtol=1e-5
+    )
+    causal = np.tril(np.ones((5, 5), bool))
+    np.testing.assert_allclose(
+        np.asarray(nn.dot_product_attention(q, k[:, :5], v[:, :5], is_causal=True)),
+        _np_attention(q, k[:, :5], v[:, :5], causal),
+        rtol=1e-5,
+    )
+    # grouped-query attention: two key/value heads serve four query heads
+    k2, v2 = k[:, :, :2], v[:, :, :2]
+    ref = _np_attention(q, np.repeat(k2, 2, axis=2), np.repeat(v2, 2, axis=2))
+    np.testing.assert_allclose(np.asarray(nn.dot_product_attention(q, k2, v2)), ref, rtol=1e-5)
+    g = fflow.grad(lambda qq: jnp.sum(nn.dot_product_attention(qq, k, v)))(q)
+    assert np.isfinite(np.asarray(g)).all()
+
+
+def test_small_helpers():
+    x = np.float32([1e-5, 0.5, 1.0, 30.0])
+    np.testing.assert_allclose(
+        np.asarray(nn.log1mexp(x)), np.log1p(-np.exp(-x.astype(np.float64))), rtol=1e-5
+    )
+    y = np.random.RandomState(0).randn(3, 4)
+    np.testing.assert_allclose(
+        np.asarray(nn.logmeanexp(y, axis=1)), np.log(np.mean(np.exp(y), axis=1)), rtol=1e-6
+    )
+    np.testing.assert_array_equal(
+        np.asarray(nn.sparse_sigmoid(np.float32([-2, 0, 3]))), [0, 0.5, 1]
+    )

@@ -298,3 +298,10 @@ def test_where_clip_and_masks():
     _check(jnp.logical_and(b, ~b), b & ~b)
     _check(jnp.logical_or(b, [False, True, False]), [True, True, True])
     _check(jnp.logical_not(np.int32([0, 2])), [True, False])
+
+
+def test_negating_a_0d_array_keeps_an_ndarray_inside():
+    # regression: -Array(0-d) stored a NumPy scalar and later ops failed to dispatch
+    x = -jnp.asarray(0.3)
+    assert type(np.asarray(x)) is np.ndarray
+    np.testing.assert_allclose(float(jnp.log1p(x)), np.log1p(-0.3), rtol=1e-6)

@@ -174,3 +174,47 @@ def test_vmap_over_keys_matches_a_loop():
     perms = fflow.jit(fflow.vmap(lambda k: random.permutation(k, 5)))(keys)
     expected = np.stack([np.asarray(random.permutation(k, 5)) for k in keys])
     np.testing.assert_array_equal(np.asarray(perms), expected)
+
+
+def test_more_distributions_statistics():
+    key = random.PRNGKey(11)
+    n = 20000
+    x = np.asarray(random.lognormal(key, 0.5, (n,)), np.float64)
+    assert abs(np.log(x).std() - 0.5) < 0.02
+    x = np.asarray(random.exponential(key, (n,)), np.float64)
+    assert abs(x.mean() - 1) < 0.03
+    x = np.asarray(random.geometric(key, 0.25, (n,)))
+    assert x.min() >= 1 and abs(x.mean() - 4) < 0.15
+    x = np.asarray(random.rayleigh(key, 2.0, (n,)), np.float64)
+    assert abs(x.mean() - 2 * np.sqrt(np.pi / 2)) < 0.05
+    cov = np.array([[2.0, 0.6], [0.6, 1.0]])
+    x = np.asarray(random.multivariate_normal(key, np.array([1.0, -1.0]), cov, (n,)), np.float64)
+    np.testing.assert_allclose(x.mean(0), [1, -1], atol=0.05)
+    np.testing.assert_allclose(np.cov(x.T), cov, atol=0.06)
+    q = np.asarray(random.orthogonal(key, 4), np.float64)
+    np.testing.assert_allclose(q @ q.T, np.eye(4), atol=1e-5)
+    x = np.asarray(random.maxwell(key, (n,)), np.float64)
+    assert abs(x.mean() - 2 * np.sqrt(2 / np.pi)) < 0.03
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("cauchy", lambda r, k: r.cauchy(k, (5,))),
+        ("lognormal", lambda r, k: r.lognormal(k, 0.5, (5,))),
+        ("rayleigh", lambda r, k: r.rayleigh(k, 2.0, (5,))),
+        ("pareto", lambda r, k: r.pareto(k, 3.0, (5,))),
+        ("weibull_min", lambda r, k: r.weibull_min(k, 2.0, 1.5, (5,))),
+        ("geometric", lambda r, k: r.geometric(k, 0.3, (5,))),
+        (
+            "multivariate_normal",
+            lambda r, k: r.multivariate_normal(k, np.zeros(3), np.eye(3) * 2 + 0.5, (4,)),
+        ),
+    ],
+)
+def test_more_distributions_same_as_jax(name, fn):
+    jax = pytest.importorskip("jax")
+    ours = np.asarray(fn(random, random.PRNGKey(7)))
+    theirs = np.asarray(fn(jax.random, jax.random.PRNGKey(7)))
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
