@@ -318,3 +318,36 @@ def test_closures_over_traced_values_and_global_arrays():
     g = fflow.to_global(np.full(6, 2.0, np.float32), p, S(0))
     out = fflow.shard(lambda v: v + g, p, in_sbp=S(0))(x)
     np.testing.assert_array_equal(np.asarray(out), x + 2.0)
+
+
+def test_custom_rules_and_checkpoint_inside_shard():
+    @fflow.custom_jvp
+    def f(x):
+        return jnp.tanh(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (tx,) = primals, tangents
+        y = jnp.tanh(x)
+        return y, tx * (1 - y * y)
+
+    @fflow.custom_vjp
+    def g(x):
+        return jnp.sin(x)
+
+    g.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, ct: (ct * c,))
+
+    def loss(w, x):
+        return jnp.sum(fflow.checkpoint(lambda h: g(f(h)) * 2.0)(x @ w))
+
+    w, x = rand(3, 2), rand(8, 3)
+    sharded = fflow.shard(loss, pl(2), in_sbp=(B, S(0)))
+    sp = sharded.plan(w, x)
+    assert "tanh" in str(sp) and sp.collectives() == ["all_reduce"]  # bodies were inlined
+    np.testing.assert_allclose(float(sharded(w, x)), float(loss(w, x)), rtol=1e-5)
+    want = np.asarray(fflow.grad(loss)(w, x))
+    for got in (
+        fflow.grad(sharded)(w, x),
+        fflow.shard(fflow.grad(loss), pl(2), in_sbp=(B, S(0)))(w, x),
+    ):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

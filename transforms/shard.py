@@ -434,9 +434,10 @@ def _shard_call_partial_eval(trace, args, params):
     key = ("pe", tuple(known))
     hit = _derived(sp).get(key)
     if hit is None:
-        kprog, uprog, out_unknown, res = partial_eval_program(sp.program, known)
-        var_sbp = sp.plan.var_sbp
-        res_sbps = [var_sbp[v] for v in res]
+        # split the inlined program: a checkpoint / custom_jvp call mixing known and
+        # unknown inputs would otherwise be staged whole, primal outputs included
+        kprog, uprog, out_unknown, res = partial_eval_program(sp.exec_program, known)
+        res_sbps = [sp.plan.var_sbp[v] for v in res]
         k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
         ksp = ShardedProgram(
             kprog,

@@ -26,17 +26,29 @@ class ShardedProgram:
     def __init__(
         self, program, pl, in_sbps, out_sbps, allow_partial_out=False, name="shard", sigs=None
     ):
-        self.program = program
+        self.program = program  # what transformation rules see (grad, vmap, ...)
         self.placement = pl
         self.in_sbps = [tuple(s) for s in in_sbps]
+        # what is planned and run: call-like equations (custom_jvp/vjp, checkpoint) are
+        # inlined, since their rules only matter to transformations of `program`
+        self.exec_program, self.var_map = inline_calls(program)
         if sigs is None:
-            self.plan = plan_program(program, pl, self.in_sbps, out_sbps, allow_partial_out)
+            self.plan = plan_program(
+                self.exec_program, pl, self.in_sbps, out_sbps, allow_partial_out
+            )
         else:  # a given signature per equation (tests of every signature use this)
-            self.plan = fixed_plan(program, pl, self.in_sbps, out_sbps, sigs)
+            self.plan = fixed_plan(self.exec_program, pl, self.in_sbps, out_sbps, sigs)
         self.out_sbps = self.plan.out_sbps
         self.name = name
         self._locals = {}
         self._boxings = None
+
+    def sbp_of(self, v):
+        """The planned SBP of a var of `program` (through the inlining)."""
+        v = self.var_map.get(v, v)
+        if type(v) is Literal:
+            return (B,) * self.placement.ndim
+        return self.plan.var_sbp[v]
 
     # -- inspection -------------------------------------------------------------
     @property
@@ -54,10 +66,11 @@ class ShardedProgram:
             h = self.placement.hierarchy
             wants = [
                 (k, v, want)
-                for k, (eqn, sig) in enumerate(zip(self.program.eqns, self.plan.eqn_sigs))
+                for k, (eqn, sig) in enumerate(zip(self.exec_program.eqns, self.plan.eqn_sigs))
                 for v, want in zip(eqn.inputs, sig.ins)
             ]
-            wants += [("out", v, want) for v, want in zip(self.program.outvars, self.out_sbps)]
+            outvars = self.exec_program.outvars
+            wants += [("out", v, want) for v, want in zip(outvars, self.out_sbps)]
             for k, v, want in wants:
                 have = _sbp(var_sbp, v, h)
                 if have == want or (type(v) is not Literal and (v, want) in seen):
@@ -106,7 +119,7 @@ class ShardedProgram:
         pl = self.placement
         h = pl.hierarchy
         coords = pl.coords(flat)
-        prog = self.program
+        prog = self.exec_program
         plan = self.plan
 
         def device_fn(*xs):
@@ -194,6 +207,52 @@ def _sbp(var_sbp, v, h):
 
 def _local_shape(shape, nd, hierarchy, coords):
     return tuple(b - a for a, b in local_box(shape, nd, hierarchy, coords))
+
+
+# ----------------------------------------------------------------------------
+# Inlining call-like equations
+
+CALL_LIKE = ("custom_jvp_call", "custom_vjp_call", "checkpoint")
+
+
+def _body(eqn):
+    if eqn.primitive.name not in CALL_LIKE:
+        return None
+    body = eqn.params.get("program")
+    if body is None or body.constvars or len(body.invars) != len(eqn.inputs):
+        return None
+    return body
+
+
+def inline_calls(program):
+    """(program with call-like equations replaced by their bodies, {old var: new atom})."""
+    if not any(_body(e) is not None for e in program.eqns):
+        return program, {}
+    from fflow.core import Program, Var
+
+    eqns = []
+
+    def go(body_eqns, m, fresh):
+        for e in body_eqns:
+            ins = [v if type(v) is Literal else m.get(v, v) for v in e.inputs]
+            body = _body(e)
+            if body is not None:
+                inner = dict(zip(body.invars, ins))
+                go(body.eqns, inner, True)
+                for o, bo in zip(e.outputs, body.outvars):
+                    m[o] = bo if type(bo) is Literal else inner.get(bo, bo)
+                continue
+            outs = e.outputs
+            if fresh:
+                outs = [Var(o.aval) for o in e.outputs]
+                m.update(zip(e.outputs, outs))
+            eqns.append(e.replace(inputs=ins, outputs=outs))
+
+    mapping = {}
+    go(program.eqns, mapping, False)
+    outvars = [v if type(v) is Literal else mapping.get(v, v) for v in program.outvars]
+    new = Program(program.invars, program.constvars, eqns, outvars, program.consts)
+    return new, mapping
 
 
 # ----------------------------------------------------------------------------

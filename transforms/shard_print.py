@@ -70,7 +70,7 @@ def pp_sharded(sp):
             converted[(v, want)] = nv
         return names(nv)
 
-    for k, (eqn, sig) in enumerate(zip(sp.program.eqns, plan.eqn_sigs)):
+    for k, (eqn, sig) in enumerate(zip(sp.exec_program.eqns, plan.eqn_sigs)):
         local_names = [operand(k, v, want) for v, want in zip(eqn.inputs, sig.ins)]
         params = ""
         if eqn.params:
@@ -78,9 +78,9 @@ def pp_sharded(sp):
             params = "[" + " ".join(parts) + "]"
         outs = " ".join(var(v) for v in eqn.outputs)
         lines.append(f"{outs} = {eqn.primitive.name}{params} {' '.join(local_names)}".rstrip())
-    outs = [operand("out", v, want) for v, want in zip(sp.program.outvars, sp.out_sbps)]
-    ins = " ".join(var(v) for v in sp.program.invars)
-    consts = " ".join(var(v) for v in sp.program.constvars)
+    outs = [operand("out", v, want) for v, want in zip(sp.exec_program.outvars, sp.out_sbps)]
+    ins = " ".join(var(v) for v in sp.exec_program.invars)
+    consts = " ".join(var(v) for v in sp.exec_program.constvars)
     head = f"shard on {sp.placement}: {sp.bytes} bytes per call"
     if h and len(h) > 1:
         head += f" (mesh {h})"

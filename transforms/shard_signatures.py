@@ -33,6 +33,12 @@ def _stacked_matrix_sbp(in_avals, out_avals, **params):
 
 def register():
     broadcast_only_names["debug_callback"] = "a host callback: every device runs it on whole values"
+    for name in ("custom_jvp_call", "custom_vjp_call", "checkpoint"):
+        broadcast_only_names[name] = (
+            "a call: shard plans its body (inlined, see shard_exec.inline_calls); only a call "
+            "without a traced body runs whole on every device"
+        )
+    broadcast_only_names["custom_lin"] = "a custom_vjp's backward (a Python function) runs whole"
     broadcast_only_traits["named_axis"] = (
         "named-axis collectives (psum, ...) belong to vmap, which removes them before shard "
         "plans a program"
