@@ -24,6 +24,7 @@ from fflow.numpy.linalg_ops import (
     diagonal,
     dot,
     einsum,
+    einsum_path,
     inner,
     kron,
     matmul,

@@ -207,8 +207,15 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
     if len(operands) == 1:
         return _einsum_single(operands[0], in_specs[0], out_spec)
     spec = ",".join(in_specs) + "->" + out_spec
+    # JAX's path choice: "auto" by default, True -> "optimal", False -> left to right
+    if optimize is True:
+        path_type = "optimal"
+    elif optimize is False or optimize is None:
+        path_type = [(0, 1)] * (len(operands) - 1)
+    else:
+        path_type = optimize
     _, contraction_list = opt_einsum.contract_path(
-        spec, *shapes, shapes=True, einsum_call=True, optimize="greedy" if optimize else False
+        spec, *shapes, shapes=True, einsum_call=True, use_blas=True, optimize=path_type
     )
     ops = list(operands)
     specs = list(in_specs)
@@ -231,6 +238,15 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
         ops.append(out)
         specs.append(result)
     return _einsum_single(ops[0], specs[0], out_spec)
+
+
+def einsum_path(subscripts, *operands, optimize="auto"):
+    """opt_einsum's contraction path and its report, as `jnp.einsum_path` returns them."""
+    import opt_einsum
+
+    shapes = [tuple(info(operand(o))[2]) for o in operands]
+    path_type = "optimal" if optimize is True else optimize
+    return opt_einsum.contract_path(subscripts, *shapes, shapes=True, optimize=path_type)
 
 
 def _parse_einsum(subscripts, shapes):
