@@ -351,3 +351,13 @@ def test_custom_rules_and_checkpoint_inside_shard():
         fflow.shard(fflow.grad(loss), pl(2), in_sbp=(B, S(0)))(w, x),
     ):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_shard_on_the_same_placement_is_inlined_with_constraints():
+    p = pl(2)
+    inner = fflow.shard(lambda a: jnp.tanh(a) * 2.0, p, in_sbp=S(0), out_sbp=S(1))
+    outer = fflow.shard(lambda a, w: jnp.sum(inner(a @ w)), p, in_sbp=(S(0), B))
+    a, w = rand(4, 3), rand(3, 2)
+    sp = outer.plan(a, w)
+    assert "shard_call" not in str(sp) and sp.count("all_to_all") == 1
+    np.testing.assert_allclose(float(outer(a, w)), np.sum(np.tanh(a @ w) * 2), rtol=1e-5)

@@ -31,7 +31,7 @@ class ShardedProgram:
         self.in_sbps = [tuple(s) for s in in_sbps]
         # what is planned and run: call-like equations (custom_jvp/vjp, checkpoint) are
         # inlined, since their rules only matter to transformations of `program`
-        self.exec_program, self.var_map = inline_calls(program)
+        self.exec_program, self.var_map = inline_calls(program, pl)
         if sigs is None:
             self.plan = plan_program(
                 self.exec_program, pl, self.in_sbps, out_sbps, allow_partial_out
@@ -215,7 +215,10 @@ def _local_shape(shape, nd, hierarchy, coords):
 CALL_LIKE = ("custom_jvp_call", "custom_vjp_call", "checkpoint")
 
 
-def _body(eqn):
+def _body(eqn, pl):
+    if eqn.primitive.name == "shard_call":
+        inner = eqn.params["sharded"]
+        return inner.program if inner.placement == pl else None
     if eqn.primitive.name not in CALL_LIKE:
         return None
     body = eqn.params.get("program")
@@ -224,23 +227,46 @@ def _body(eqn):
     return body
 
 
-def inline_calls(program):
-    """(program with call-like equations replaced by their bodies, {old var: new atom})."""
-    if not any(_body(e) is not None for e in program.eqns):
+def inline_calls(program, pl):
+    """(program with call-like equations replaced by their bodies, {old var: new atom}).
+
+    A nested sharded call on the same placement is inlined too, its input and output
+    SBPs becoming `with_sbp` constraints.
+    """
+    if not any(_body(e, pl) is not None for e in program.eqns):
         return program, {}
-    from fflow.core import Program, Var
+    from fflow.transforms.shard import sbp_constraint_p
+
+    from fflow.core import Eqn, Program, Var
 
     eqns = []
+
+    def constrain(atoms, sbps):
+        out = []
+        for a, nd in zip(atoms, sbps):
+            if type(a) is Literal:
+                out.append(a)
+                continue
+            v = Var(a.aval)
+            eqns.append(Eqn(sbp_constraint_p, [a], {"sbp": tuple(nd)}, [v]))
+            out.append(v)
+        return out
 
     def go(body_eqns, m, fresh):
         for e in body_eqns:
             ins = [v if type(v) is Literal else m.get(v, v) for v in e.inputs]
-            body = _body(e)
+            body = _body(e, pl)
             if body is not None:
+                nested = e.primitive.name == "shard_call"
+                if nested:
+                    ins = constrain(ins, e.params["sharded"].in_sbps)
                 inner = dict(zip(body.invars, ins))
+                inner.update(zip(body.constvars, body.constvars))
                 go(body.eqns, inner, True)
-                for o, bo in zip(e.outputs, body.outvars):
-                    m[o] = bo if type(bo) is Literal else inner.get(bo, bo)
+                outs = [bo if type(bo) is Literal else inner.get(bo, bo) for bo in body.outvars]
+                if nested:
+                    outs = constrain(outs, e.params["sharded"].out_sbps)
+                m.update(zip(e.outputs, outs))
                 continue
             outs = e.outputs
             if fresh:
@@ -251,7 +277,13 @@ def inline_calls(program):
     mapping = {}
     go(program.eqns, mapping, False)
     outvars = [v if type(v) is Literal else mapping.get(v, v) for v in program.outvars]
-    new = Program(program.invars, program.constvars, eqns, outvars, program.consts)
+    constvars, consts = list(program.constvars), list(program.consts)
+    for e in program.eqns:  # constants of inlined sharded calls
+        if e.primitive.name == "shard_call" and _body(e, pl) is not None:
+            inner = e.params["sharded"].program
+            constvars += inner.constvars
+            consts += inner.consts
+    new = Program(program.invars, constvars, eqns, outvars, consts)
     return new, mapping
 
 
