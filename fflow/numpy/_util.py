@@ -3,8 +3,8 @@ scalars) and NumPy broadcasting made explicit with `broadcast_in_dim`."""
 
 import numpy as np
 
-from fflow import dtypes, lax
-from fflow.array import Array
+from fflow import core, dtypes, lax
+from fflow.array import Array, root_trace
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error
 
@@ -108,8 +108,9 @@ def broadcast_to_shape(x, shape):
         return x
     nd = len(shape)
     dims = tuple(range(nd - len(xs), nd))
-    if isinstance(x, np.ndarray) and x.ndim > 0:
-        # a constant: broadcasting it now keeps programs small (a view, no copy)
+    if isinstance(x, np.ndarray) and (x.ndim > 0 or core._state.trace is root_trace):
+        # a constant: broadcasting it now keeps programs small (a view, no copy); a
+        # scalar is staged as a broadcast under tracing but is just a view eagerly
         return np.broadcast_to(x, shape)
     return lax.broadcast_in_dim(x, shape, dims)
 
