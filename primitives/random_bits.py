@@ -188,35 +188,3 @@ def _fold_in_sbp(in_avals, out_avals):
 
 def_sbp(random_bits_p, _random_bits_sbp)
 def_sbp(random_fold_in_p, _fold_in_sbp)
-
-
-# ----------------------------------------------------------------------------
-# SBP signatures (transforms/shard_rules.py): one mesh axis; S = split, B = broadcast,
-# P = partial sum. A `local` kernel gets the device's boxes (e.g. a shard's offset).
-
-
-def _random_bits_local(ctx, key):
-    # Counter-based bits: each shard is the slice of the same logical random array.
-    full = ctx.out_avals[0].shape
-    out = random_bits_p.bind(key, **ctx.params)
-    box = ctx.out_boxes[0]
-    if all(lo == 0 and hi == n for (lo, hi), n in zip(box, full)):
-        return out
-    return lax.slice(out, [lo for lo, _ in box], [hi for _, hi in box])
-
-
-def _random_bits_sbp(in_avals, out_avals, *, shape):
-    (key,) = in_avals
-    nb = key.ndim - 1
-    sigs = [Sig((S(k),), (S(k),)) for k in range(nb)]
-    sigs += [Sig((B,), (S(nb + k),), _random_bits_local) for k in range(len(shape))]
-    return sigs
-
-
-def _fold_in_sbp(in_avals, out_avals):
-    key, data = in_avals
-    return [Sig((S(k), S(k)), (S(k),)) for k in range(key.ndim - 1)]
-
-
-def_sbp(random_bits_p, _random_bits_sbp)
-def_sbp(random_fold_in_p, _fold_in_sbp)
