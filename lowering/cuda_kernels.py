@@ -753,8 +753,9 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     else:
         block = 1024 if n >= 16384 else 512 if n >= 4096 else 256
         grid = rows
+        # the block size is a constant of the kernel, so loops over a row unroll
         head = [f"const {k.idx_t} row = blockIdx.x;", "const int tid = threadIdx.x;",
-                "const int nt = blockDim.x;"]  # fmt: skip
+                f"const int nt = {block};"]  # fmt: skip
     body = list(head)
     inner = []
     rb = Builder(k)
@@ -768,7 +769,7 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
             jdx = [b.index_tmp(e) for e in jdx]
         lines = fill(b, row_idx + jdx)
         return (
-            [f"for ({k.idx_t} j = tid; j < {n}{k.lit}; j += nt) {{"]
+            ["#pragma unroll 4", f"for ({k.idx_t} j = tid; j < {n}{k.lit}; j += nt) {{"]
             + _indent(b.lines + lines)
             + ["}"]
         )

@@ -1,10 +1,11 @@
-extern "C" __global__ void fflow_row_3986a2ae2efb(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
+extern "C" __global__ void fflow_row_9d343a05c3b2(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
   const int row = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int tid = threadIdx.x & 31;
   const int nt = 32;
   if (row < 4) {
     int t1 = (row);
     float acc0 = (float)(__int_as_float(0xff800000));
+    #pragma unroll 4
     for (int j = tid; j < 100; j += nt) {
       float t2 = in0[(t1) * 100 + ((j))];
       acc0 = fflow_max<float>(acc0, (float)(t2));
@@ -13,6 +14,7 @@ extern "C" __global__ void fflow_row_3986a2ae2efb(const float* __restrict__ in0,
       acc0 = fflow_max<float>(acc0, __shfl_xor_sync(0xffffffffu, acc0, o));
     const float red0 = (float)(acc0);
     float acc1 = (float)(0);
+    #pragma unroll 4
     for (int j = tid; j < 100; j += nt) {
       float t3 = in0[(t1) * 100 + ((j))];
       float t4 = red0;
@@ -29,6 +31,7 @@ extern "C" __global__ void fflow_row_3986a2ae2efb(const float* __restrict__ in0,
       out1[row] = red0;
       out2[row] = red1;
     }
+    #pragma unroll 4
     for (int j = tid; j < 100; j += nt) {
       float t9 = in0[(t1) * 100 + ((j))];
       float t10 = red0;
