@@ -305,3 +305,14 @@ def test_negating_a_0d_array_keeps_an_ndarray_inside():
     x = -jnp.asarray(0.3)
     assert type(np.asarray(x)) is np.ndarray
     np.testing.assert_allclose(float(jnp.log1p(x)), np.log1p(-0.3), rtol=1e-6)
+
+
+def test_functions_of_python_scalars_are_weak():
+    low = jnp.ones(2, jnp.bfloat16)
+    assert jnp.sqrt(2.0).weak_type and jnp.add(2, 3).weak_type
+    assert (low * jnp.sqrt(2.0)).dtype == low.dtype
+    assert (low * jnp.full((), 2.0)).dtype == low.dtype
+    assert (low * jnp.asarray(2.0)).dtype == low.dtype
+    assert (np.ones(2, np.float16) + jnp.exp(1.0)).dtype == np.float16
+    assert fflow.jit(lambda a: a * jnp.sqrt(2.0) + jnp.full((2,), 1.0))(low).dtype == low.dtype
+    assert not jnp.zeros(2).weak_type and not jnp.sqrt(np.float32(2)).weak_type

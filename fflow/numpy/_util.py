@@ -147,6 +147,38 @@ def promote(*args, to_inexact=False):
     return out
 
 
+def mark_weak(x):
+    """`x` marked weakly typed (x is a fresh result: an eager Array or a tracer)."""
+    if type(x) is Array:
+        x._weak = True
+        return x
+    if type(x) is np.ndarray:
+        return Array(x, weak_type=True)
+    if isinstance(x, Tracer) and not x.aval.weak_type:
+        from fflow.primitives.convert import convert_element_type_p
+
+        return convert_element_type_p.bind(x, new_dtype=x.aval.dtype, weak_type=True)
+    return x
+
+
+def weak_for_scalars(fn):
+    """JAX's rule: a function of Python scalars only gives a weakly typed result
+    (jnp.sqrt(2.0) * bf16 stays bf16). Such calls are computed right away."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if args and all(type(a) in _SCALARS for a in args):
+            with core.set_current_trace(root_trace):
+                out = fn(*args, **kwargs)
+            if type(out) is Array:
+                out._weak = True
+            return out
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
 def weak_result(x, weak):
     """Mark an eager result weakly typed (results of Python-scalar-only ops)."""
     if weak and type(x) is Array:

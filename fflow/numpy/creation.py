@@ -90,10 +90,16 @@ def full(shape, fill_value, dtype=None):
 
         out = broadcast_to(fill_value, _shape(shape))
         return out if dtype is None else lax.convert_element_type(out, dtype)
+    weak = dtype is None and type(fill_value) in (int, float, complex)
     if dtype is None:
         dtype = default_dtype_array(np.asarray(fill_value)).dtype
     # a broadcast of a scalar: staged as one equation under jit, a view eagerly
-    return lax.full(_shape(shape), np.asarray(fill_value, dtype), dtype)
+    out = lax.full(_shape(shape), np.asarray(fill_value, dtype), dtype)
+    if weak:  # JAX: full(shape, 2.0) is weakly typed
+        from fflow.numpy._util import mark_weak
+
+        out = mark_weak(out)
+    return out
 
 
 def zeros_like(a, dtype=None, shape=None):

@@ -506,3 +506,20 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if equal_nan:
         out = logical_or(out, logical_and(isnan(a), isnan(b)))
     return out
+
+
+def _apply_weak_scalar_rule():
+    from fflow.numpy._util import weak_for_scalars
+
+    g = globals()
+    skip = {"where", "clip", "nan_to_num", "isclose", "promote_shapes_only", "divmod"}
+    for name in list(g):
+        fn = g.get(name)
+        if name.startswith("_") or name in skip or not callable(fn) or isinstance(fn, type):
+            continue
+        if getattr(fn, "__module__", None) != __name__:
+            continue
+        g[name] = weak_for_scalars(fn)
+
+
+_apply_weak_scalar_rule()
