@@ -164,13 +164,60 @@ _register_batch_rules()
 
 
 def _random_bits_local(ctx, key):
-    # Counter-based bits: each shard is the slice of the same logical random array.
-    full = ctx.out_avals[0].shape
-    out = random_bits_p.bind(key, **ctx.params)
-    box = ctx.out_boxes[0]
-    if all(lo == 0 and hi == n for (lo, hi), n in zip(box, full)):
-        return out
-    return lax.slice(out, [lo for lo, _ in box], [hi for _, hi in box])
+    # Counter-based bits: a shard encrypts only the counters (flat positions in the
+    # logical array) of its own box, so sharded and unsharded numbers are identical.
+    shape = tuple(ctx.params["shape"])
+    nb = key.ndim - 1
+    box = ctx.out_boxes[0][nb : nb + len(shape)]
+    n = int(np.prod(shape, dtype=np.int64))
+    if n >= 2**32 or all(lo == 0 and hi == d for (lo, hi), d in zip(box, shape)):
+        out = random_bits_p.bind(key, **ctx.params)  # 64-bit counters: whole, then slice
+        starts = [0] * nb + [lo for lo, _ in box] + [0]
+        limits = list(key.shape[:nb]) + [hi for _, hi in box] + [2]
+        if not any(starts) and tuple(limits) == tuple(out.shape):
+            return out
+        return lax.slice(out, starts, limits)
+    u32 = np.dtype(np.uint32)
+    local = tuple(hi - lo for lo, hi in box)
+    out_shape = tuple(key.shape[:nb]) + local
+    counter = lax.full(local, 0, u32)
+    stride = 1
+    for d in reversed(range(len(shape))):
+        pos = lax.add(lax.broadcasted_iota(u32, local, d), lax.full(local, box[d][0], u32))
+        counter = lax.add(counter, lax.mul(pos, lax.full(local, stride, u32)))
+        stride *= shape[d]
+    dims = tuple(range(nb, nb + len(shape)))
+    x1 = lax.broadcast_in_dim(counter, out_shape, dims)
+    x0 = lax.full(out_shape, 0, u32)
+    words = [lax.squeeze(lax.slice_in_dim(key, i, i + 1, axis=nb), (nb,)) for i in (0, 1)]
+    k0, k1 = (lax.broadcast_in_dim(w, out_shape, tuple(range(nb))) for w in words)
+    y0, y1 = _threefry_lax(k0, k1, x0, x1, out_shape)
+    both = [lax.broadcast_in_dim(y, out_shape + (1,), tuple(range(len(out_shape))))
+            for y in (y0, y1)]  # fmt: skip
+    return lax.concatenate(both, len(out_shape))
+
+
+def _threefry_lax(k0, k1, x0, x1, shape):
+    """threefry2x32 (see the module docstring) written with lax ops on uint32 arrays."""
+    u32 = np.dtype(np.uint32)
+
+    def const(v):
+        return lax.full(shape, v, u32)
+
+    def rotl(x, r):
+        return lax.bitwise_or(
+            lax.shift_left(x, const(r)), lax.shift_right_logical(x, const(32 - r))
+        )
+
+    ks = (k0, k1, lax.bitwise_xor(lax.bitwise_xor(k0, k1), const(int(_PARITY))))
+    x0, x1 = lax.add(x0, ks[0]), lax.add(x1, ks[1])
+    for block in range(5):
+        for r in _ROTATIONS[block % 2]:
+            x0 = lax.add(x0, x1)
+            x1 = lax.bitwise_xor(rotl(x1, r), x0)
+        x0 = lax.add(x0, ks[(block + 1) % 3])
+        x1 = lax.add(lax.add(x1, ks[(block + 2) % 3]), const(block + 1))
+    return x0, x1
 
 
 def _random_bits_sbp(in_avals, out_avals, *, shape):

@@ -12,13 +12,15 @@ an exhaustive branch-and-bound search over all signature choices that starts
 from the greedy cost and keeps the plan with the fewest bytes.
 """
 
-from fflow.transforms.shard_boxing import boxing_bytes
+from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.core import Literal
 from fflow.sharding import B
 
 SEARCH_NODE_LIMIT = 4000
+FREE_CONVERSION = 1e-3
+TIE_WEIGHT = 1e-7  # far below one conversion even summed over a large program
 
 
 class Plan:
@@ -76,9 +78,21 @@ class _Problem:
                     if (v, want) in here:
                         continue
                     here.append((v, want))
-                mism += 1
-                nbytes += boxing_bytes(v.aval.shape, v.aval.dtype, self.h, have, want)
-        return nbytes, mism
+                b, m = _conversion_cost(v, have, want, self.h)
+                nbytes, mism = nbytes + b, mism + m
+        return nbytes, mism + self.replicated(sig)
+
+    def replicated(self, sig):
+        """A tie-breaker below one conversion: the share of each output every device
+        computes, so work is split (not replicated) whenever that costs no bytes."""
+        share = 0.0
+        for nd in sig.outs:
+            pieces = 1
+            for h, s in zip(self.h, nd):
+                if s.is_split():
+                    pieces *= h
+            share += 1.0 / pieces
+        return share * TIE_WEIGHT
 
     def final_sbps(self, var_sbp):
         outs = []
@@ -96,8 +110,8 @@ class _Problem:
             have = _sbp_of(var_sbp, v, len(self.h))
             if have != want and (v, want) not in seen:
                 seen.add((v, want))
-                mism += 1
-                nbytes += boxing_bytes(v.aval.shape, v.aval.dtype, self.h, have, want)
+                b, m = _conversion_cost(v, have, want, self.h)
+                nbytes, mism = nbytes + b, mism + m
         return nbytes, mism
 
     def total(self, sigs):
@@ -113,6 +127,15 @@ class _Problem:
                 var_sbp[v] = o
         b, m = self.out_cost(var_sbp, boxed)
         return var_sbp, (nbytes + b, mism + m)
+
+
+def _conversion_cost(v, have, want, hierarchy):
+    """(bytes, latency): each communicating collective counts 1 (fewer, larger messages
+    win a tie in bytes: an all-reduce over a reduce-scatter + all-gather), a local
+    conversion (slice, pad) counts 1/1000."""
+    bp = plan_boxing(v.aval.shape, v.aval.dtype, hierarchy, have, want)
+    calls = sum(1 for st in bp.steps if st.bytes)
+    return bp.bytes, calls if calls else FREE_CONVERSION
 
 
 def _pairs(var_sbp, eqn, sig, ndim):
@@ -133,8 +156,15 @@ def plan_program(program, pl, in_sbps, out_sbps, allow_partial_out=False, search
     from fflow.transforms.shard import sbp_constraint_p
 
     prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, sbp_constraint_p)
-    sigs = _greedy(prob)
-    var_sbp, cost = prob.total(sigs)
+    # two greedy passes: ties broken towards split work, and towards keeping the
+    # producers' SBP (the first is myopic when a later consumer wants another split)
+    best = None
+    for split_ties in (True, False):
+        cand = _greedy(prob, split_ties)
+        c_var, c_cost = prob.total(cand)
+        if best is None or c_cost < best[2]:
+            best = (cand, c_var, c_cost)
+    sigs, var_sbp, cost = best
     space = 1
     for c in prob.cands:
         space *= len(c)
@@ -156,7 +186,7 @@ def fixed_plan(program, pl, in_sbps, out_sbps, sigs):
     return Plan(var_sbp, list(sigs), prob.final_sbps(var_sbp), cost[0])
 
 
-def _greedy(prob):
+def _greedy(prob, split_ties=True):
     var_sbp = dict(prob.init)
     boxed = set()
     sigs = []
@@ -165,7 +195,7 @@ def _greedy(prob):
         best, best_key = None, None
         for i, sig in enumerate(cands):
             nbytes, mism = prob.in_cost(var_sbp, eqn, sig, boxed)
-            key = (nbytes, mism, i)
+            key = (nbytes, mism if split_ties else mism - prob.replicated(sig), i)
             if best_key is None or key < best_key:
                 best, best_key = sig, key
         sigs.append(best)
