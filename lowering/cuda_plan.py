@@ -1,0 +1,413 @@
+"""Planning for the CUDA backend: which values are inlined into kernels, which are
+materialized, and the steps (kernels, GEMMs, views, control flow, solvers, host
+fallbacks) that compute them. See cuda_backend.py for the overview."""
+
+import numpy as np
+from fflow.lowering import cuda_kernels as ck
+from fflow.lowering import cuda_reduce as cr
+from fflow.lowering import cuda_scatter_sort as css
+
+from fflow.array import Array
+from fflow.core import Literal, Program, ShapedArray, Var
+
+WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
+FULL_REDUCE_MIN = 8192
+
+
+# -- plan -----------------------------------------------------------------------------------
+
+
+class KernelStep:
+    def __init__(self, kernels, note=""):
+        self.kernels = kernels
+        self.note = note
+
+    @property
+    def reads(self):
+        return [v for kern in self.kernels for kind, v in kern.args if kind == "in"]
+
+    @property
+    def writes(self):
+        return [v for kern in self.kernels for kind, v in kern.args if kind == "out"]
+
+
+class BlasStep:
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self.reads = [v for v in eqn.inputs if type(v) is Var]
+        self.writes = list(eqn.outputs)
+
+
+class AliasStep:
+    def __init__(self, out, src):
+        self.out, self.src = out, src
+        self.reads, self.writes = [src], [out]
+
+
+class HostStep:
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self.reads = [v for v in eqn.inputs if type(v) is Var]
+        self.writes = list(eqn.outputs)
+
+
+class ControlStep:
+    """cond / while / scan: a host loop around compiled sub-programs (kernels on the device)."""
+
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self.reads = [v for v in eqn.inputs if type(v) is Var]
+        self.writes = list(eqn.outputs)
+
+
+CONTROL = ("cond", "while", "scan")
+# decompositions: cuSOLVER through CuPy (the NumPy implementation dispatches to
+# cupy.linalg for CuPy arrays), NumPy on the host shim
+SOLVER = {"linalg_solve", "cholesky", "eigh", "svd", "qr", "slogdet"}
+
+
+class SolverStep(HostStep):
+    """A dense decomposition/solve: cuSOLVER via CuPy on a GPU, else the host."""
+
+
+class _EwGroup:
+    def __init__(self, shape):
+        self.shape = shape
+        self.outputs = []
+
+
+class _RowGroup:
+    def __init__(self, eqn):
+        self.reductions = [eqn]
+        self.elem_outputs = []
+        self.row_outputs = []
+        x_shape = eqn.inputs[0].aval.shape
+        self.x_shape = x_shape
+        self.rows = x_shape[:-1]
+
+
+def _renders_inputs(eqn):
+    name = eqn.primitive.name
+    return (
+        ck.is_fusible(eqn) or name in ck.REDUCTIONS or name in ck.CUMULATIVE or name in ck.SCATTERS
+    )
+
+
+def _supported_aval(aval):
+    from fflow.lowering.cuda_render import supported_dtype
+
+    return supported_dtype(aval.dtype)
+
+
+def _supported(eqn):
+    from fflow.lowering.cuda_render import supported_dtype
+
+    return all(
+        supported_dtype(v.aval.dtype) for v in list(eqn.inputs) + list(eqn.outputs)
+    ) and not any(isinstance(p, Program) for p in eqn.params.values())
+
+
+def _kind(eqn):
+    name = eqn.primitive.name
+    if name in CONTROL and all(
+        _supported_aval(v.aval) for v in list(eqn.inputs) + list(eqn.outputs)
+    ):
+        return "control"
+    if not _supported(eqn):
+        return "host"
+    if ck.is_fusible(eqn):
+        return "fuse"
+    if name in ck.REDUCTIONS and eqn.params["axes"] and ck.size_of(eqn.outputs[0].aval.shape):
+        return "reduce"
+    if name in ck.CUMULATIVE and ck.size_of(eqn.inputs[0].aval.shape):
+        return "scan"
+    if name in ck.SCATTERS:
+        return "scatter"
+    if name == "dot_general":
+        return "blas"
+    if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
+        return "sort"
+    if name in SOLVER or getattr(eqn.primitive.impl, "__module__", "") == "fflow.primitives.linalg":
+        return "solver"
+    return "host"
+
+
+class Plan:
+    """The launch plan of one program."""
+
+    def __init__(self, program):
+        self.program = program
+        self.steps = []
+        eqns = program.eqns
+        outset = {v for v in program.outvars if type(v) is Var}
+        consumers = {}
+        for e in eqns:
+            for v in e.inputs:
+                if type(v) is Var:
+                    consumers.setdefault(v, []).append(e)
+        kinds = {id(e): _kind(e) for e in eqns}
+        self.wide = any(
+            ck.size_of(v.aval.shape) > WIDE_LIMIT for e in eqns for v in e.inputs + e.outputs
+            if type(v) is Var
+        )  # fmt: skip
+        self.inline = {}
+        materialized = set(program.invars) | set(program.constvars)
+        for v, c in zip(program.constvars, program.consts):
+            splat = _splat_eqn(v, c)
+            users = consumers.get(v, ())
+            if splat is not None and v not in outset and all(_renders_inputs(u) for u in users):
+                # a broadcast scalar: a literal in the kernels, no buffer
+                self.inline[v] = splat
+                materialized.discard(v)
+        for e in eqns:
+            if kinds[id(e)] == "fuse":
+                out = e.outputs[0]
+                if out in outset or any(
+                    kinds[id(c)] != "fuse"
+                    and not _renders_inputs(c)
+                    or kinds[id(c)] in ("host", "control", "solver")
+                    for c in consumers.get(out, ())
+                ):
+                    materialized.add(out)
+                else:
+                    self.inline[out] = e
+            else:
+                materialized.update(e.outputs)
+        pending = []  # _EwGroup / _RowGroup / finished steps, in order
+        for e in eqns:
+            kind = kinds[id(e)]
+            out = e.outputs[0] if e.outputs else None
+            if kind == "fuse":
+                if out in self.inline:
+                    continue
+                name = e.primitive.name
+                if name in ("reshape", "squeeze") and e.inputs[0] not in self.inline:
+                    pending.append(AliasStep(out, e.inputs[0]))
+                    continue
+                last = pending[-1] if pending else None
+                if type(last) is _EwGroup and last.shape == out.aval.shape:
+                    last.outputs.append(out)
+                else:
+                    g = _EwGroup(out.aval.shape)
+                    g.outputs.append(out)
+                    pending.append(g)
+            elif kind == "reduce":
+                pending.append(self._reduction(e))
+            elif kind == "scan":
+                pending.append(KernelStep([cr.cumulative_kernel(e, self._inl(), self.wide)]))
+            elif kind == "scatter":
+                x = e.inputs[0]
+                copy = ck.elementwise_kernel(
+                    [out], {**self._inl(), out: _Identity(x, out)}, self.wide
+                )
+                scat = css.scatter_kernel(e, self._inl(), out, self.wide)
+                pending.append(KernelStep([copy, scat], note=e.primitive.name))
+            elif kind == "blas":
+                pending.append(BlasStep(e))
+            elif kind == "control":
+                pending.append(ControlStep(e))
+            elif kind == "solver":
+                pending.append(SolverStep(e))
+            elif kind == "sort":
+                pending.append(KernelStep([css.sort_kernel(e, self.wide)]))
+            else:
+                pending.append(HostStep(e))
+        pending = self._merge_rows(pending)
+        for item in pending:
+            if type(item) is _EwGroup:
+                inline = {**self.inline, **{v: self._producer(v) for v in item.outputs}}
+                self.steps.append(
+                    KernelStep([ck.elementwise_kernel(item.outputs, inline, self.wide)])
+                )
+            elif type(item) is _RowGroup:
+                inline = {
+                    **self.inline,
+                    **{v: self._producer(v) for v in item.elem_outputs + item.row_outputs},
+                }
+                kern = cr.row_kernel(
+                    item.reductions, item.elem_outputs, item.row_outputs, inline, self.wide
+                )
+                names = " ".join(e.primitive.name for e in item.reductions)
+                self.steps.append(KernelStep([kern], note=f"row-fused: {names}"))
+            else:
+                self.steps.append(item)
+        self.kernels = [k for s in self.steps if type(s) is KernelStep for k in s.kernels]
+
+    def _inl(self):
+        return self.inline
+
+    def _producer(self, v):
+        return self.producers()[v]
+
+    def producers(self):
+        if not hasattr(self, "_producers"):
+            self._producers = {o: e for e in self.program.eqns for o in e.outputs}
+            self._producers.update(
+                (v, e) for v, e in self.inline.items() if v not in self._producers
+            )
+        return self._producers
+
+    def _reduction(self, e):
+        x = e.inputs[0]
+        axes = tuple(sorted(e.params["axes"]))
+        nd = x.aval.ndim
+        if ck.size_of(e.outputs[0].aval.shape) == 1 and ck.size_of(x.aval.shape) >= FULL_REDUCE_MIN:
+            if e.primitive.name not in ("argmax", "argmin"):
+                red = cr.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)
+                nblocks = min(1024, (ck.size_of(x.aval.shape) + 1023) // 1024)
+                acc_dtype = _acc_dtype(red.acc)
+                partial = Var(ShapedArray((nblocks,), acc_dtype))
+                return KernelStep(
+                    cr.full_reduce_kernels(e, self.inline, partial, self.wide), note="two-pass"
+                )
+        if axes == tuple(range(nd - len(axes), nd)):
+            return _RowGroup(e)
+        nsplit = cr.split_count(e)
+        if nsplit > 1:
+            red = cr.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)
+            m = ck.size_of(e.outputs[0].aval.shape)
+            partial = Var(ShapedArray((nsplit, m), _acc_dtype(red.acc)))
+            kernels = [
+                cr.strided_reduce_kernel(e, self.inline, self.wide, partial_var=partial),
+                cr.combine_partials_kernel(e, partial, self.wide),
+            ]
+            return KernelStep(kernels, note=f"split in {nsplit}")
+        return KernelStep([cr.strided_reduce_kernel(e, self.inline, self.wide)])
+
+    # -- row fusion ---------------------------------------------------------------------
+    def _merge_rows(self, pending):
+        out = []
+        i = 0
+        while i < len(pending):
+            item = pending[i]
+            i += 1
+            if type(item) is not _RowGroup:
+                out.append(item)
+                continue
+            g = item
+            e0 = g.reductions[0]
+            mergeable = tuple(e0.params["axes"]) == (len(g.x_shape) - 1,) and g.x_shape[-1] > 1
+            while mergeable and i < len(pending):
+                nxt = pending[i]
+                if (
+                    type(nxt) is _RowGroup
+                    and nxt.x_shape == g.x_shape
+                    and tuple(nxt.reductions[0].params["axes"]) == (len(g.x_shape) - 1,)
+                ):
+                    if self._row_local(g, nxt.reductions[0].inputs[0], "E"):
+                        g.reductions += nxt.reductions
+                        i += 1
+                        continue
+                if type(nxt) is _EwGroup:
+                    form = (
+                        "E"
+                        if nxt.shape == g.x_shape
+                        else "R"
+                        if nxt.shape in (g.rows, g.rows + (1,))
+                        else None
+                    )
+                    if form and all(
+                        self._row_local(g, v, form, own=nxt.outputs) for v in nxt.outputs
+                    ):
+                        (g.elem_outputs if form == "E" else g.row_outputs).extend(nxt.outputs)
+                        i += 1
+                        continue
+                break
+            g.row_outputs = [e.outputs[0] for e in g.reductions] + g.row_outputs
+            out.append(g)
+        return out
+
+    def _row_local(self, g, root, form, own=()):
+        """Does `root` (at `form`: "E" element or "R" row) read the group's reductions
+        only at the current row? Then those reductions can stay in registers."""
+        reds = {e.outputs[0] for e in g.reductions}
+        inlinable = set(self.inline) | set(g.elem_outputs) | set(g.row_outputs) | set(own)
+        prod = self.producers()
+        rows = g.rows
+        memo = {}
+
+        def reaches(v):
+            if type(v) is Literal:
+                return False
+            if v in reds:
+                return True
+            if v not in inlinable:
+                return False
+            key = (v, "reach")
+            if key not in memo:
+                memo[key] = any(reaches(x) for x in prod[v].inputs)
+            return memo[key]
+
+        def ok(v, f):
+            if type(v) is Literal or not reaches(v):
+                return True
+            if v in reds:
+                return f == "R"
+            key = (v, f)
+            if key in memo:
+                return memo[key]
+            e = prod[v]
+            name = e.primitive.name
+            shape = v.aval.shape
+            res = False
+            if f == "E" and shape != g.x_shape or f == "R" and shape not in (rows, rows + (1,)):
+                res = False
+            elif name in ck.ELEMENTWISE:
+                res = all(
+                    ok(x, f) if type(x) is Literal or x.aval.shape == shape else not reaches(x)
+                    for x in e.inputs
+                )
+            elif name == "broadcast_in_dim":
+                (x,) = e.inputs
+                bd = tuple(e.params["broadcast_dimensions"])
+                if x.aval.shape in (rows, rows + (1,)) and bd == tuple(range(x.aval.ndim)):
+                    res = ok(x, "R")
+            elif name in ("reshape", "squeeze") and f == "R":
+                (x,) = e.inputs
+                if x.aval.shape in (rows, rows + (1,)):
+                    res = ok(x, "R")
+            memo[key] = res
+            return res
+
+        return ok(root, form)
+
+
+def _splat_eqn(v, c):
+    from fflow.primitives.shape import broadcast_in_dim_p
+
+    from fflow.core import Eqn
+
+    value = np.asarray(c._value if type(c) is Array else c)
+    if type(value) is not np.ndarray or not value.size or value.ndim == 0:
+        return None
+    first = value.reshape(-1)[0]
+    if not (all(s == 0 for s in value.strides) or (value.size <= 4096 and (value == first).all())):
+        return None
+    if value.dtype.kind == "f" and np.isnan(first) != np.isnan(value).all():
+        return None
+    lit = Literal(np.asarray(first, value.dtype), ShapedArray((), value.dtype))
+    params = {"shape": value.shape, "broadcast_dimensions": ()}
+    return Eqn(broadcast_in_dim_p, [lit], params, [v])
+
+
+class _Identity:
+    """A pseudo-equation: `out` is `x` (renders as a copy; used by scatters)."""
+
+    def __init__(self, x, out):
+        from fflow.primitives.unary import copy_p
+
+        self.primitive = copy_p
+        self.inputs = [x]
+        self.outputs = [out]
+        self.params = {}
+
+
+def _acc_dtype(ctype):
+    return {
+        "float": np.float32,
+        "double": np.float64,
+        "int": np.int32,
+        "unsigned int": np.uint32,
+        "long long": np.int64,
+        "unsigned long long": np.uint64,
+    }[ctype]

@@ -1,0 +1,420 @@
+"""CUDA reduction and scan kernels: row kernels (warp or block per row, with the
+row-fused softmax / layernorm patterns), strided reductions (split over the reduced
+axes when outputs are few), two-pass full reductions and block-wide inclusive scans.
+Accumulators are float32 for half/bf16 inputs."""
+
+import numpy as np
+from fflow.lowering.cuda_kernels import (
+    BLOCK,
+    CUMULATIVE,
+    MAX_GRID,
+    Builder,
+    KernelSource,
+    _grid,
+    _grid_loop,
+    _indent,
+    delinearize,
+    linear,
+    size_of,
+)
+from fflow.lowering.cuda_render import renderer_for
+
+# -- reductions -----------------------------------------------------------------------------
+
+
+class Reduction:
+    """Accumulator type, identity and combine of one reduction primitive on one dtype."""
+
+    def __init__(self, prim_name, in_dtype, out_dtype):
+        self.name = prim_name
+        self.in_r = renderer_for(in_dtype)
+        self.out_r = renderer_for(out_dtype)
+        kind = np.dtype(in_dtype).kind
+        self.is_arg = prim_name in ("argmax", "argmin")
+        size = np.dtype(in_dtype).itemsize
+        if kind == "b":
+            self.acc = "int"
+        elif kind in "iu" and size < 4:
+            self.acc = "int" if kind == "i" else "unsigned int"
+        else:
+            self.acc = self.in_r.compute
+        inf_hi = {
+            "float": "__int_as_float(0x7f800000)",
+            "double": "__longlong_as_double(0x7ff0000000000000LL)",
+        }
+        inf_lo = {
+            "float": "__int_as_float(0xff800000)",
+            "double": "__longlong_as_double(0xfff0000000000000LL)",
+        }
+        if kind == "f" or np.dtype(in_dtype).name == "bfloat16":
+            hi, lo = inf_hi[self.acc], inf_lo[self.acc]
+        elif kind == "b":
+            hi, lo = "1", "0"
+        else:
+            info = np.iinfo(in_dtype)
+            hi = renderer_for(in_dtype).lit(info.max)
+            lo = renderer_for(in_dtype).lit(info.min)
+        op = prim_name.replace("arg", "reduce_")
+        self.init = {
+            "reduce_sum": "0",
+            "reduce_prod": "1",
+            "reduce_max": lo,
+            "reduce_min": hi,
+            "reduce_or": "0",
+            "reduce_and": "1",
+        }[op]
+        self.init = f"({self.acc})({self.init})"
+        self._comb = {
+            "reduce_sum": "({a} + {b})",
+            "reduce_prod": "({a} * {b})",
+            "reduce_max": "fflow_max<" + self.acc + ">({a}, {b})",
+            "reduce_min": "fflow_min<" + self.acc + ">({a}, {b})",
+            "reduce_or": "({a} | {b})",
+            "reduce_and": "({a} & {b})",
+        }[op]
+        if kind == "b" and op in ("reduce_sum", "reduce_prod"):
+            self._comb = "({a} | {b})" if op == "reduce_sum" else "({a} & {b})"
+
+    def comb(self, a, b):
+        return self._comb.format(a=a, b=b)
+
+    def to_acc(self, expr):
+        return f"({self.acc})({expr})"
+
+    def result(self, acc):
+        """The reduction's value (compute type of the output dtype) from the accumulator."""
+        if self.is_arg:
+            return f"({self.out_r.compute})({acc})"
+        return self.out_r.cast_from(
+            acc, self.in_r if self.in_r.kind != "b" else renderer_for(np.int32)
+        )
+
+    def arg_helper(self, k):
+        guard = f"FFLOW_ARGCOMB_{self.name.upper()}_{self.acc.replace(' ', '_').upper()}"
+        better = "v2 > v" if self.name == "argmax" else "v2 < v"
+        k.helper(
+            guard,
+            f"__device__ __forceinline__ void {guard.lower()}({self.acc}& v, long long& i, "
+            f"{self.acc} v2, long long i2) {{\n"
+            "  bool take;\n"
+            "  if (i2 < 0) take = false;\n  else if (i < 0) take = true;\n"
+            "  else { bool n1 = v != v, n2 = v2 != v2;\n"
+            "    if (n1 || n2) take = n2 && (!n1 || i2 < i);\n"
+            f"    else if (v2 != v) take = {better};\n"
+            "    else take = i2 < i; }\n"
+            "  if (take) { v = v2; i = i2; }\n}",
+        )
+        return guard.lower()
+
+
+def _warp_allreduce(red, acc, ids=None, comb_fn=None):
+    if red.is_arg:
+        return [
+            "for (int o = 16; o > 0; o >>= 1) {",
+            f"  {red.acc} ov = __shfl_xor_sync(0xffffffffu, {acc}, o);",
+            f"  long long oi = __shfl_xor_sync(0xffffffffu, {ids}, o);",
+            f"  {comb_fn}({acc}, {ids}, ov, oi);",
+            "}",
+        ]
+    return [
+        "for (int o = 16; o > 0; o >>= 1)",
+        f"  {acc} = {red.comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)')};",
+    ]
+
+
+def _block_allreduce(red, acc, tag, ids=None, comb_fn=None):
+    lines = _warp_allreduce(red, acc, ids, comb_fn)
+    lines.append(f"__shared__ {red.acc} sv_{tag}[32];")
+    if red.is_arg:
+        lines.append(f"__shared__ long long si_{tag}[32];")
+        lines += [
+            f"if ((threadIdx.x & 31) == 0) {{ sv_{tag}[threadIdx.x >> 5] = {acc}; "
+            f"si_{tag}[threadIdx.x >> 5] = {ids}; }}",
+            "__syncthreads();",
+            f"{acc} = sv_{tag}[0]; {ids} = si_{tag}[0];",
+            "for (int w = 1; w < (int)(blockDim.x >> 5); ++w) "
+            f"{comb_fn}({acc}, {ids}, sv_{tag}[w], si_{tag}[w]);",
+            "__syncthreads();",
+        ]
+    else:
+        lines += [
+            f"if ((threadIdx.x & 31) == 0) sv_{tag}[threadIdx.x >> 5] = {acc};",
+            "__syncthreads();",
+            f"{acc} = sv_{tag}[0];",
+            "for (int w = 1; w < (int)(blockDim.x >> 5); ++w)",
+            f"  {acc} = {red.comb(acc, f'sv_{tag}[w]')};",
+            "__syncthreads();",
+        ]
+    return lines
+
+
+def _accumulate(k, red, b, val, acc, ids, jexpr, comb_fn):
+    if red.is_arg:
+        return [f"{comb_fn}({acc}, {ids}, {red.to_acc(val)}, (long long)({jexpr}));"]
+    return [f"{acc} = {red.comb(acc, red.to_acc(val))};"]
+
+
+def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
+    """A kernel per row: reductions over the trailing dims, then outputs of the row.
+
+    `reductions` are equations reducing the trailing axes of inputs of one shape
+    R + N (R: rows, N: reduced dims); their results stay in registers and feed the
+    later reductions and the outputs (shape R + N or R / R + (1,)), which is how
+    softmax, log_softmax and layernorm become one kernel. Rows of up to 1024
+    elements take one warp each (shuffles only); longer rows take a block.
+    """
+    first = reductions[0]
+    x_shape = first.inputs[0].aval.shape
+    axes = first.params["axes"]
+    nrows_dims = x_shape[: len(x_shape) - len(axes)]
+    red_shape = x_shape[len(nrows_dims) :]
+    rows, n = size_of(nrows_dims), size_of(red_shape)
+    k = KernelSource("row", inline, wide)
+    warp_mode = n <= 1024
+    if warp_mode:
+        block = 128
+        grid = _grid(rows, block // 32)
+        head = [
+            f"const {k.idx_t} row = ({k.idx_t})blockIdx.x * (blockDim.x >> 5)"
+            " + (threadIdx.x >> 5);",
+            "const int tid = threadIdx.x & 31;",
+            "const int nt = 32;",
+        ]
+    else:
+        block = 1024 if n >= 16384 else 512 if n >= 4096 else 256
+        grid = rows
+        # the block size is a constant of the kernel, so loops over a row unroll
+        head = [f"const {k.idx_t} row = blockIdx.x;", "const int tid = threadIdx.x;",
+                f"const int nt = {block};"]  # fmt: skip
+    body = list(head)
+    inner = []
+    rb = Builder(k)
+    row_idx = [rb.index_tmp(e) for e in delinearize("row", nrows_dims, k.lit)] if nrows_dims else []
+    inner += rb.lines
+
+    def elem_loop(fill):
+        b = Builder(k)
+        jdx = delinearize("j", red_shape, k.lit) if red_shape else []
+        if len(red_shape) > 1:
+            jdx = [b.index_tmp(e) for e in jdx]
+        lines = fill(b, row_idx + jdx)
+        return (
+            ["#pragma unroll 4", f"for ({k.idx_t} j = tid; j < {n}{k.lit}; j += nt) {{"]
+            + _indent(b.lines + lines)
+            + ["}"]
+        )
+
+    for r_i, eqn in enumerate(reductions):
+        src = eqn.inputs[0]
+        red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+        acc, ids = f"acc{r_i}", f"ids{r_i}"
+        comb_fn = red.arg_helper(k) if red.is_arg else None
+        inner.append(f"{red.acc} {acc} = {red.init};")
+        if red.is_arg:
+            inner.append(f"long long {ids} = -1;")
+        inner += elem_loop(
+            lambda b, idx, red=red, src=src, acc=acc, ids=ids, fn=comb_fn: _accumulate(
+                k, red, b, b.value(src, idx), acc, ids, "j", fn
+            )
+        )
+        if warp_mode:
+            inner += _warp_allreduce(red, acc, ids, comb_fn)
+        else:
+            inner += _block_allreduce(red, acc, str(r_i), ids, comb_fn)
+        result = red.result(ids if red.is_arg else acc)
+        reg = f"red{r_i}"
+        inner.append(f"const {red.out_r.compute} {reg} = {result};")
+        k.special[eqn.outputs[0]] = reg
+    out_names = [(v, k.output(v)) for v in elem_outputs + row_outputs]
+    if row_outputs:
+        b = Builder(k)
+        stores = []
+        for v, name in out_names[len(elem_outputs) :]:
+            idx = row_idx + ["0"] * (v.aval.ndim - len(row_idx))
+            val = b.value(v, idx)
+            stores.append(f"{name}[row] = {renderer_for(v.aval.dtype).store(val)};")
+        inner += ["if (tid == 0) {"] + _indent(b.lines + stores) + ["}"]
+    if elem_outputs:
+
+        def fill(b, idx):
+            out = []
+            for v, name in out_names[: len(elem_outputs)]:
+                val = b.value(v, idx)
+                out.append(
+                    f"{name}[row * {n}{k.lit} + j] = {renderer_for(v.aval.dtype).store(val)};"
+                )
+            return out
+
+        inner += elem_loop(fill)
+    body += [f"if (row < {rows}{k.lit}) {{"] + _indent(inner) + ["}"]
+    return k.finish(body, grid, block)
+
+
+def split_count(eqn):
+    """How many slices of the reduced axes a strided reduction is split into (1: none).
+
+    Few outputs over a long reduction (a bias gradient: sum over the batch) would
+    leave most of a GPU idle with one thread per output; slices run in parallel and
+    a second small kernel combines them.
+    """
+    if eqn.primitive.name in ("argmax", "argmin"):
+        return 1
+    shape = eqn.inputs[0].aval.shape
+    axes = eqn.params["axes"]
+    m = size_of([d for i, d in enumerate(shape) if i not in axes])
+    kn = size_of([shape[i] for i in axes])
+    if m >= 32768 or kn < 256:
+        return 1
+    return int(min(kn // 64, max(1, 65536 // max(m, 1)), 512))
+
+
+def strided_reduce_kernel(eqn, inline, wide=False, partial_var=None):
+    """Reduce any axes: one thread per output element loops over the reduced ones.
+
+    With `partial_var` (shape (S, outputs), the accumulator dtype) the reduced axes
+    are cut in S slices, one per blockIdx.y, each writing its partial result.
+    """
+    src = eqn.inputs[0]
+    axes = tuple(eqn.params["axes"])
+    shape = src.aval.shape
+    kept = [i for i in range(len(shape)) if i not in axes]
+    out_shape = tuple(shape[i] for i in kept)
+    red_shape = tuple(shape[i] for i in axes)
+    m, kn = size_of(out_shape), size_of(red_shape)
+    red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+    k = KernelSource("red", inline, wide)
+    comb_fn = red.arg_helper(k) if red.is_arg else None
+    out = k.output(partial_var if partial_var is not None else eqn.outputs[0])
+    b = Builder(k)
+    oidx = [b.index_tmp(e) for e in delinearize("o", out_shape, k.lit)]
+    head = list(b.lines)
+    b2 = Builder(k)
+    ridx = [b2.index_tmp(e) for e in delinearize("r", red_shape, k.lit)]
+    full = [None] * len(shape)
+    for i, e in zip(kept, oidx):
+        full[i] = e
+    for i, e in zip(axes, ridx):
+        full[i] = e
+    val = b2.value(src, full)
+    acc_line = _accumulate(k, red, b2, val, "acc", "ids", "r", comb_fn)
+    body = [_grid_loop("o", "", f"{m}{k.lit}", k.idx_t)]
+    inner = head + [f"{red.acc} acc = {red.init};"]
+    if red.is_arg:
+        inner.append("long long ids = -1;")
+    if partial_var is None:
+        grid = _grid(m)
+        r0, r1 = "0", f"{kn}{k.lit}"
+    else:
+        nsplit = partial_var.aval.shape[0]
+        chunk = -(-kn // nsplit)
+        grid = (_grid(m), nsplit)
+        r0 = f"({k.idx_t})blockIdx.y * {chunk}{k.lit}"
+        r1 = f"({r0} + {chunk}{k.lit} < {kn}{k.lit} ? {r0} + {chunk}{k.lit} : {kn}{k.lit})"
+    loop = f"for ({k.idx_t} r = {r0}; r < {r1}; ++r) {{"
+    inner += [loop] + _indent(b2.lines + acc_line) + ["}"]
+    if partial_var is None:
+        res = red.result("ids" if red.is_arg else "acc")
+        inner.append(f"{out}[o] = {red.out_r.store(res)};")
+    else:
+        inner.append(f"{out}[({k.idx_t})blockIdx.y * {m}{k.lit} + o] = acc;")
+    body += _indent(inner) + ["}"]
+    return k.finish(body, grid, BLOCK)
+
+
+def combine_partials_kernel(eqn, partial_var, wide=False):
+    """The second pass of a split reduction: combine the S partials of every output."""
+    src = eqn.inputs[0]
+    red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+    nsplit, m = partial_var.aval.shape
+    k = KernelSource("red2", {}, wide)
+    pin = k.input(partial_var)
+    out = k.output(eqn.outputs[0])
+    body = [_grid_loop("o", "", f"{m}{k.lit}", k.idx_t)]
+    inner = [f"{red.acc} acc = {red.init};"]
+    inner.append(
+        f"for (int s = 0; s < {nsplit}; ++s) acc = {red.comb('acc', f'{pin}[s * {m}{k.lit} + o]')};"
+    )
+    inner.append(f"{out}[o] = {red.out_r.store(red.result('acc'))};")
+    body += _indent(inner) + ["}"]
+    return k.finish(body, _grid(m), BLOCK)
+
+
+def full_reduce_kernels(eqn, inline, partial_var, wide=False):
+    """Two passes for a reduction to one value: per-block partials, then one block."""
+    src = eqn.inputs[0]
+    n = size_of(src.aval.shape)
+    red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+    nblocks = partial_var.aval.shape[0]
+    k = KernelSource("sum1", inline, wide)
+    part = k.output(partial_var)
+    b = Builder(k)
+    idx = delinearize("i", src.aval.shape, k.lit)
+    if len(idx) > 1:
+        idx = [b.index_tmp(e) for e in idx]
+    val = b.value(src, idx)
+    body = [f"{red.acc} acc = {red.init};", _grid_loop("i", "", f"{n}{k.lit}", k.idx_t)]
+    body += _indent(b.lines + [f"acc = {red.comb('acc', red.to_acc(val))};"]) + ["}"]
+    body += _block_allreduce(red, "acc", "p")
+    body.append(f"if (threadIdx.x == 0) {part}[blockIdx.x] = acc;")
+    pass1 = k.finish(body, nblocks, 1024)
+    k2 = KernelSource("sum2", {})
+    pin = k2.input(partial_var)
+    out = k2.output(eqn.outputs[0])
+    body = [f"{red.acc} acc = {red.init};",
+            f"for (int i = threadIdx.x; i < {nblocks}; i += blockDim.x)",
+            f"  acc = {red.comb('acc', f'{pin}[i]')};"]  # fmt: skip
+    body += _block_allreduce(red, "acc", "q")
+    body.append(f"if (threadIdx.x == 0) {out}[0] = {red.out_r.store(red.result('acc'))};")
+    pass2 = k2.finish(body, 1, 1024)
+    return [pass1, pass2]
+
+
+def cumulative_kernel(eqn, inline, wide=False):
+    """Inclusive scan along one axis: a block per line, Hillis-Steele in shared memory."""
+    src = eqn.inputs[0]
+    axis, reverse = eqn.params["axis"], eqn.params.get("reverse", False)
+    shape = src.aval.shape
+    length = shape[axis]
+    lines_shape = shape[:axis] + shape[axis + 1 :]
+    nlines = size_of(lines_shape)
+    red = Reduction(CUMULATIVE[eqn.primitive.name], src.aval.dtype, src.aval.dtype)
+    block = 32
+    while block < min(length, 1024):
+        block *= 2
+    k = KernelSource("scan", inline, wide)
+    out = k.output(eqn.outputs[0])
+    b0 = Builder(k)
+    lidx = [b0.index_tmp(e) for e in delinearize("line", lines_shape, k.lit)]
+    b = Builder(k)
+    pos = f"({length - 1} - kk)" if reverse else "kk"
+    full = lidx[:axis] + [pos] + lidx[axis:]
+    val = b.value(src, full, guard=True)
+    lin = linear(full, shape, k.lit)
+    body = [
+        f"__shared__ {red.acc} buf[2][{block}];",
+        f"for ({k.idx_t} line = blockIdx.x; line < {nlines}{k.lit}; line += gridDim.x) {{",
+    ]
+    inner = b0.lines + [f"{red.acc} carry = {red.init};"]
+    inner += [f"for ({k.idx_t} c0 = 0; c0 < {length}{k.lit}; c0 += blockDim.x) {{"]
+    chunk = [
+        f"const {k.idx_t} kk = c0 + threadIdx.x;",
+        f"{red.acc} v = {red.init};",
+        f"if (kk < {length}{k.lit}) v = {red.to_acc(val)};",
+        "int s = 0;",
+        "buf[0][threadIdx.x] = v;",
+        "__syncthreads();",
+        "for (int off = 1; off < (int)blockDim.x; off <<= 1) {",
+        f"  {red.acc} t = buf[s][threadIdx.x];",
+        f"  if ((int)threadIdx.x >= off) t = {red.comb('buf[s][threadIdx.x - off]', 't')};",
+        "  buf[1 - s][threadIdx.x] = t;",
+        "  s = 1 - s;",
+        "  __syncthreads();",
+        "}",
+        f"v = {red.comb('carry', 'buf[s][threadIdx.x]')};",
+        f"if (kk < {length}{k.lit}) {out}[{lin}] = {red.out_r.store(red.result('v'))};",
+        f"carry = {red.comb('carry', 'buf[s][blockDim.x - 1]')};",
+        "__syncthreads();",
+    ]
+    inner += _indent(chunk) + ["}"]
+    body += _indent(inner) + ["}"]
+    return k.finish(body, max(1, min(nlines, MAX_GRID)), block)
