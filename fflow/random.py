@@ -421,6 +421,131 @@ def orthogonal(key, n, shape=(), dtype=None):
 
 
 # ----------------------------------------------------------------------------
+# Gamma family: Marsaglia-Tsang rejection sampling per element, as JAX does it (one
+# key per element, a while_loop under vmap), so the numbers match jax.random's.
+
+
+def _gamma_one(key, alpha, log_space):
+    from fflow import lax as _lax
+
+    jnp = _jnp()
+    dtype = alpha.dtype
+    zero = np.asarray(0, dtype)
+    one = np.asarray(1, dtype)
+    minus_one = np.asarray(-1, dtype)
+    half = np.asarray(0.5, dtype)
+    third = np.asarray(1.0 / 3.0, dtype)
+    squeeze = np.asarray(0.0331, dtype)
+    # alpha < 1: sample Gamma(alpha + 1) and boost by Uniform^(1 / alpha)
+    boost_mask = alpha >= one
+    alpha_orig = alpha
+    alpha = jnp.where(boost_mask, alpha, alpha + one)
+    d = alpha - third
+    c = third / jnp.sqrt(d)
+
+    def cond_fn(state):
+        _, X, V, U = state
+        first = U >= one - squeeze * (X * X)
+        second = jnp.log(U) >= X * half + d * (one - V + jnp.log(V))
+        return jnp.logical_and(first, second)
+
+    def next_kxv(kxv):
+        k = kxv[0]
+        k, sub = split(k)
+        x = normal(sub, (), dtype)
+        return k, x, one + x * c
+
+    def body_fn(state):
+        k = state[0]
+        k, x_key, u_key = split(k, 3)
+        _, x, v = _lax.while_loop(lambda kxv: kxv[2] <= zero, next_kxv, (x_key, zero, minus_one))
+        U = uniform(u_key, (), dtype)
+        return k, x * x, v * v * v, U
+
+    key, subkey = split(key)
+    init = (key, jnp.asarray(zero), jnp.asarray(one), jnp.asarray(np.asarray(2, dtype)))
+    _, _, V, _ = _lax.while_loop(cond_fn, body_fn, init)
+    if log_space:
+        log_samples = -exponential(subkey, (), dtype)
+        log_boost = jnp.where(
+            jnp.logical_or(boost_mask, log_samples == 0), zero, log_samples * (one / alpha_orig)
+        )
+        return jnp.log(d) + jnp.log(V) + log_boost
+    samples = 1 - uniform(subkey, (), dtype)
+    boost = jnp.where(boost_mask, one, jnp.power(samples, one / alpha_orig))
+    return d * V * boost
+
+
+def _gamma(key, a, shape, dtype, log_space):
+    from fflow.transforms.vmap import vmap
+
+    jnp = _jnp()
+    key = _key(key, "gamma")
+    dtype = _float_dtype(dtype, "gamma")
+    a = jnp.asarray(a, dtype)
+    shape = a.shape if shape is None else _shape(shape)
+    a = jnp.broadcast_to(a, shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return jnp.zeros(shape, dtype)
+    keys = split(key, n)
+    samples = vmap(lambda k, al: _gamma_one(k, al, log_space))(keys, jnp.reshape(a, (n,)))
+    return jnp.reshape(samples, shape)
+
+
+def gamma(key, a, shape=None, dtype=None):
+    """Gamma(a, 1) samples (JAX's rejection sampler; no gradient with respect to `a`)."""
+    return _gamma(key, a, shape, dtype, log_space=False)
+
+
+def loggamma(key, a, shape=None, dtype=None):
+    """log of Gamma(a, 1) samples, accurate for small `a`."""
+    return _gamma(key, a, shape, dtype, log_space=True)
+
+
+def beta(key, a, b, shape=None, dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "beta")
+    a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+    shape = np.broadcast_shapes(a.shape, b.shape) if shape is None else _shape(shape)
+    key_a, key_b = split(_key(key, "beta"))
+    log_a = loggamma(key_a, jnp.broadcast_to(a, shape), shape, dtype)
+    log_b = loggamma(key_b, jnp.broadcast_to(b, shape), shape, dtype)
+    log_max = jnp.maximum(log_a, log_b)
+    ga, gb = jnp.exp(log_a - log_max), jnp.exp(log_b - log_max)
+    return ga / (ga + gb)
+
+
+def dirichlet(key, alpha, shape=None, dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "dirichlet")
+    alpha = jnp.asarray(alpha, dtype)
+    shape = alpha.shape[:-1] if shape is None else _shape(shape)
+    log_g = loggamma(key, alpha, shape + alpha.shape[-1:], dtype)
+    log_g = log_g - jnp.max(log_g, axis=-1, keepdims=True)
+    e = jnp.exp(log_g)
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def chisquare(key, df, shape=None, dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "chisquare")
+    df = jnp.asarray(df, dtype)
+    shape = df.shape if shape is None else _shape(shape)
+    return jnp.exp(loggamma(key, df / 2, shape, dtype)) * np.asarray(2, dtype)
+
+
+def t(key, df, shape=(), dtype=None):
+    jnp = _jnp()
+    dtype = _float_dtype(dtype, "t")
+    key_n, key_g = split(_key(key, "t"))
+    n = normal(key_n, _shape(shape), dtype)
+    half_df = jnp.asarray(df, dtype) / 2
+    g = gamma(key_g, half_df, _shape(shape), dtype)
+    return n * jnp.sqrt(half_df / g)
+
+
+# ----------------------------------------------------------------------------
 # Discrete distributions
 
 
@@ -597,6 +722,12 @@ __all__ = [
     "geometric",
     "multivariate_normal",
     "orthogonal",
+    "gamma",
+    "loggamma",
+    "beta",
+    "dirichlet",
+    "chisquare",
+    "t",
     "randint",
     "permutation",
     "shuffle",

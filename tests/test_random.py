@@ -218,3 +218,39 @@ def test_more_distributions_same_as_jax(name, fn):
     theirs = np.asarray(fn(jax.random, jax.random.PRNGKey(7)))
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)
+
+
+def test_gamma_family_statistics():
+    key = random.PRNGKey(3)
+    for a in (0.3, 1.0, 4.5):
+        x = np.asarray(random.gamma(key, a, (4000,)), np.float64)
+        assert x.min() > 0
+        assert abs(x.mean() - a) < 0.1 * max(a, 1) and abs(x.var() - a) < 0.25 * max(a, 1)
+    b = np.asarray(random.beta(key, 2.0, 5.0, (4000,)), np.float64)
+    assert abs(b.mean() - 2 / 7) < 0.01
+    d = np.asarray(random.dirichlet(key, np.array([1.0, 2.0, 3.0]), (2000,)), np.float64)
+    np.testing.assert_allclose(d.sum(-1), 1, rtol=1e-5)
+    np.testing.assert_allclose(d.mean(0), [1 / 6, 2 / 6, 3 / 6], atol=0.015)
+    c = np.asarray(random.chisquare(key, 3.0, (4000,)), np.float64)
+    assert abs(c.mean() - 3) < 0.15
+    staged = fflow.jit(lambda k: random.gamma(k, 0.5, (7,)))(key)
+    np.testing.assert_allclose(
+        np.asarray(staged), np.asarray(random.gamma(key, 0.5, (7,))), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("gamma", lambda r, k: r.gamma(k, 2.5, (6,))),
+        ("beta", lambda r, k: r.beta(k, 2.0, 3.0, (5,))),
+        ("dirichlet", lambda r, k: r.dirichlet(k, np.array([1.0, 2.0, 3.0], np.float32), (2,))),
+        ("t", lambda r, k: r.t(k, 5.0, (4,))),
+    ],
+)
+def test_gamma_family_same_as_jax(name, fn):
+    jax = pytest.importorskip("jax")
+    ours = np.asarray(fn(random, random.PRNGKey(7)))
+    theirs = np.asarray(fn(jax.random, jax.random.PRNGKey(7)))
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-6)
