@@ -6,7 +6,7 @@ so all of these work under jit, grad and vmap.
 Example:
     >>> import fflow.numpy as jnp
     >>> a = jnp.array([[2.0, 1.0], [1.0, 3.0]])
-    >>> jnp.linalg.solve(a, jnp.array([1.0, 2.0])).round(4).tolist()
+    >>> [round(float(v), 4) for v in jnp.linalg.solve(a, jnp.array([1.0, 2.0]))]
     [0.2, 0.6]
 """
 
