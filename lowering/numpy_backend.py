@@ -194,9 +194,39 @@ def ufunc_expr(ctx, eqn, args, out=None, cond=None):
     return f"{name}({', '.join(args)}, out={target})"
 
 
+BITSELECT_MIN_SIZE = 4096
+
+
+def _bitselect(pred, on_true, on_false):
+    """`np.where(pred, on_true, on_false)` by bit masks: the same bits, no branches.
+
+    np.where mispredicts a branch per element on irregular masks (ReLU derivatives:
+    ~6 ns/element here); selecting through integer masks is several times faster.
+    """
+    on_true, on_false = np.asarray(on_true), np.asarray(on_false)
+    dtype = on_true.dtype
+    ui = np.dtype(f"u{dtype.itemsize}")
+    mask = pred.astype(ui)
+    np.negative(mask, out=mask)  # 1 -> all ones
+    out = np.bitwise_and(on_true.view(ui), mask)
+    np.invert(mask, out=mask)
+    np.bitwise_and(on_false.view(ui), mask, out=mask)
+    np.bitwise_or(out, mask, out=out)
+    return out.view(dtype)
+
+
 def _select_expr(ctx, eqn, args):
     which = eqn.inputs[0]
     if len(eqn.inputs) == 3 and which.aval.dtype == np.bool_:
+        out = eqn.outputs[0].aval
+        if (
+            which.aval.shape == out.shape
+            and out.size >= BITSELECT_MIN_SIZE
+            and out.dtype.kind in "fiu"
+            and out.dtype.itemsize in (2, 4, 8)
+        ):
+            fn = ctx.const(_bitselect, "bitselect")
+            return f"{fn}({args[0]}, {args[2]}, {args[1]})"
         return f"np.where({args[0]}, {args[2]}, {args[1]})"
     return None
 

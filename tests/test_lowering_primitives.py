@@ -260,3 +260,26 @@ def test_control_flow_runs_compiled_bodies():
     assert "for _i in range(4)" in text and "while " in text
     check(f, x)
     check(f, -jnp.abs(x))
+
+
+def test_large_select_is_bit_exact():
+    # large selects take the bit-mask path: every bit of the chosen value is kept
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64, np.int32, np.float16):
+        a = rng.normal(size=(64, 130)).astype(dtype)
+        b = rng.normal(size=(64, 130)).astype(dtype)
+        if np.dtype(dtype).kind == "f":
+            a[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+            b[1, :4] = [np.nan, -0.0, np.inf, -np.inf]
+        x, y = jnp.asarray(a), jnp.asarray(b)
+        for f in (
+            lambda x, y: lax.select_n(x > y, x, y),
+            lambda x, y: lax.select_n(x > 0, jnp.zeros_like(x), y),
+        ):
+            with np.errstate(all="ignore"):
+                want = np.asarray(f(x, y))
+                got = np.asarray(fflow.jit(f)(x, y))
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(
+                got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}")
+            )
