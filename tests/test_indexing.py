@@ -139,3 +139,20 @@ def test_drawn_integer_array_indices(data):
     ref = x.copy()
     np.add.at(ref, idx, 1.0)
     np.testing.assert_array_equal(np.asarray(jnp.asarray(x).at[idx].add(1.0)), ref)
+
+
+def test_out_of_bounds_array_indices_drop_their_updates():
+    z = jnp.zeros(5)
+    np.testing.assert_array_equal(np.asarray(z.at[np.array([1, 7])].set(1.0)), [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(z.at[np.array([1, -7])].add(1.0)), [0, 1, 0, 0, 0])
+    f = fflow.jit(lambda i: jnp.zeros(5).at[i].add(1.0))
+    np.testing.assert_array_equal(np.asarray(f(np.array([1, 7]))), [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(f(9)), np.zeros(5))
+    np.testing.assert_array_equal(np.asarray(f(-1)), [0, 0, 0, 0, 1])
+    out = jnp.zeros((3, 4)).at[np.array([0, 5]), 1].set(1.0)
+    np.testing.assert_array_equal(np.asarray(out)[:, 1], [1, 0, 0])
+    # gradients skip the dropped updates too
+    g = fflow.grad(lambda u: jnp.sum(jnp.zeros(5).at[np.array([1, 7])].add(u) ** 2))(
+        np.array([2.0, 3.0])
+    )
+    np.testing.assert_array_equal(np.asarray(g), [4.0, 0.0])

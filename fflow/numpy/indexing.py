@@ -253,14 +253,52 @@ def _update(x, idx, values, mode):
     # general case: the flat positions of the selected elements, found by indexing
     # an iota the same way, then one scatter on the flattened array
     size = int(np.prod(shape, dtype=np.int64))
-    positions = Array(np.arange(size, dtype=np.int32).reshape(shape))
-    selected = getitem(positions, idx)
+    # each dim gets one extra slot holding `size`: out-of-bounds array indices are sent
+    # there, so their updates land past the end and the scatter drops them (as in JAX)
+    positions = np.full(tuple(d + 1 for d in shape), size, np.int32)
+    positions[tuple(slice(0, d) for d in shape)] = np.arange(size, dtype=np.int32).reshape(shape)
+    selected = getitem(Array(positions), _to_sentinel_index(idx, shape))
     sel_shape = info(selected)[2]
     upd = broadcast_to_shape(values, sel_shape) if info(values)[2] != sel_shape else values
     flat = lax.reshape(x, (size,))
     n = int(np.prod(sel_shape, dtype=np.int64))
     out = _SCATTER[mode](flat, lax.reshape(selected, (n, 1)), lax.reshape(upd, (n,)), (0,))
     return lax.reshape(out, shape)
+
+
+def _to_sentinel_index(idx, shape):
+    """`idx` for the padded positions array: slices made explicit (so they skip the
+    extra slot) and out-of-range array/traced indices mapped to the extra slot."""
+    entries = _normalize(idx, len(shape))
+    out = []
+    d = 0
+    for e in entries:
+        if e is None:
+            out.append(e)
+            continue
+        n = shape[d]
+        d += 1
+        if isinstance(e, slice):
+            if _traced_slice(e):
+                e = _bad_slice(e)
+            start, stop, step = e.indices(n)
+            out.append(slice(start, None if stop < 0 else stop, step))
+        elif _is_static_int(e):
+            out.append(int(e) % n)
+        else:
+            e = operand(e)
+            if info(e)[0].kind not in "iu":
+                raise user_error(TypeError, f"array indices must be integers, got {info(e)[0]}")
+            e = convert(e, dtypes.int_) if info(e)[0] != dtypes.int_ else e
+            if isinstance(e, np.ndarray):
+                valid = (e >= -n) & (e < n)
+                out.append(np.where(valid, np.where(e < 0, e + n, e), n).astype(np.int32))
+            else:
+                zero, big = lax.full_like(e, 0), lax.full_like(e, n)
+                wrapped = lax.select_n(lax.lt(e, zero), e, lax.add(e, big))
+                valid = lax.bitwise_and(lax.ge(e, lax.neg(big)), lax.lt(e, big))
+                out.append(lax.select_n(valid, big, wrapped))
+    return tuple(out)
 
 
 def _static_out_of_bounds(idx, shape):
