@@ -159,3 +159,19 @@ def test_sort_grad_follows_the_permutation():
     w = np.array([[1.0, 10.0, 100.0], [1.0, 10.0, 100.0]])
     g = np.asarray(fflow.grad(lambda v: jnp.sum(jnp.sort(v, axis=1) * w))(x))
     np.testing.assert_array_equal(g, [[100.0, 1.0, 10.0], [10.0, 100.0, 1.0]])
+
+
+def test_nonzero_with_static_size_under_jit():
+    x = np.array([[0, 3, 0], [1, 0, 2]])
+    for size, fill in ((4, -1), (2, None), (3, 0)):
+        out = fflow.jit(lambda a, s=size, f=fill: jnp.nonzero(a, size=s, fill_value=f))(x)
+        ref = np.nonzero(x)
+        for o, r in zip(out, ref):
+            r = np.concatenate([r[:size], np.full(max(size - len(r), 0), fill or 0)])
+            np.testing.assert_array_equal(np.asarray(o), r)
+    np.testing.assert_array_equal(
+        np.asarray(fflow.jit(lambda a: jnp.argwhere(a, size=3))(x)), np.argwhere(x)
+    )
+    np.testing.assert_array_equal(
+        np.asarray(fflow.jit(lambda a: jnp.flatnonzero(a, size=3))(x)), np.flatnonzero(x)
+    )

@@ -406,12 +406,13 @@ def bitwise_not(x, /):
 invert = bitwise_not
 
 
-def where(condition, x=None, y=None, /):
-    """Elementwise choice; with one argument, the indices of nonzero entries (eager only)."""
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """Elementwise choice; with one argument, the indices of nonzero entries (eager only,
+    or under jit with a static `size`)."""
     if x is None and y is None:
         from fflow.numpy.shapes import nonzero
 
-        return nonzero(condition)
+        return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:
         raise ValueError("where takes one or three arguments")
     cond = _bool(condition)

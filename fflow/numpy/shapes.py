@@ -458,7 +458,11 @@ def take_along_axis(arr, indices, axis):
 
 
 def nonzero(a, size=None, fill_value=None):
-    """Indices of nonzero entries (eager: the result's shape depends on the values)."""
+    """Indices of nonzero entries. Without `size` this is eager only (the result's shape
+    depends on the values); with a static `size` it also works under jit (padded with
+    `fill_value`, extra entries dropped), as in JAX."""
+    if size is not None and isinstance(a, Tracer):
+        return _nonzero_static_size(a, int(size), fill_value)
     if isinstance(a, Tracer) and a.concrete_value() is None and size is None:
         from fflow.errors import ConcretizationError
 
@@ -473,6 +477,30 @@ def nonzero(a, size=None, fill_value=None):
     return tuple(Array(r.astype(np.int32)) for r in res)
 
 
+def _nonzero_static_size(a, size, fill_value):
+    from fflow.numpy.elementwise import _bool, where
+    from fflow.numpy.reductions import cumsum
+    from fflow.numpy.reductions import sum as _sum
+
+    shape = info(a)[2]
+    mask = ravel(_bool(a))
+    n = info(mask)[2][0]
+    pos = cumsum(mask.astype(dtypes.int_)) - 1
+    target = where(mask, pos, size)  # zeros go past the end and are dropped
+    flat = lax.full((size,), 0, dtypes.int_).at[target].set(lax.iota(dtypes.int_, n))
+    count = _sum(mask.astype(dtypes.int_))
+    valid = lax.iota(dtypes.int_, size) < count
+    fills = fill_value if isinstance(fill_value, (tuple, list)) else [fill_value] * len(shape)
+    out = []
+    rest = flat
+    for d, dim in reversed(list(enumerate(shape))):
+        idx = rest % dim
+        rest = rest // dim
+        fill = 0 if fills[d] is None else fills[d]
+        out.append(where(valid, idx, fill).astype(dtypes.int_))
+    return tuple(reversed(out))
+
+
 def argwhere(a, size=None, fill_value=None):
     return (
         stack(nonzero(a, size, fill_value), axis=1)
@@ -481,8 +509,8 @@ def argwhere(a, size=None, fill_value=None):
     )
 
 
-def flatnonzero(a):
-    return nonzero(ravel(a))[0]
+def flatnonzero(a, *, size=None, fill_value=None):
+    return nonzero(ravel(a), size=size, fill_value=fill_value)[0]
 
 
 def unique(
