@@ -199,6 +199,9 @@ def install(cls):
     cls.ravel = _flatten
     cls.squeeze = _squeeze
     cls.real = property(_real)
+    cls.imag = property(lambda self: _jnp().imag(self))
+    cls.compress = lambda self, condition, axis=None: _jnp().compress(condition, self, axis)
+    cls.itemsize = property(lambda self: self.dtype.itemsize)
     cls.conj = _conj
     cls.conjugate = _conj
     for name in (
@@ -227,6 +230,9 @@ def install(cls):
         "diagonal",
         "nonzero",
         "ptp",
+        "searchsorted",
+        "argpartition",
+        "choose",
     ):
         setattr(cls, name, _method(name))
     # the method named `round` on arrays maps to jnp.round

@@ -175,3 +175,19 @@ def test_nonzero_with_static_size_under_jit():
     np.testing.assert_array_equal(
         np.asarray(fflow.jit(lambda a: jnp.flatnonzero(a, size=3))(x)), np.flatnonzero(x)
     )
+
+
+def test_array_methods():
+    x = jnp.array([1.0, 3.0, 5.0])
+    assert int(x.searchsorted(3.0)) == 1 and x.itemsize == 4
+    np.testing.assert_array_equal(np.asarray(x.compress([True, False, True])), [1.0, 5.0])
+    np.testing.assert_array_equal(np.asarray(x.imag), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(jnp.array([0, 1]).choose([x[:2], x[1:]])), [1, 5])
+    m = jnp.arange(6.0).reshape(2, 3)
+    assert float(m.sum()) == 15 and m.mean(axis=0).tolist() == [1.5, 2.5, 3.5]
+    assert m.T.shape == (3, 2) and m.reshape(3, 2).shape == (3, 2) and m.ravel().shape == (6,)
+    assert m.max(axis=1).tolist() == [2.0, 5.0] and m.argmax(axis=1).tolist() == [2, 2]
+    assert m.cumsum(axis=1).tolist() == [[0, 1, 3], [3, 7, 12]]
+    assert m.astype(jnp.int32).dtype == np.int32 and m.squeeze().shape == (2, 3)
+    assert m.clip(1, 4).tolist() == [[1, 1, 2], [3, 4, 4]]
+    assert (m @ m.T).shape == (2, 2) and m.dot(m.T).shape == (2, 2)
