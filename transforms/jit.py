@@ -290,9 +290,10 @@ class Jitted:
         if not has_tracer_consts:
             self.compile_count += 1
             device = None
-            if not local:
-                arrays = (x for x in leaves if type(x) is Array)
-                device = _where(next(x for x in arrays if type(x._value) is not np.ndarray))
+            if not local:  # GPU arrays pick the CUDA backend; global arrays their runtime
+                arrays = (x for x in leaves if type(x) is Array and x._sharding is None)
+                off_host = next((x for x in arrays if type(x._value) is not np.ndarray), None)
+                device = None if off_host is None else _where(off_host)
             if device is not None and not hasattr(device, "backend"):
                 device = None  # a global (sharded) array: evaluated by its runtime
             if local or device is not None:
