@@ -107,11 +107,7 @@ def _ar_rs_make(x, state, *, op, group, index, placement):
 def _ar_rs_combine(x, state, received, *, op, group, index, placement):
     own = _chunks(np.ascontiguousarray(x).reshape(-1), len(group))[index]
     parts = _ordered({j: r[0] for j, r in received.items() if j != index}, own, index, len(group))
-    acc = parts[0]
-    fn = reduce_fn(op)
-    for part in parts[1:]:
-        acc = fn(acc, part)
-    return np.asarray(acc, dtype=x.dtype)
+    return _reduce_parts(parts, op, x.dtype)
 
 
 def _ar_ag_make(x, state, *, op, group, index, placement):
@@ -121,6 +117,19 @@ def _ar_ag_make(x, state, *, op, group, index, placement):
 def _ar_ag_combine(x, state, received, *, op, group, index, placement):
     parts = _ordered({j: r[0] for j, r in received.items() if j != index}, state, index, len(group))
     return np.concatenate(parts).reshape(x.shape) if parts else state.reshape(x.shape)
+
+
+def _reduce_parts(parts, op, dtype):
+    """Reduce members' parts in group order; half-precision sums accumulate in float32
+    (rounded once at the end), as AMP accumulates reductions and matmuls."""
+    wide = op == "sum" and np.dtype(dtype).itemsize < 4 and np.dtype(dtype).kind == "f"
+    if np.dtype(dtype).name == "bfloat16":
+        wide = op == "sum"
+    acc = parts[0].astype(np.float32) if wide else parts[0]
+    fn = reduce_fn(op)
+    for part in parts[1:]:
+        acc = fn(acc, part.astype(np.float32) if wide else part)
+    return np.asarray(acc, dtype=dtype)
 
 
 def _same_aval(x, **params):
@@ -164,11 +173,7 @@ def _rs_make(x, state, *, op, axis, sizes, group, index, placement):
 def _rs_combine(x, state, received, *, op, axis, sizes, group, index, placement):
     own = _slices(x, axis, sizes)[index]
     parts = _ordered({j: r[0] for j, r in received.items() if j != index}, own, index, len(group))
-    acc = parts[0]
-    fn = reduce_fn(op)
-    for part in parts[1:]:
-        acc = fn(acc, part)
-    return np.asarray(acc, dtype=x.dtype)
+    return _reduce_parts(parts, op, x.dtype)
 
 
 def _rs_abstract(x, *, op, axis, sizes, group, index, placement):

@@ -109,5 +109,8 @@ def test_random_programs_gradients(ops, mesh, data):
     in_sbp = tuple(tuple(data.draw(st.sampled_from(SBPS)) for _ in mesh) for _ in range(2))
     got = fflow.grad(fflow.shard(loss, pl, in_sbp=in_sbp), argnums=(0, 1))(x, y)
     want = fflow.grad(loss, argnums=(0, 1))(x, y)
+    # sums are ordered differently per device: allow rounding relative to the largest
+    # gradient (a gradient that cancels to ~0 keeps that absolute noise)
+    scale = max(1.0, max(float(np.max(np.abs(np.asarray(w)))) for w in want))
     for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=2e-5 * scale)

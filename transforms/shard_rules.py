@@ -78,6 +78,10 @@ MONOTONE_UP = {
 }
 
 
+def _is_float(dtype):
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
 def elementwise_rule(prim, in_avals, out_avals, **params):
     (out,) = out_avals
     sigs = []
@@ -87,8 +91,11 @@ def elementwise_rule(prim, in_avals, out_avals, **params):
     name = prim.name
     n = len(in_avals)
     linear = "linear" in prim.traits
-    if name == "convert_element_type":  # only float -> float casts commute with sums
-        linear = in_avals[0].dtype.kind == "f" and out.dtype.kind == "f"
+    if name == "convert_element_type":
+        # float -> float casts commute with sums, but a narrowing cast of each partial
+        # (f32 -> f16) rounds every device's part: sum in the wider type instead
+        src, dst = in_avals[0].dtype, out.dtype
+        linear = _is_float(src) and _is_float(dst) and dst.itemsize >= src.itemsize
     if linear:
         sigs.append(Sig((P,) * n, (P,)))
     if name in MONOTONE_UP and n == 1:
