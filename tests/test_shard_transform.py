@@ -361,3 +361,13 @@ def test_nested_shard_on_the_same_placement_is_inlined_with_constraints():
     sp = outer.plan(a, w)
     assert "shard_call" not in str(sp) and sp.count("all_to_all") == 1
     np.testing.assert_allclose(float(outer(a, w)), np.sum(np.tanh(a @ w) * 2), rtol=1e-5)
+
+
+def test_partial_sums_reduce_before_narrowing_casts():
+    x, w = rand(4, 8), rand(8, 3)
+    f = fflow.shard(lambda x, w: (x @ w).astype(jnp.float16), pl(2), in_sbp=(S(1), S(0)))
+    sp = f.plan(x, w)
+    (reduced,) = [v for _, v, _, _, bp in sp.boxings() if bp.bytes]
+    assert reduced.aval.dtype == np.float32  # the f32 partials are summed, then cast once
+    got = np.asarray(f(x, w)).astype(np.float32)
+    np.testing.assert_allclose(got, (x @ w).astype(np.float16), rtol=1e-3, atol=1e-3)
