@@ -15,5 +15,6 @@ from fflow.primitives import (  # noqa: F401
     reduction,
     shape,
     sort,
+    special,
     unary,
 )

@@ -166,8 +166,13 @@ _ERF_INV_GE5 = (
 
 def _erf_inv(x):
     if x.dtype == np.float64:
-        from scipy.special import erfinv
-
+        try:
+            from scipy.special import erfinv
+        except ImportError:  # scipy is optional: refine the float32 guess with Newton
+            y = _erf_inv(x.astype(np.float32)).astype(np.float64)
+            for _ in range(3):
+                y = y - (_erf(y) - x) / (2 / math.sqrt(math.pi) * np.exp(-y * y))
+            return y
         return erfinv(x)
     x32 = np.asarray(x, np.float32)
     with np.errstate(all="ignore"):

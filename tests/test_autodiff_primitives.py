@@ -97,8 +97,11 @@ def _cases():
         ("square", -2, 2),
         ("neg", -2, 2),
         ("erf_inv", -0.9, 0.9),
+        ("lgamma", 0.5, 3),
+        ("digamma", 0.5, 3),
     ]:
         c[name] = unary_cases(_bind(name), lo, hi)
+    c["polygamma"] = unary_cases(lambda x: primitives["polygamma"].bind(x, n=1), 0.5, 3)
     c["copy"] = unary_cases(lambda x: primitives["copy"].bind(x))
     c["cbrt"] = unary_cases(lax.cbrt, sampler=lambda s: away_from_zero(0.3, 2, s))
     c["abs"] = unary_cases(lax.abs, sampler=lambda s: away_from_zero(0.3, 2, s))

@@ -15,6 +15,7 @@ MODULES = [
     "fflow.nn",
     "fflow.random",
     "fflow.scipy.special",
+    "fflow.scipy.stats",
 ]
 
 

@@ -1,3 +1,3 @@
 """fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`)."""
 
-from fflow.scipy import special  # noqa: F401
+from fflow.scipy import special, stats  # noqa: F401

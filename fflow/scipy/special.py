@@ -89,3 +89,66 @@ def ndtri(p):
 
 def log_ndtr(x):
     return jnp.log(ndtr(x))
+
+
+def gammaln(x):
+    """log|Gamma(x)|."""
+    from fflow.primitives.special import lgamma_p
+
+    return lgamma_p.bind(_float(x))
+
+
+loggamma = gammaln
+
+
+def digamma(x):
+    from fflow.primitives.special import digamma_p
+
+    return digamma_p.bind(_float(x))
+
+
+psi = digamma
+
+
+def polygamma(n, x):
+    from fflow.primitives.special import polygamma_p
+
+    return polygamma_p.bind(_float(x), n=int(n))
+
+
+def gamma(x):
+    x = _float(x)
+    sign = jnp.where(jnp.logical_or(x > 0, jnp.floor(x) % 2 == 0), np.asarray(1, x.dtype), -1)
+    return sign * jnp.exp(gammaln(x))
+
+
+def betaln(a, b):
+    a, b = _promote_float(a, b)
+    return gammaln(a) + gammaln(b) - gammaln(a + b)
+
+
+def factorial(n, exact=False):
+    return jnp.exp(gammaln(_float(n) + 1))
+
+
+def multigammaln(a, d):
+    a = _float(a)
+    out = np.asarray(d * (d - 1) / 4 * math.log(math.pi), a.dtype)
+    for j in range(d):
+        out = out + gammaln(a - j / 2)
+    return out
+
+
+def rel_entr(x, y):
+    """x log(x / y) for x, y > 0; 0 at x == 0; inf otherwise."""
+    x, y = _promote_float(x, y)
+    pos = jnp.logical_and(x > 0, y > 0)
+    safe_x = jnp.where(pos, x, 1)
+    safe_y = jnp.where(pos, y, 1)
+    val = safe_x * jnp.log(safe_x / safe_y)
+    return jnp.where(pos, val, jnp.where(jnp.logical_and(x == 0, y >= 0), 0.0, np.inf))
+
+
+def kl_div(x, y):
+    x, y = _promote_float(x, y)
+    return rel_entr(x, y) - x + y
