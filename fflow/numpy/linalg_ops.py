@@ -1,6 +1,8 @@
 """Linear algebra: dot, matmul (`@`), tensordot, einsum (opt_einsum's order), outer,
 inner, trace, diag, and `linalg.norm`."""
 
+import functools
+
 import numpy as np
 
 from fflow import dtypes, lax
@@ -195,7 +197,6 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
         >>> jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((3, 4))).shape
         (2, 4)
     """
-    import opt_einsum
 
     operands = [operand(o) for o in operands]
     dtype, _ = promote_dtypes(*operands)
@@ -211,12 +212,12 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
     if optimize is True:
         path_type = "optimal"
     elif optimize is False or optimize is None:
-        path_type = [(0, 1)] * (len(operands) - 1)
+        path_type = ((0, 1),) * (len(operands) - 1)
+    elif isinstance(optimize, (list, tuple)):
+        path_type = tuple(tuple(p) for p in optimize)
     else:
         path_type = optimize
-    _, contraction_list = opt_einsum.contract_path(
-        spec, *shapes, shapes=True, einsum_call=True, use_blas=True, optimize=path_type
-    )
+    contraction_list = _contraction_list(spec, tuple(shapes), path_type)
     ops = list(operands)
     specs = list(in_specs)
     for contraction in contraction_list:
@@ -238,6 +239,18 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
         ops.append(out)
         specs.append(result)
     return _einsum_single(ops[0], specs[0], out_spec)
+
+
+@functools.lru_cache(maxsize=512)
+def _contraction_list(spec, shapes, path_type):
+    """opt_einsum's pairwise contractions (cached: tracing and eager calls repeat)."""
+    import opt_einsum
+
+    optimize = [tuple(p) for p in path_type] if isinstance(path_type, tuple) else path_type
+    _, contractions = opt_einsum.contract_path(
+        spec, *shapes, shapes=True, einsum_call=True, use_blas=True, optimize=optimize
+    )
+    return [(c[0], c[1], c[2]) for c in contractions]
 
 
 def einsum_path(subscripts, *operands, optimize="auto"):
