@@ -156,3 +156,34 @@ def test_out_of_bounds_array_indices_drop_their_updates():
         np.array([2.0, 3.0])
     )
     np.testing.assert_array_equal(np.asarray(g), [4.0, 0.0])
+
+
+def test_take_and_update_modes():
+    x = np.arange(20.0, dtype=np.float32).reshape(4, 5)
+    idx = np.array([0, 3, 7, -1])
+    out = np.asarray(jnp.take(x, idx, axis=1))  # JAX's default mode: fill with NaN
+    np.testing.assert_array_equal(out[:, [0, 1, 3]], x[:, [0, 3, 4]])
+    assert np.isnan(out[:, 2]).all()
+    out = np.asarray(jnp.take(x, idx, axis=1, mode="fill", fill_value=-9.0))
+    np.testing.assert_array_equal(out[:, 2], -9.0)
+    np.testing.assert_array_equal(
+        np.asarray(jnp.take(x, idx, axis=1, mode="clip")), x[:, [0, 3, 4, 0]]
+    )
+    np.testing.assert_array_equal(
+        np.asarray(jnp.take(x, idx, axis=1, mode="wrap")), np.take(x, idx, axis=1, mode="wrap")
+    )
+    assert jnp.take(np.arange(3, dtype=np.int32), np.array([5])).tolist() == [
+        np.iinfo(np.int32).min
+    ]
+    z = np.zeros((4, 2), np.float32)
+    out = jnp.asarray(z).at[np.array([0, 9])].set(1.0, mode="clip")
+    np.testing.assert_array_equal(np.asarray(out)[:, 0], [1, 0, 0, 1])
+    out = jnp.asarray(z).at[np.array([0, 9])].set(1.0, mode="drop")
+    np.testing.assert_array_equal(np.asarray(out)[:, 0], [1, 0, 0, 0])
+
+
+def test_linspace_with_array_endpoints():
+    out = jnp.linspace(jnp.zeros(2), jnp.array([1.0, 2.0]), 3)
+    np.testing.assert_allclose(np.asarray(out), np.linspace(np.zeros(2), [1.0, 2.0], 3))
+    out = jnp.linspace(jnp.zeros(2), jnp.ones(2), 3, axis=1)
+    np.testing.assert_allclose(np.asarray(out), np.linspace(np.zeros(2), np.ones(2), 3, axis=1))

@@ -141,11 +141,19 @@ def arange(start, stop=None, step=None, dtype=None):
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
     if isinstance(start, (Tracer, Array)) or isinstance(stop, (Tracer, Array)):
-        from fflow.numpy.elementwise import add, multiply
+        from fflow.numpy.elementwise import add, multiply, subtract
+        from fflow.numpy.shapes import broadcast_arrays, moveaxis, reshape
 
+        start, stop = broadcast_arrays(start, stop)
+        nd = len(info(start)[2])
         t = np.linspace(0.0, 1.0, num, endpoint=endpoint, dtype=np.float32)
-        out = add(start, multiply(t, stop - start))
-        return (out, (stop - start) / max(num - 1, 1)) if retstep else out
+        t = t.reshape((num,) + (1,) * nd)
+        delta = subtract(stop, start)
+        out = add(reshape(start, (1,) + tuple(info(start)[2])), multiply(t, delta))
+        out = moveaxis(out, 0, axis) if axis else out
+        if dtype is not None:
+            out = out.astype(_dtype(dtype))
+        return (out, delta / max(num - 1 if endpoint else num, 1)) if retstep else out
     value, step = np.linspace(start, stop, num, endpoint=endpoint, retstep=True, axis=axis)
     value = value.astype(_dtype(dtype) or dtypes.float_)
     out = Array(value)

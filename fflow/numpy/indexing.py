@@ -189,22 +189,24 @@ class _IndexUpdateRef:
         self.array = array
         self.idx = idx
 
-    def get(self, **kwargs):
-        return getitem(self.array, self.idx)
+    def get(self, *, mode=None, fill_value=None, **kwargs):
+        if mode != "fill":
+            return getitem(self.array, self.idx)
+        return _get_fill(self.array, self.idx, fill_value)
 
-    def set(self, values, **kwargs):
-        return _update(self.array, self.idx, values, "set")
+    def set(self, values, *, mode=None, **kwargs):
+        return _update(self.array, self.idx, values, "set", mode)
 
-    def add(self, values, **kwargs):
-        return _update(self.array, self.idx, values, "add")
+    def add(self, values, *, mode=None, **kwargs):
+        return _update(self.array, self.idx, values, "add", mode)
 
     def subtract(self, values, **kwargs):
         from fflow.numpy.elementwise import negative
 
         return _update(self.array, self.idx, negative(values), "add")
 
-    def mul(self, values, **kwargs):
-        return _update(self.array, self.idx, values, "mul")
+    def mul(self, values, *, mode=None, **kwargs):
+        return _update(self.array, self.idx, values, "mul", mode)
 
     multiply = mul
 
@@ -213,11 +215,11 @@ class _IndexUpdateRef:
 
         return _update(self.array, self.idx, reciprocal(values), "mul")
 
-    def min(self, values, **kwargs):
-        return _update(self.array, self.idx, values, "min")
+    def min(self, values, *, mode=None, **kwargs):
+        return _update(self.array, self.idx, values, "min", mode)
 
-    def max(self, values, **kwargs):
-        return _update(self.array, self.idx, values, "max")
+    def max(self, values, *, mode=None, **kwargs):
+        return _update(self.array, self.idx, values, "max", mode)
 
     def power(self, values, **kwargs):
         from fflow.numpy.elementwise import power
@@ -237,10 +239,12 @@ _SCATTER = {
 }
 
 
-def _update(x, idx, values, mode):
+def _update(x, idx, values, mode, index_mode=None):
     x = operand(x)
     dtype, _, shape = info(x)
     values = convert(operand(values), dtype)
+    if index_mode == "clip":
+        idx = _clip_index(idx, shape)
     if _static_out_of_bounds(idx, shape):
         return x  # JAX drops out-of-bounds updates
     fast = _static_box(idx, shape) if mode == "set" else None
@@ -264,6 +268,46 @@ def _update(x, idx, values, mode):
     n = int(np.prod(sel_shape, dtype=np.int64))
     out = _SCATTER[mode](flat, lax.reshape(selected, (n, 1)), lax.reshape(upd, (n,)), (0,))
     return lax.reshape(out, shape)
+
+
+def _get_fill(x, idx, fill_value):
+    """`x.at[idx].get(mode="fill")`: out-of-range array indices read `fill_value`
+    (JAX's default: NaN for inexact dtypes, the extreme value for integers)."""
+    x = operand(x)
+    dtype, _, shape = info(x)
+    if fill_value is None:
+        if dtypes.is_inexact(dtype):
+            fill_value = np.nan
+        elif dtype.kind == "b":
+            fill_value = True
+        else:
+            fill_value = np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max
+    size = int(np.prod(shape, dtype=np.int64))
+    positions = np.full(tuple(d + 1 for d in shape), size, np.int32)
+    positions[tuple(slice(0, d) for d in shape)] = np.arange(size, dtype=np.int32).reshape(shape)
+    selected = getitem(Array(positions), _to_sentinel_index(idx, shape))
+    padded = lax.concatenate([lax.reshape(x, (size,)), lax.full((1,), fill_value, dtype)], 0)
+    return getitem(padded, selected)
+
+
+def _clip_index(idx, shape):
+    """Integer and array entries of `idx` clamped into range (mode="clip")."""
+    entries = _normalize(idx, len(shape))
+    out = []
+    d = 0
+    for e in entries:
+        if e is None:
+            out.append(e)
+            continue
+        n = shape[d]
+        d += 1
+        if isinstance(e, slice):
+            out.append(e)
+        elif _is_static_int(e):
+            out.append(min(max(int(e), 0), n - 1))
+        else:
+            out.append(lax.clamp(0, convert(operand(e), dtypes.int_), n - 1))
+    return tuple(out)
 
 
 def _to_sentinel_index(idx, shape):

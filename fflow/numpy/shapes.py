@@ -12,6 +12,7 @@ from fflow.numpy._util import (
     broadcast_shapes,
     broadcast_to_shape,
     canonical_axis,
+    convert,
     info,
     operand,
 )
@@ -422,12 +423,42 @@ def take(a, indices, axis=None, mode=None, fill_value=None):
     idx_shape = info(idx)[2]
     if info(idx)[0].kind not in "iu":
         raise user_error(TypeError, "take: indices must be integers")
-    idx = _normalize_index(idx, s[axis])
+    n = s[axis]
+    valid = None
+    if mode == "clip":
+        idx = lax.clamp(0, convert(idx, dtypes.int_), n - 1)
+    elif mode == "wrap":
+        from fflow.numpy.elementwise import remainder
+
+        idx = remainder(convert(idx, dtypes.int_), n)
+    else:
+        if mode in (None, "fill"):  # JAX's default: out-of-range entries get fill_value
+            from fflow.numpy.elementwise import logical_and
+
+            idx = convert(idx, dtypes.int_)
+            valid = logical_and(idx >= -n, idx < n)
+        idx = _normalize_index(idx, n)
     gathered = lax.gather(a, lax.reshape(idx, tuple(idx_shape) + (1,)), (axis,))
+    if valid is not None:
+        from fflow.numpy.elementwise import where
+
+        fill = _default_fill(info(a)[0]) if fill_value is None else fill_value
+        mask = lax.reshape(valid, tuple(idx_shape) + (1,) * (len(s) - 1))
+        gathered = where(mask, gathered, np.asarray(fill, info(a)[0]))
     # gather puts the index dims first; move them to `axis`
     nb = len(idx_shape)
     perm = list(range(nb, nb + axis)) + list(range(nb)) + list(range(nb + axis, nb + len(s) - 1))
     return lax.transpose(gathered, perm)
+
+
+def _default_fill(dtype):
+    """JAX's fill for out-of-range gathers: NaN, or the extreme integer."""
+    if dtypes.is_inexact(dtype):
+        return np.nan
+    if dtype == np.bool_:
+        return True
+    info_ = np.iinfo(dtype)
+    return info_.min if dtype.kind == "i" else info_.max
 
 
 def _normalize_index(idx, n):
