@@ -590,6 +590,84 @@ def randint(key, shape, minval, maxval, dtype=None):
     return jnp.add(minval, offset.astype(dtype)).astype(dtype)
 
 
+def _poisson_knuth(key, lam, shape, dtype, max_iters):
+    from fflow import lax as _lax
+
+    jnp = _jnp()
+
+    def body_fn(carry):
+        i, k, rng, log_prod = carry
+        rng, subkey = split(rng)
+        k = jnp.where(log_prod > -lam, k + 1, k)
+        u = _uniform(subkey, shape, np.dtype(np.float32), 0.0, 1.0)
+        return i + 1, k, rng, log_prod + jnp.log(u)
+
+    def cond_fn(carry):
+        i, log_prod = carry[0], carry[3]
+        return jnp.logical_and(jnp.any(log_prod > -lam), i < max_iters)
+
+    init = (0, jnp.zeros(shape, dtype), key, jnp.zeros(shape, np.float32))
+    k = _lax.while_loop(cond_fn, body_fn, init)[1]
+    return (k - 1).astype(dtype)
+
+
+def _poisson_rejection(key, lam, shape, dtype, max_iters):
+    from fflow import lax as _lax
+    from fflow.scipy.special import gammaln
+
+    jnp = _jnp()
+    log_lam = jnp.log(lam)
+    b = 0.931 + 2.53 * jnp.sqrt(lam)
+    a = -0.059 + 0.02483 * b
+    inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+    v_r = 0.9277 - 3.6224 / (b - 2)
+
+    def body_fn(carry):
+        i, k_out, accepted, rng = carry
+        rng, subkey_0, subkey_1 = split(rng, 3)
+        u = _uniform(subkey_0, shape, lam.dtype, 0.0, 1.0) - 0.5
+        v = _uniform(subkey_1, shape, lam.dtype, 0.0, 1.0)
+        u_shifted = 0.5 - jnp.abs(u)
+        k = jnp.floor((2 * a / u_shifted + b) * u + lam + 0.43)
+        s = jnp.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
+        t = -lam + k * log_lam - gammaln(k + 1)
+        accept1 = jnp.logical_and(u_shifted >= 0.07, v <= v_r)
+        reject = jnp.logical_or(k < 0, jnp.logical_and(u_shifted < 0.013, v > u_shifted))
+        accept = jnp.logical_or(accept1, jnp.logical_and(jnp.logical_not(reject), s <= t))
+        k_out = jnp.where(accept, k, k_out)
+        return i + 1, k_out, jnp.logical_or(accepted, accept), rng
+
+    def cond_fn(carry):
+        i, _, accepted, _ = carry
+        return jnp.logical_and(jnp.any(jnp.logical_not(accepted)), i < max_iters)
+
+    init = (0, jnp.full(shape, -1, lam.dtype), jnp.zeros(shape, np.bool_), key)
+    k = _lax.while_loop(cond_fn, body_fn, init)[1]
+    return k.astype(dtype)
+
+
+def poisson(key, lam, shape=None, dtype=None):
+    """Poisson(lam) samples (int32 by default): Knuth's method below 10, rejection above,
+    as JAX samples them."""
+    jnp = _jnp()
+    key = _key(key, "poisson")
+    dtype = dtypes.int_ if dtype is None else dtypes.canonicalize(dtype)
+    lam = jnp.asarray(lam, np.float32)
+    shape = lam.shape if shape is None else _shape(shape)
+    _check_broadcast("poisson", shape, lam.shape)
+    lam = jnp.broadcast_to(lam, shape)
+    use_knuth = jnp.logical_or(jnp.isnan(lam), lam < 10)
+    lam_knuth = jnp.where(use_knuth, lam, 0.0)
+    lam_rejection = jnp.where(use_knuth, 1e5, lam)
+    max_iters = int(np.iinfo(dtype).max)
+    result = jnp.where(
+        use_knuth,
+        _poisson_knuth(key, lam_knuth, shape, dtype, max_iters),
+        _poisson_rejection(key, lam_rejection, shape, dtype, max_iters),
+    )
+    return jnp.where(lam == 0, jnp.zeros_like(result), result)
+
+
 def _shuffle(key, x, axis):
     jnp = _jnp()
     size = int(np.prod(x.shape, dtype=np.int64))
@@ -729,6 +807,7 @@ __all__ = [
     "chisquare",
     "t",
     "randint",
+    "poisson",
     "permutation",
     "shuffle",
     "categorical",

@@ -254,3 +254,25 @@ def test_gamma_family_same_as_jax(name, fn):
     theirs = np.asarray(fn(jax.random, jax.random.PRNGKey(7)))
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-6)
+
+
+def test_poisson():
+    key = random.PRNGKey(0)
+    for lam in (0.7, 4.0, 30.0):
+        x = np.asarray(random.poisson(key, lam, (5000,)))
+        assert x.dtype == np.int32 and x.min() >= 0
+        assert abs(x.mean() - lam) < 0.06 * lam + 0.03 and abs(x.var() - lam) < 0.12 * lam + 0.05
+    lam = np.float32([0.0, 2.0, 15.0, 40.0])
+    np.testing.assert_array_equal(
+        np.asarray(fflow.jit(lambda k: random.poisson(k, lam))(key)),
+        np.asarray(random.poisson(key, lam)),
+    )
+    assert int(random.poisson(key, 0.0)) == 0
+
+
+def test_poisson_same_as_jax():
+    jax = pytest.importorskip("jax")
+    lam = np.float32([0.0, 0.5, 3.0, 15.0, 40.0])
+    ours = np.asarray(random.poisson(random.PRNGKey(4), lam))
+    theirs = np.asarray(jax.random.poisson(jax.random.PRNGKey(4), lam))
+    np.testing.assert_array_equal(ours, theirs)
