@@ -60,8 +60,7 @@ _LAZY = {
     "eval_shape": ("fflow.transforms.ad_api", "eval_shape"),
     "ShapeDtypeStruct": ("fflow.transforms.ad_api", "ShapeDtypeStruct"),
     "tree": ("fflow.tree", None),
-    "scipy": ("fflow.scipy", None),
-    "test_util": ("fflow.test_util", None),
+    "ops": ("fflow.ops", None),
 }
 
 

@@ -163,6 +163,10 @@ class Array:
             return "Array(<deleted>)"
         body = np.array2string(np.asarray(self), separator=", ", prefix="Array(", threshold=20)
         extra = ""
+        if self.size == 0:  # as JAX: an empty body does not show the shape
+            body = f"{body}, shape={self.shape}"
+        if self._weak:
+            extra = ", weak_type=True"
         if self._sharding is not None:
             extra = f", placement={self.placement}, sbp={self.sbp}"
         return f"Array({body}, dtype={self.dtype.name}{extra})"
@@ -232,14 +236,17 @@ class EvalTrace(core.Trace):
 
     def process_primitive(self, prim, args, params):
         vals = []
+        weak = bool(args)
         for a in args:
             t = type(a)
             if t is Array:
                 if a._sharding is not None or type(a._value) is not np.ndarray:
                     return _dispatch_special(prim, args, params)
                 vals.append(a._value)
+                weak = weak and a._weak
             elif t is np.ndarray:
                 vals.append(a)
+                weak = False
             elif isinstance(a, core.Tracer):
                 core.check_not_leaked(a, self)
                 raise core.UnexpectedTracerError(
@@ -256,9 +263,25 @@ class EvalTrace(core.Trace):
             if err is None:
                 raise
             raise err from e
+        if weak or params.get("weak_type"):
+            # rare (values made from Python scalars): the shape rule says which results
+            # stay weakly typed, as under jit
+            return _wrap_weak(prim, args, params, out)
         if prim.multiple_results:
             return [_wrap(o) for o in out]
         return _wrap(out)
+
+
+def _wrap_weak(prim, args, params, out):
+    outs = out if prim.multiple_results else [out]
+    try:
+        avals = prim.abstract_eval(*[core.aval_of_value(a) for a in args], **params)
+        avals = avals if prim.multiple_results else [avals]
+        flags = [getattr(av, "weak_type", False) for av in avals]
+    except Exception:  # noqa: BLE001 - no shape rule: results are strongly typed
+        flags = [False] * len(outs)
+    wrapped = [Array(np.asarray(o), bool(w)) for o, w in zip(outs, flags)]
+    return wrapped if prim.multiple_results else wrapped[0]
 
 
 def _shape_rule_error(prim, vals, params):

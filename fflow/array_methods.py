@@ -39,7 +39,8 @@ def _fast_binop(name, ufunc, reflected=False):
             if t is float or t is int:
                 if v.dtype.kind == "f" and type(v) is np.ndarray:
                     out = ufunc(other, v) if reflected else ufunc(v, other)
-                    return Array(out if type(out) is np.ndarray else np.asarray(out, v.dtype))
+                    out = out if type(out) is np.ndarray else np.asarray(out, v.dtype)
+                    return Array(out, self._weak)  # a Python scalar keeps weakness (JAX)
             elif t is Array and other._sharding is None:
                 w = other._value
                 if (
@@ -50,7 +51,8 @@ def _fast_binop(name, ufunc, reflected=False):
                     and v.dtype.kind == "f"
                 ):
                     out = ufunc(w, v) if reflected else ufunc(v, w)
-                    return Array(out if type(out) is np.ndarray else np.asarray(out, v.dtype))
+                    out = out if type(out) is np.ndarray else np.asarray(out, v.dtype)
+                    return Array(out, self._weak and other._weak)
         jnp = _jnp()
         fn = getattr(jnp, name)
         return fn(other, self) if reflected else fn(self, other)
@@ -120,11 +122,11 @@ def _squeeze(self, axis=None):
 
 
 def _real(self):
-    return self
+    return _jnp().real(self) if self.dtype.kind == "c" else self
 
 
 def _conj(self):
-    return self
+    return _jnp().conjugate(self) if self.dtype.kind == "c" else self
 
 
 def _neg(self):
@@ -178,6 +180,8 @@ def install(cls):
         "__rxor__": ("bitwise_xor", True),
         "__lshift__": ("left_shift", False),
         "__rlshift__": ("left_shift", True),
+        "__rshift__": ("right_shift", False),
+        "__rrshift__": ("right_shift", True),
     }
     for dunder, (name, reflected) in slow.items():
         setattr(cls, dunder, _binop(name, None, reflected))

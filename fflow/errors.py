@@ -87,8 +87,12 @@ class FflowError(Exception):
     """Base class of fflow's user-facing errors."""
 
 
-class ShapeError(FflowError, ValueError):
-    """Shapes that do not fit an operation."""
+class ShapeError(FflowError, ValueError, TypeError):
+    """Shapes that do not fit an operation.
+
+    Both a ValueError and a TypeError: JAX raises TypeError for mismatched shapes in
+    binary ops, dot, reshape and concatenate but ValueError elsewhere, and programs
+    written against JAX catch either."""
 
 
 class DtypeError(FflowError, TypeError):

@@ -70,12 +70,21 @@ def _match(x, y):
         return full(a.shape, x, a.dtype), y
     if _is_scalar(x) and _is_scalar(y):
         dt, _ = dtypes.result_type((aval_of_value(x).dtype, True), (aval_of_value(y).dtype, True))
-        return np.asarray(x, dt), np.asarray(y, dt)
+        return _weak_scalar(x, dt), _weak_scalar(y, dt)
     return x, y
+
+
+def _weak_scalar(x, dtype=None):
+    """A Python scalar as a weakly typed array of JAX's default dtype (not float64)."""
+    from fflow.array import Array
+
+    return Array(np.asarray(x, dtype or dtypes.python_scalar_dtype(x)), weak_type=True)
 
 
 def _unary(name):
     def op(x):
+        if _is_scalar(x):
+            x = _weak_scalar(x)
         return getattr(_prims(), name + "_p").bind(x)
 
     op.__name__ = name
@@ -516,4 +525,13 @@ from fflow.lax_control import (  # noqa: E402,F401
     scan,
     switch,
     while_loop,
+)
+
+# More jax.lax names (top_k, reduce, reduce_window, Precision, conv_general_dilated)
+from fflow.lax_extra import (  # noqa: E402,F401
+    Precision,
+    conv_general_dilated,
+    reduce,
+    reduce_window,
+    top_k,
 )

@@ -13,10 +13,19 @@ from fflow.tree_util import (
     tree_flatten as flatten,
 )
 from fflow.tree_util import (
+    tree_flatten_with_path as flatten_with_path,
+)
+from fflow.tree_util import (
     tree_leaves as leaves,
 )
 from fflow.tree_util import (
+    tree_leaves_with_path as leaves_with_path,
+)
+from fflow.tree_util import (
     tree_map as map,  # noqa: A004
+)
+from fflow.tree_util import (
+    tree_map_with_path as map_with_path,
 )
 from fflow.tree_util import (
     tree_reduce as reduce,
@@ -31,4 +40,16 @@ from fflow.tree_util import (
     tree_unflatten as unflatten,
 )
 
-__all__ = ["all", "flatten", "leaves", "map", "reduce", "structure", "transpose", "unflatten"]
+__all__ = [
+    "all",
+    "flatten",
+    "flatten_with_path",
+    "leaves_with_path",
+    "map_with_path",
+    "leaves",
+    "map",
+    "reduce",
+    "structure",
+    "transpose",
+    "unflatten",
+]

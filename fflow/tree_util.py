@@ -284,3 +284,92 @@ def _children(x):
         keys = _dictlike_keys(x)
         return [x[k] for k in keys], (t, tuple(keys))
     return [x], ("leaf",)
+
+
+# Key paths (JAX's tree_flatten_with_path / keystr).
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceKey:
+    idx: int
+
+    def __str__(self):
+        return f"[{self.idx!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKey:
+    key: object
+
+    def __str__(self):
+        return f"[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class GetAttrKey:
+    name: str
+
+    def __str__(self):
+        return f".{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlattenedIndexKey:
+    key: int
+
+    def __str__(self):
+        return f"[<flat index {self.key}>]"
+
+
+def _child_keys(x, n):
+    t = type(x)
+    if t in (tuple, list):
+        return [SequenceKey(i) for i in range(n)]
+    if isinstance(x, dict) and t not in _registry:
+        return [DictKey(k) for k in (sorted(x) if t is dict else _dictlike_keys(x))]
+    if t in _registry:
+        return [FlattenedIndexKey(i) for i in range(n)]
+    if _is_namedtuple(x):
+        return [GetAttrKey(f) for f in t._fields]
+    if dataclasses.is_dataclass(x):
+        return [GetAttrKey(f.name) for f in dataclasses.fields(x)]
+    return [FlattenedIndexKey(i) for i in range(n)]
+
+
+def _paths(x, path, out, is_leaf):
+    if x is None or (is_leaf is not None and is_leaf(x)):
+        if x is not None or is_leaf is not None:
+            out.append((path, x))
+        return
+    children, meta = _children(x)
+    if meta == ("leaf",):
+        out.append((path, x))
+        return
+    for key, child in zip(_child_keys(x, len(children)), children):
+        _paths(child, path + (key,), out, is_leaf)
+
+
+def tree_flatten_with_path(tree, is_leaf=None):
+    """([(key_path, leaf), ...], treedef), as JAX's function of that name."""
+    out = []
+    _paths(tree, (), out, is_leaf)
+    return out, tree_structure(tree, is_leaf)
+
+
+def tree_leaves_with_path(tree, is_leaf=None):
+    return tree_flatten_with_path(tree, is_leaf)[0]
+
+
+def tree_map_with_path(f, tree, *rest, is_leaf=None):
+    """`f(key_path, leaf, *other_leaves)` over the leaves of `tree`."""
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+    others = [tree_leaves(r, is_leaf) for r in rest]
+    return tree_unflatten(treedef, [f(p, x, *xs) for (p, x), *xs in zip(pairs, *others)])
+
+
+def keystr(keys, *, simple=False, separator=""):
+    """'['a'][0]'-style text of a key path."""
+    if simple:
+        parts = [str(getattr(k, n)) for k in keys for n in ("idx", "key", "name") if hasattr(k, n)]
+        return separator.join(parts)
+    return separator.join(str(k) for k in keys)

@@ -202,6 +202,17 @@ def _abs_jvp(g, x):
 
 abs_p = unary("abs", np.abs, float_only=False)
 defjvp(abs_p, _abs_jvp)
+_abs_eval_same_dtype = abs_p.abstract_eval
+
+
+def _abs_abstract_eval(x, **params):
+    out = _abs_eval_same_dtype(x, **params)
+    if x.dtype.kind == "c":  # |complex| is real (as np.abs gives)
+        return out.update(dtype=np.dtype(np.float64 if x.dtype.itemsize == 16 else np.float32))
+    return out
+
+
+abs_p.abstract_eval = _abs_abstract_eval
 
 sign_p = unary("sign", np.sign, float_only=False)
 defzero(sign_p)

@@ -16,6 +16,17 @@ from fflow.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatt
 def _instantiate_like(t, primal):
     if type(t) is ad.Zero:
         return as_value(ad.zeros_like_aval(aval_of_value(primal).strip_weak_type()))
+    pa = aval_of_value(primal)
+    if pa.weak_type:
+        ta = aval_of_value(t)
+        if not ta.weak_type and ta.dtype == pa.dtype:
+            # JAX: a cotangent has its primal's type (grad of a Python float is weak)
+            from fflow.array import Array
+            from fflow.numpy._util import mark_weak
+
+            return (
+                Array(t._value, True) if type(t) is Array and t._sharding is None else mark_weak(t)
+            )
     return t
 
 

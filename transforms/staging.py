@@ -57,6 +57,10 @@ class StagingTrace(core.Trace):
             return Literal(x, ShapedArray((), x.dtype))
         if isinstance(x, (bool, int, float, complex)):
             return Literal(x)
+        if getattr(x, "_weak", False) and type(x).__name__ == "Array" and x.ndim == 0:
+            # a weakly typed scalar (a Python number kept weak): a literal, not a constant
+            if x._sharding is None and type(x._value) is np.ndarray:
+                return Literal(x._value, ShapedArray((), x.dtype, weak_type=True))
         entry = self.const_vars.get(id(x))
         if entry is None:
             entry = (Var(aval_of_value(x)), x)

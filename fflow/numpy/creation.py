@@ -3,7 +3,7 @@
 import numpy as np
 
 from fflow import dtypes, lax
-from fflow.array import Array
+from fflow.array import Array, is_eager
 from fflow.core import Tracer
 from fflow.numpy._util import default_dtype_array, info
 
@@ -115,12 +115,20 @@ def empty_like(a, dtype=None, shape=None):
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
-    d, _, s = info(a)
+    d, weak, s = info(a)
+    keep_weak = weak and dtype is None  # JAX: zeros_like(weak) stays weak
     dtype = _dtype(dtype) or d
     shape = s if shape is None else _shape(shape)
     if not isinstance(fill_value, (Tracer, Array)):
         fill_value = np.asarray(fill_value, dtype)
-    return lax.full(shape, fill_value, dtype)
+    out = lax.full(shape, fill_value, dtype)
+    if keep_weak:
+        from fflow.numpy._util import mark_weak
+
+        return mark_weak(out)
+    if type(out) is np.ndarray and is_eager():
+        return Array(out)  # shape (): still an Array (traced: stays a literal)
+    return out
 
 
 def arange(start, stop=None, step=None, dtype=None):

@@ -3,7 +3,14 @@
 import numpy as np
 
 from fflow import dtypes, lax
-from fflow.numpy._util import convert, info, operand, promote
+from fflow.array import Array
+from fflow.numpy._util import convert, info, mark_weak, operand, promote, promote_dtypes
+
+_PY_SCALARS = (int, float, complex, bool)
+
+
+def _weak_arg(x):
+    return getattr(x, "weak_type", False)
 
 
 def _unary_inexact(lax_fn, name):
@@ -30,8 +37,17 @@ def _unary_any(lax_fn, name):
 
 def _binary(lax_fn, name, to_inexact=False):
     def fn(x, y, /):
-        x, y = promote(x, y, to_inexact=to_inexact)
-        return lax_fn(x, y)
+        xs, ys = promote(x, y, to_inexact=to_inexact)
+        if (type(x) in _PY_SCALARS or type(y) in _PY_SCALARS or _weak_arg(x) or _weak_arg(y)) and (
+            promote_dtypes(x, y)[1]
+        ):
+            # JAX: the result is weak when the promotion is (i32 array + 2.5 -> weak f32);
+            # Python scalars stay weak operands so the primitive's result already is
+            xs = Array(xs, True) if type(x) in _PY_SCALARS and type(xs) is np.ndarray else xs
+            ys = Array(ys, True) if type(y) in _PY_SCALARS and type(ys) is np.ndarray else ys
+            out = lax_fn(xs, ys)
+            return out if out.weak_type else mark_weak(out)
+        return lax_fn(xs, ys)
 
     fn.__name__ = name
     fn.__doc__ = f"Elementwise {name} with broadcasting and type promotion."
@@ -415,9 +431,15 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:
         raise ValueError("where takes one or three arguments")
+    weak = type(x) in (int, float, complex) and type(y) in (int, float, complex)
     cond = _bool(condition)
     cond, x, y = _promote_where(cond, x, y)
-    return lax.select_n(cond, y, x)
+    out = lax.select_n(cond, y, x)
+    if weak:  # JAX: where(c, 1, 2.5) is weakly typed
+        from fflow.numpy._util import mark_weak
+
+        out = mark_weak(out)
+    return out
 
 
 def _promote_where(cond, x, y):
@@ -475,15 +497,37 @@ def rad2deg(x, /):
 radians, degrees = deg2rad, rad2deg
 
 
+def _real_dtype(d):
+    return np.dtype(np.float64 if d.itemsize == 16 else np.float32)
+
+
 def conjugate(x, /):
-    return operand(x)
+    x = operand(x)
+    d = info(x)[0]
+    if d.kind != "c":
+        return x
+    # conj(z) = 2 re(z) - z, over existing primitives (so every transform applies)
+    re = lax.convert_element_type(lax.convert_element_type(x, _real_dtype(d)), d)
+    return lax.sub(lax.add(re, re), x)
 
 
 conj = conjugate
 
 
 def real(x, /):
-    return operand(x)
+    x = operand(x)
+    d = info(x)[0]
+    if d.kind != "c":
+        return x
+    return lax.convert_element_type(x, _real_dtype(d))
+
+
+def imag(x, /):
+    x = operand(x)
+    d = info(x)[0]
+    if d.kind != "c":
+        return lax.mul(x, lax.full_like(x, 0))
+    return real(lax.mul(x, lax.full_like(x, -1j)))
 
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):

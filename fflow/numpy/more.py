@@ -619,13 +619,15 @@ kaiser = _window(np.kaiser)
 # -- complex-number and dtype helpers (fflow arrays are real) -----------------------------------
 
 
-def imag(val):
-    return ew.multiply(operand(val), 0)
+imag = ew.imag
 
 
 def angle(z, deg=False):
     z = operand(z)
-    out = ew.where(ew.less(z, 0), np.pi, 0.0)
+    if info(z)[0].kind == "c":
+        out = ew.arctan2(ew.imag(z), ew.real(z))
+    else:
+        out = ew.where(ew.less(z, 0), np.pi, 0.0)
     return ew.rad2deg(out) if deg else out
 
 
@@ -705,6 +707,34 @@ def bitwise_count(x):
 bitwise_invert = ew.bitwise_not
 bool = np.bool_  # noqa: A001
 iterable = np.iterable
+
+
+def piecewise(x, condlist, funclist, *args, **kw):
+    """NumPy's piecewise: `funclist[i]` (a callable or a value) where `condlist[i]`
+    holds (the last true condition wins); an extra last entry is the default."""
+    from fflow.numpy.creation import asarray, zeros_like
+    from fflow.numpy.elementwise import where
+
+    x = asarray(x)
+    if not isinstance(condlist, (list, tuple)):
+        condlist = [condlist]
+    condlist = list(condlist)
+    dtype = info(x)[0]
+
+    def value(f):
+        return asarray(f(x, *args, **kw) if callable(f) else f).astype(dtype)
+
+    out = zeros_like(x)
+    if len(funclist) == len(condlist) + 1:
+        out = out + value(funclist[-1])
+        cond_any = condlist[0]
+        for c in condlist[1:]:
+            cond_any = cond_any | c
+        out = where(cond_any, zeros_like(x), out)
+    for c, f in zip(condlist, funclist):
+        out = where(c, value(f), out)
+    return out
+
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
     "builtins", "functools", "np", "dtypes", "lax", "Array", "Tracer", "ShapeError",

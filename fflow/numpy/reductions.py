@@ -206,6 +206,13 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
         return (avg, n) if returned else avg
     from fflow.numpy.elementwise import multiply
 
+    shape = info(a)[2]
+    if len(info(weights)[2]) == 1 and len(shape) > 1 and isinstance(axis, int):
+        # NumPy/JAX: 1-D weights run along `axis`
+        ax = axis % len(shape)
+        weights = lax.broadcast_in_dim(
+            operand(weights), shape[:ax] + (info(weights)[2][0],) + shape[ax + 1 :], (ax,)
+        )
     wsum = sum(weights, axis=axis, keepdims=keepdims)
     avg = lax.div(sum(multiply(a, weights), axis=axis, keepdims=keepdims), wsum)
     return (avg, wsum) if returned else avg

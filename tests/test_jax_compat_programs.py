@@ -1,0 +1,83 @@
+"""JAX programs run under fflow give JAX's numbers, dtypes and shapes.
+
+The programs live in tests/jax_compat_programs.py; the expected outputs were recorded
+with JAX 0.10.2 (CPU) in tests/golden/jax_compat.json, so these tests need no JAX.
+Known, deliberate differences are listed in KNOWN below with the reason.
+"""
+
+import copy
+import warnings
+
+import pytest
+from jax_compat_programs import PROGRAMS
+from jax_compat_util import compare, encode, fflow_modules, load_golden
+
+GOLDEN = load_golden()
+
+# program -> (what differs, why)
+KNOWN = {
+    # DESIGN.md: requested dtypes are honoured, a float64 NumPy array stays float64
+    # (JAX without x64 silently makes it float32). Values agree to float32 precision.
+    "dtype_numpy_inputs": "x64",
+    "float64_numpy_in_jit": "x64",
+    # weak types of loop carries / branch outputs built from Python scalars are strong
+    # in fflow (values and dtypes agree)
+    "cond_switch": "weak",
+    "fori_while_loops": "weak",
+    "scan_no_xs_length_reverse": "weak",
+    "lax_primitives": "weak",
+    # JAX clamps a static out-of-range index (x[5] of a length-3 array); fflow raises
+    # IndexError. A shape mismatch is a ShapeError: both ValueError and TypeError.
+    "errors_bad_shapes": "errors",
+    # float -> uint8 of a negative value: XLA saturates to 0, NumPy wraps around
+    "dtype_astype_and_result_type": "uint8-cast",
+}
+
+_X64 = {"float32": "float64", "int32": "int64"}
+
+
+def _adjust(want, got, kind):
+    """JAX's record, relaxed only in the way `kind` says."""
+    want = copy.deepcopy(want)
+    for w, g in zip(want, got):
+        if kind == "x64" and "dtype" in w and g.get("dtype") == _X64.get(w["dtype"]):
+            w["dtype"] = g["dtype"]
+        if kind == "weak":
+            w.pop("weak", None)
+        if kind == "errors" and w.get("py") == "str" and g.get("py") == "str":
+            # fflow's error must be an instance of every class JAX's is
+            jax_kinds = set(w["value"].split("|")) - {"no error"}
+            if jax_kinds <= set(g["value"].split("|")) and jax_kinds:
+                w["value"] = g["value"]
+            elif w["value"] == "no error" and g["value"] == "IndexError":
+                w["value"] = g["value"]
+        if kind == "uint8-cast" and w.get("dtype") == "uint8":
+            w["value"] = g["value"]
+    return want
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_matches_jax(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = encode(PROGRAMS[name](*fflow_modules()))
+    want = GOLDEN[name]
+    if name in KNOWN:
+        want = _adjust(want, got, KNOWN[name])
+    compare(got, want)
+
+
+def test_every_program_has_a_golden_record():
+    assert sorted(GOLDEN) == sorted(PROGRAMS)
+
+
+def test_live_against_jax_when_installed():
+    """With JAX installed, the golden records are still what JAX computes."""
+    jax_util = pytest.importorskip("jax")
+    del jax_util
+    from jax_compat_util import jax_modules
+
+    for name in ("random_functions", "at_updates"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compare(encode(PROGRAMS[name](*jax_modules())), GOLDEN[name])
