@@ -626,6 +626,8 @@ def _global_dispatch(prim, args, params):
             prog, pl, list(sbps), [None] * len(outvars), allow_partial_out=True, name="eager"
         )
         if key is not None:
+            if len(_eager_cache) > 4096:  # many shapes: start over rather than grow forever
+                _eager_cache.clear()
             _eager_cache[key] = sp
     outs = sp.run_global(ready)
     weak = all(getattr(a, "weak_type", False) for a in args)

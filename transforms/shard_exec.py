@@ -8,6 +8,8 @@ ShardedProgram shows the global program with every var's SBP, every inserted
 collective with its bytes, and the total bytes moved per call.
 """
 
+import weakref
+
 import numpy as np
 from fflow.primitives.collectives import collective_phases
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
@@ -321,13 +323,13 @@ def _read(env, v):
     return np.asarray(v.value, v.aval.dtype) if type(v) is Literal else env[v]
 
 
-_stage_cache = {}
+_stage_cache = weakref.WeakKeyDictionary()  # program -> stages (dies with the program)
 
 
 def _stages(prog):
-    hit = _stage_cache.get(id(prog))
-    if hit is not None and hit[0] is prog:
-        return hit[1]
+    hit = _stage_cache.get(prog)
+    if hit is not None:
+        return hit
     stages = []
     later_uses = _uses_after(prog)
     seg = []
@@ -341,7 +343,7 @@ def _stages(prog):
             seg.append(eqn)
     if seg:
         stages.append(_segment(prog, seg, set(v for v in prog.outvars if type(v) is not Literal)))
-    _stage_cache[id(prog)] = (prog, stages)
+    _stage_cache[prog] = stages
     return stages
 
 
@@ -405,6 +407,7 @@ def _interpret(sub):
 # Eager boxing of global arrays = running the identity program with another out SBP
 
 _identity_cache = {}
+CACHE_LIMIT = 4096
 
 
 def run_identity(x, pl, target):
@@ -417,6 +420,8 @@ def run_identity(x, pl, target):
         v = Var(ShapedArray(x.shape, x.dtype))
         prog = Program([v], [], [], [v])
         sp = ShardedProgram(prog, pl, [src], [tuple(target)], allow_partial_out=True)
+        if len(_identity_cache) > CACHE_LIMIT:
+            _identity_cache.clear()
         _identity_cache[key] = sp
     (out,) = sp.run_global([x])
     out._weak = x._weak
