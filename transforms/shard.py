@@ -11,6 +11,13 @@ cotangent programs (cotangents follow the duality B<->P, S(k)<->S(k): a gradient
 of a broadcast parameter is partial and boxing makes it broadcast again, so data
 parallelism's gradient all-reduce appears by itself), `shard(grad(f))` plans the
 whole training step, `jit` stages the call, `vmap` batches the global program.
+Values of outer transformations (and global arrays) that `f` closes over become
+extra inputs; a nested `shard` on the same placement is inlined with its SBPs as
+constraints.
+
+Module map: shard_rules.py (signature tables), shard_boxing.py (conversions and
+their byte costs), shard_plan.py (the planner), shard_exec.py (per-device programs
+and running them), shard_print.py (the printed plan), primitives/collectives.py.
 
 Eager global arrays (`fflow.to_global`) run op by op through the same rules.
 """
