@@ -16,22 +16,13 @@ import sys
 from collections import Counter
 
 import numpy as np
+from _common import load_digits_split
 
 import fflow
 import fflow.numpy as jnp
 from fflow.sharding import device_count, runtime
 
 S, B = fflow.sbp.split, fflow.sbp.broadcast
-
-
-def load_digits(seed=0):
-    from sklearn.datasets import load_digits as sk_digits
-
-    digits = sk_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int32)
-    order = np.random.default_rng(seed).permutation(len(x))
-    return x[order], y[order]
 
 
 def init_params(sizes, seed=0):
@@ -90,7 +81,7 @@ def main(argv=None):
     n = args.devices or min(4, device_count())
     placement = fflow.placement("cpu", list(range(n)))
 
-    x, y = load_digits()
+    (x, y), _ = load_digits_split(test_fraction=0.0)  # all of it, shuffled
     params = init_params([64, args.hidden, 10])
     step = fflow.shard(train_step, placement, in_sbp=(B, S(0), S(0)), out_sbp=B)
     plan = step.plan(params, x[: args.batch], y[: args.batch])

@@ -4,40 +4,19 @@
     python examples/mlp_digits.py --steps 50 # quick run
 
 The model is plain functions over a pytree of parameters; the training step is
-`fflow.jit(fflow.value_and_grad(loss))` with Adam written with `tree_map`.
+`fflow.jit(fflow.value_and_grad(loss))` with Adam written with `tree_map`. The
+digits loading, the He initialiser and Adam live in examples/_common.py (shared
+with the other examples).
 """
 
 import argparse
 import time
 
 import numpy as np
+from _common import adam_init, adam_update, init_mlp, load_digits_split
 
 import fflow
 import fflow.numpy as jnp
-from fflow.tree_util import tree_map
-
-
-def load_digits_split(seed=0, test_fraction=0.2):
-    """Digits 8x8 images scaled to [0, 1], split into train and test sets."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int32)
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(len(x) * test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return (x[train], y[train]), (x[test], y[test])
-
-
-def init_params(sizes, seed=0):
-    """He-initialised weights and zero biases for each layer of `sizes`."""
-    rng = np.random.default_rng(seed)
-    params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        w = rng.normal(0.0, np.sqrt(2.0 / n_in), (n_in, n_out)).astype(np.float32)
-        params.append({"w": jnp.asarray(w), "b": jnp.zeros(n_out)})
-    return params
 
 
 def predict(params, x):
@@ -58,20 +37,6 @@ def loss_fn(params, x, y):
     return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
 
 
-def adam_init(params):
-    zeros = tree_map(jnp.zeros_like, params)
-    return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.float32)}
-
-
-def adam_update(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-    t = state["t"] + 1.0
-    m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
-    v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
-    scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
-    params = tree_map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps), params, m, v)
-    return params, {"m": m, "v": v, "t": t}
-
-
 @fflow.jit
 def train_step(params, opt_state, x, y):
     loss, grads = fflow.value_and_grad(loss_fn)(params, x, y)
@@ -86,7 +51,7 @@ def accuracy(params, x, y):
 
 def main(steps=1500, batch_size=128, hidden=256, seed=0, log_every=250):
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed)
-    params = init_params([64, hidden, hidden, 10], seed)
+    params = init_mlp([64, hidden, hidden, 10], seed)
     opt_state = adam_init(params)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()

@@ -10,32 +10,11 @@ import argparse
 import time
 
 import numpy as np
+from _common import init_mlp, load_digits_split
 
 import fflow
 import fflow.numpy as jnp
 from fflow.tree_util import tree_leaves, tree_map
-
-
-def load_digits_split(seed=0, test_fraction=0.2):
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int32)
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(len(x) * test_fraction)
-    return (x[order[n_test:]], y[order[n_test:]]), (x[order[:n_test]], y[order[:n_test]])
-
-
-def init_params(sizes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [
-        {
-            "w": jnp.asarray(rng.normal(0, np.sqrt(2 / n), (n, m)).astype(np.float32)),
-            "b": jnp.zeros(m),
-        }
-        for n, m in zip(sizes[:-1], sizes[1:])
-    ]
 
 
 def predict(params, x):
@@ -77,7 +56,7 @@ def accuracy(params, x, y):
 
 def main(steps=300, batch_size=64, hidden=64, check_examples=32, log_every=50, seed=0):
     (xtr, ytr), (xte, yte) = load_digits_split(seed)
-    params = init_params([64, hidden, 10], seed)
+    params = init_mlp([64, hidden, 10], seed)
 
     # 1. per-example gradients: vmap vs a Python loop
     xs, ys = xtr[:check_examples], ytr[:check_examples]

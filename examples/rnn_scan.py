@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import numpy as np
+from _common import adam_init, adam_update
 
 import fflow
 import fflow.numpy as jnp
@@ -65,16 +66,6 @@ def loss_fn(params, inputs, targets):
     return jnp.mean(losses)
 
 
-def adam_update(params, grads, state, lr, b1=0.9, b2=0.999, eps=1e-8):
-    m, v, t = state
-    t = t + 1
-    m = tree_map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
-    v = tree_map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
-    scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
-    params = tree_map(lambda p, m_, v_: p - scale * m_ / (jnp.sqrt(v_) + eps), params, m, v)
-    return params, (m, v, t)
-
-
 @fflow.jit
 def train_step(params, state, inputs, targets, lr):
     loss, grads = fflow.value_and_grad(loss_fn)(params, inputs, targets)
@@ -106,7 +97,7 @@ def main(steps=300, seq_len=64, batch_size=32, hidden=128, lr=3e-3, log_every=25
     index = {c: i for i, c in enumerate(chars)}
     data = np.array([index[c] for c in text], np.int32)
     params = init_params(len(chars), hidden, seed)
-    state = (tree_map(jnp.zeros_like, params), tree_map(jnp.zeros_like, params), 0.0)
+    state = adam_init(params)
     rng = np.random.default_rng(seed)
     print(f"{len(text)} characters, vocabulary {len(chars)}, hidden {hidden}")
     losses = []

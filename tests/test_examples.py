@@ -1,4 +1,7 @@
-"""Every examples/*.py runs (at a small size, via --tiny), and the main one learns."""
+"""Every examples/*.py runs (at a small size, via --tiny), and the main one learns.
+
+Files starting with "_" (examples/_common.py) are shared helpers, not examples.
+"""
 
 import pathlib
 import subprocess
@@ -7,7 +10,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
