@@ -39,6 +39,7 @@ from fflow.transforms.autodiff import (
     transpose_rules,
 )
 from fflow.transforms.shard_exec import ShardedProgram
+from fflow.transforms.shard_rules import freeze
 from fflow.transforms.staging import (
     StagingTracer,
     eval_program,
@@ -615,7 +616,7 @@ def _global_dispatch(prim, args, params):
     avals = tuple(ShapedArray(a.shape, a.dtype) for a in ready)
     sbps = tuple(a.sbp for a in ready)
     try:
-        key = (prim, _freeze(params), avals, sbps, pl)
+        key = (prim, freeze(params), avals, sbps, pl)
         hash(key)
     except TypeError:
         key = None
@@ -641,17 +642,6 @@ def _global_dispatch(prim, args, params):
     for o in outs:
         o._weak = weak and o._weak
     return outs if prim.multiple_results else outs[0]
-
-
-def _freeze(x):
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
-    if isinstance(x, np.ndarray):
-        raise TypeError("unhashable")
-    hash(x)
-    return x
 
 
 if _global_dispatch not in array_mod.special_dispatch:

@@ -214,20 +214,21 @@ _sig_cache = {}
 
 def _key(prim, in_avals, out_avals, params, hierarchy):
     try:
-        key = (prim, tuple(in_avals), tuple(out_avals), hierarchy, _freeze(params))
+        key = (prim, tuple(in_avals), tuple(out_avals), hierarchy, freeze(params))
         hash(key)
         return key
     except TypeError:
         return None
 
 
-def _freeze(x):
+def freeze(x):
+    """`x` (primitive params) as nested tuples, for a cache key; TypeError if it holds an array."""
     if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+        return tuple(sorted((k, freeze(v)) for k, v in x.items()))
     if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
+        return tuple(freeze(v) for v in x)
     if isinstance(x, np.ndarray):
-        raise TypeError
+        raise TypeError("unhashable")
     return x
 
 
