@@ -7,9 +7,11 @@ A row is `emit(ctx, eqn, step_index)`; `ctx` is the rendering state of
 `numpy_backend` (names, constants, emitted lines, buffer ownership).
 """
 
+import functools
 import weakref
 
 import numpy as np
+from fflow.primitives.indexing import scatter_into
 
 
 def _params_call(ctx, eqn, prefix):
@@ -89,34 +91,12 @@ def emit_transpose(ctx, eqn, i):
     ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.transpose({ctx.arg(eqn.inputs[0], True)}, {perm})")
 
 
-def _scatter_into(ufunc):
-    def into(out, indices, updates, axes):
-        moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
-        idx = []
-        inb = np.ones(indices.shape[:-1], dtype=bool)
-        for k, a in enumerate(axes):
-            ik = indices[..., k]
-            inb &= (ik >= 0) & (ik < out.shape[a])
-            idx.append(ik)
-        idx = tuple(idx)
-        if not inb.all():
-            idx = tuple(i[inb] for i in idx)
-            updates = updates[inb]
-        if ufunc is None:
-            moved[idx] = updates
-        else:
-            ufunc.at(moved, idx, updates)
-        return out
-
-    return into
-
-
 _SCATTER_INTO = {
-    "scatter": _scatter_into(None),
-    "scatter_add": _scatter_into(np.add),
-    "scatter_mul": _scatter_into(np.multiply),
-    "scatter_min": _scatter_into(np.minimum),
-    "scatter_max": _scatter_into(np.maximum),
+    "scatter": functools.partial(scatter_into, None),
+    "scatter_add": functools.partial(scatter_into, np.add),
+    "scatter_mul": functools.partial(scatter_into, np.multiply),
+    "scatter_min": functools.partial(scatter_into, np.minimum),
+    "scatter_max": functools.partial(scatter_into, np.maximum),
 }
 
 

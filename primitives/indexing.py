@@ -218,22 +218,28 @@ gather_p.traits.add("linear_in_first")
 
 
 # -- scatter family -----------------------------------------------------------------
+def scatter_into(ufunc, out, indices, updates, axes):
+    """Scatter `updates` into the NumPy array `out` in place and return it: `ufunc.at`, or
+    plain assignment when `ufunc` is None; out-of-bounds updates are dropped. Also the
+    NumPy backend's in-place scatter."""
+    moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
+    idx = _index_tuple(indices, out.shape, axes, clamp=False)
+    inb = np.ones(indices.shape[:-1], dtype=bool)
+    for k, a in enumerate(axes):
+        inb &= (idx[k] >= 0) & (idx[k] < out.shape[a])
+    if not inb.all():
+        idx = tuple(i[inb] for i in idx)
+        updates = updates[inb]
+    if ufunc is None:
+        moved[idx] = updates
+    else:
+        ufunc.at(moved, idx, updates)
+    return out
+
+
 def _scatter_impl_for(ufunc):
     def impl(x, indices, updates, *, axes):
-        out = np.array(x)
-        moved = np.moveaxis(out, axes, range(len(axes))) if axes != tuple(range(len(axes))) else out
-        idx = _index_tuple(indices, x.shape, axes, clamp=False)
-        inb = np.ones(indices.shape[:-1], dtype=bool)
-        for k, a in enumerate(axes):
-            inb &= (idx[k] >= 0) & (idx[k] < x.shape[a])
-        if not inb.all():
-            idx = tuple(i[inb] for i in idx)
-            updates = updates[inb]
-        if ufunc is None:
-            moved[idx] = updates
-        else:
-            ufunc.at(moved, idx, updates)
-        return out
+        return scatter_into(ufunc, np.array(x), indices, updates, axes)
 
     return impl
 
