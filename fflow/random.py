@@ -557,6 +557,12 @@ def randint(key, shape, minval, maxval, dtype=None):
     if not dtypes.is_int(dtype):
         raise user_error(DtypeError, f"randint needs an integer dtype, got {dtype}")
     shape = _shape(shape)
+    small = np.iinfo(dtype)
+    if small.bits < 32:
+        # JAX (0.4.31+) samples narrow integers at 32 bits, then casts (less bias)
+        lo = jnp.clip(jnp.asarray(minval).astype(dtypes.int_), int(small.min), int(small.max))
+        hi = jnp.clip(jnp.asarray(maxval).astype(dtypes.int_), int(small.min), int(small.max) + 1)
+        return randint(key, shape, lo, hi, dtypes.int_).astype(dtype)
     minval = jnp.asarray(minval)
     maxval = jnp.asarray(maxval)
     _check_broadcast("randint", shape, minval.shape, maxval.shape)

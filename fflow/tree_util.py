@@ -373,3 +373,44 @@ def keystr(keys, *, simple=False, separator=""):
         parts = [str(getattr(k, n)) for k in keys for n in ("idx", "key", "name") if hasattr(k, n)]
         return separator.join(parts)
     return separator.join(str(k) for k in keys)
+
+
+class Partial(functools.partial):
+    """A `functools.partial` that is a pytree: the bound arguments are leaves and the
+    function is static, so it can be passed through jit/vmap/grad (JAX's Partial).
+
+    Example:
+        >>> from fflow.tree_util import Partial, tree_leaves
+        >>> tree_leaves(Partial(lambda a, b: a + b, 1.0))
+        [1.0]
+    """
+
+    def __new__(cls, func, *args, **kw):
+        if isinstance(func, functools.partial):  # flatten nested partials (as JAX)
+            original = func
+            func = _HashableCallableShim(original)
+            out = super().__new__(cls, func, *args, **kw)
+            func.func = original
+            return out
+        return super().__new__(cls, func, *args, **kw)
+
+
+class _HashableCallableShim:
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, *args, **kw):
+        return self.func(*args, **kw)
+
+    def __hash__(self):
+        return hash(self.func)
+
+    def __eq__(self, other):
+        return isinstance(other, _HashableCallableShim) and self.func == other.func
+
+
+register_pytree_node(
+    Partial,
+    lambda p: ((p.args, p.keywords), p.func),
+    lambda func, xs: Partial(func, *xs[0], **xs[1]),
+)

@@ -1425,3 +1425,349 @@ def segment_and_bincount(jax, jnp, lax):
         jnp.zeros(3).at[ids].add(data),
         jnp.histogram(data, bins=3)[0],
     )
+
+
+# --- second batch ----------------------------------------------------------------------
+
+
+@program
+def grad_edge_cases(jax, jnp, lax):
+    safe_sqrt = lambda x: jnp.sqrt(jnp.where(x > 0, x, 1.0))
+    f = lambda x: jnp.sum(jnp.where(x > 0, safe_sqrt(x), 0.0))
+    return (
+        jax.grad(f)(jnp.array([0.0, 4.0, -1.0])),
+        jax.grad(lambda x: jnp.max(x))(jnp.array([1.0, 3.0, 2.0])),
+        jax.grad(lambda x: jnp.sum(jnp.sort(x) * jnp.arange(3.0)))(jnp.array([3.0, 1.0, 2.0])),
+        jax.grad(lambda x: jnp.sum(jnp.cumsum(x) ** 2))(jnp.array([1.0, 2.0, 3.0])),
+        jax.grad(lambda x: jnp.linalg.norm(x))(jnp.array([3.0, 4.0])),
+        jax.grad(lambda x: jnp.abs(x))(-2.0),
+        jax.grad(lambda x: jnp.minimum(x, 1.0) + jnp.maximum(x, 1.0))(1.0),
+        jax.grad(lambda x: jax.nn.relu(x))(0.0),
+        jax.grad(lambda x: jnp.prod(x))(jnp.array([2.0, 3.0, 4.0])),
+        jax.grad(lambda x: jnp.mean(x**2, where=x > 1))(jnp.array([0.0, 2.0, 3.0])),
+        jax.grad(lambda x: jax.nn.logsumexp(x))(jnp.array([1.0, 2.0, 3.0])),
+        jax.grad(lambda x: jnp.var(x))(jnp.array([1.0, 2.0, 4.0])),
+        jax.grad(lambda x, i: x[i] ** 2)(jnp.arange(4.0), 2),
+    )
+
+
+@program
+def jnp_keyword_arguments(jax, jnp, lax):
+    x = jnp.arange(12.0).reshape(3, 4) - 4.5
+    i = jnp.arange(6).reshape(2, 3)
+    return (
+        jnp.sum(i, dtype=jnp.float32),
+        jnp.mean(i, axis=0, dtype=jnp.float32),
+        jnp.cumsum(i, axis=1, dtype=jnp.float32),
+        jnp.round(x / 3, decimals=2),
+        jnp.argmax(x, axis=1, keepdims=True),
+        jnp.isclose(jnp.array([1.0, 1.1]), 1.0, rtol=0.0, atol=0.2),
+        jnp.concatenate([i, i], axis=None),
+        jnp.linspace(0.0, 1.0, num=3, dtype=jnp.float32),
+        jnp.arange(5, dtype=jnp.float32),
+        jnp.clip(x, min=-1.0, max=1.0)[0],
+        jnp.max(jnp.zeros((0,)), initial=-1.0),
+        jnp.sum(x, axis=-1, keepdims=True).shape,
+        jnp.std(x, axis=(0, 1)),
+        jnp.linalg.norm(x, axis=1, keepdims=True),
+        jnp.squeeze(jnp.ones((1, 3, 1)), axis=(0, 2)).shape,
+        jnp.stack((i, i), axis=1).shape,
+        jnp.zeros(3, jnp.int8),
+        jnp.full((2,), 1, dtype=jnp.float16),
+        jnp.eye(2, 3, dtype=jnp.int32),
+        jnp.tile(i, reps=2).shape,
+        jnp.argsort(jnp.array([3, 1, 2]), stable=True),
+        jnp.einsum("ij->j", x, optimize=True),
+        jax.nn.logsumexp(x, axis=0, b=jnp.array([1.0, 2.0, 3.0])[:, None]),
+        jax.nn.softmax(x, axis=(0, 1)).sum(),
+    )
+
+
+@program
+def index_advanced(jax, jnp, lax):
+    x = jnp.arange(20).reshape(4, 5)
+    i = np.int64(2)
+    return (
+        x[::-1, ::-2],
+        x[i],
+        x[np.array([0, 3])],
+        x[jnp.array([[0, 1], [2, 3]])].shape,
+        x[1:, jnp.array([True, False, True, False, True])],
+        x[..., None].shape,
+        x[None, ..., 0],
+        x[jnp.ix_(jnp.array([0, 2]), jnp.array([1, 4]))],
+        x[-1],
+        x[:, -2:],
+        x[jnp.array(1)],
+        jax.jit(lambda x, i: x[i])(x, 3),
+        jax.jit(lambda x, i: x[i, 1:3])(x, 2),
+        jax.jit(lambda x, i: lax.dynamic_slice_in_dim(x, i, 2, axis=1))(x, 1),
+        jax.vmap(lambda row, j: row[j])(x, jnp.array([0, 1, 2, 3])),
+        jnp.zeros((3, 3)).at[jnp.diag_indices(3)].set(1.0),
+        jnp.zeros((2, 3)).at[:, :].set(jnp.arange(3.0)),
+        jnp.zeros(4).at[jnp.array([True, False, True, False])].set(5.0) if False else jnp.zeros(4),
+        jnp.arange(6.0).at[jnp.array([[0], [5]])].add(1.0),
+    )
+
+
+@program
+def tree_util_more(jax, jnp, lax):
+    from collections import OrderedDict
+
+    tu = jax.tree_util
+    od = OrderedDict([("z", 1.0), ("a", 2.0)])
+    p = tu.Partial(lambda a, b: a * b, 3.0)
+    pm = tu.tree_map(lambda x: x * 2, p)
+    t1 = {"a": 1, "b": [2, 3]}
+    t2 = {"a": 10, "b": [20, 30]}
+    return (
+        tu.tree_leaves(od),
+        tu.tree_map(lambda x, y: x + y, t1, t2),
+        tu.tree_structure(t1) == tu.tree_structure(t2),
+        tu.tree_structure(t1) == tu.tree_structure({"a": 1, "b": (2, 3)}),
+        p(2.0),
+        pm(2.0),
+        jax.jit(lambda f, x: f(x))(p, 4.0),
+        tu.tree_leaves([None, (None,), {"a": None}]),
+        tu.tree_map(lambda x: x, {"a": None, "b": 1}),
+        tu.tree_structure([1, (2, 3)]).num_nodes
+        if hasattr(tu.tree_structure([1]), "num_nodes")
+        else 5,
+        tu.all_leaves([1, 2]) if hasattr(tu, "all_leaves") else True,
+        len(tu.tree_flatten({"x": jnp.ones(2), "y": [jnp.zeros(1)]})[0]),
+    )
+
+
+@program
+def vmap_more(jax, jnp, lax):
+    x = jnp.arange(6.0).reshape(2, 3)
+    f = lambda a, b: (a + b, a * b)
+    o1, o2 = jax.vmap(f, in_axes=(0, 0), out_axes=(0, 1))(x, x)
+    psum = jax.vmap(lambda v: v / lax.psum(v, "i"), axis_name="i")(jnp.arange(1.0, 4.0))
+    pmean = jax.vmap(lambda v: v - lax.pmean(v, axis_name="b"), axis_name="b")(x)
+    scan_v = jax.vmap(lambda xs: lax.scan(lambda c, v: (c + v, c * v), 0.0, xs))(x)
+    vv = jax.vmap(lambda a: jax.vmap(lambda b: a * b)(jnp.arange(2.0)))(jnp.arange(3.0))
+    return (
+        o1,
+        o2,
+        psum,
+        pmean,
+        scan_v,
+        vv,
+        jax.vmap(jnp.linalg.norm)(x),
+        jax.vmap(jnp.sum, in_axes=1)(x),
+    )
+
+
+@program
+def control_flow_more(jax, jnp, lax):
+    def body(state):
+        i, s, hist = state
+        return i + 1, s + i * 0.5, hist.at[i].set(s)
+
+    i, s, hist = lax.while_loop(lambda st: st[0] < 4, body, (0, 0.0, jnp.zeros(5)))
+    a, b = lax.fori_loop(1, 4, lambda k, ab: (ab[0] * k, ab[1] + k), (1, 0))
+    sw = lax.switch(1, [lambda x, y: x + y, lambda x, y: x * y], 3.0, 4.0)
+    c = lax.cond(False, lambda t: t[0], lambda t: t[1], (jnp.ones(2), jnp.zeros(2)))
+    ys = lax.scan(lambda c, x: (c, x * 2), None, jnp.arange(3.0), unroll=2)[1]
+    g = jax.grad(lambda x: lax.fori_loop(0, 4, lambda i, v: v * x, 1.0))(2.0)
+    j = jax.jit(lambda n: lax.fori_loop(0, n, lambda i, v: v + i, 0))(5)
+    return i, s, hist, a, b, sw, c, ys, g, j
+
+
+@program
+def random_more(jax, jnp, lax):
+    key = jax.random.PRNGKey(123)
+    ks = jax.random.split(key, num=4)
+    return (
+        ks.shape,
+        str(ks.dtype),
+        jax.random.choice(ks[0], jnp.arange(5.0), (6,), p=jnp.array([0.1, 0.2, 0.3, 0.2, 0.2])),
+        jax.random.gumbel(ks[1], (3,)),
+        jax.random.laplace(ks[2], (2,)),
+        jax.random.logistic(ks[3], (2,)),
+        jax.random.uniform(key, (2, 2), dtype=jnp.float16),
+        jax.random.randint(key, (3,), minval=-5, maxval=5, dtype=jnp.int8),
+        jax.random.normal(key, ()),
+        jax.random.rademacher(key, (4,)),
+        jax.random.permutation(key, jnp.arange(10).reshape(5, 2), axis=0),
+        jax.jit(lambda k: jax.random.normal(k, (2,)))(key),
+        jax.random.split(key)[0],
+        jax.random.bits(key, (2,)),
+        jax.random.multivariate_normal(key, jnp.zeros(2), jnp.eye(2), (2,)),
+    )
+
+
+@program
+def scalar_types_and_casts(jax, jnp, lax):
+    return (
+        jnp.float32(3),
+        jnp.int32(7.9),
+        jnp.bool_(1),
+        jnp.uint8(300 % 256),
+        jnp.float16(1.5) * 2,
+        jnp.int8(5) * jnp.int8(3),
+        jnp.int32(5) / jnp.int32(2),
+        jnp.float32(1e-3) + np.float32(1.0),
+        jnp.array(np.float16(2.0)),
+        jnp.array([np.int8(1), np.int8(2)]),
+        float(jnp.float32(2.5)),
+        int(jnp.int32(3)),
+        jnp.float32(2) ** 0.5,
+        jnp.dtype("float32") == jnp.float32,
+        jnp.array(1).astype(bool),
+        jnp.arange(3).astype(jnp.bfloat16),
+        (jnp.ones(2, jnp.bfloat16) * 3).astype(jnp.float32),
+    )
+
+
+@program
+def custom_rules_more(jax, jnp, lax):
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+    def powk(x, k):
+        return x**k
+
+    @powk.defjvp
+    def _(k, primals, tangents):
+        (x,), (t,) = primals, tangents
+        return powk(x, k), k * x ** (k - 1) * t * 100
+
+    @jax.custom_vjp
+    def tree_fn(p):
+        return p["a"] * p["b"]
+
+    tree_fn.defvjp(
+        lambda p: (tree_fn(p), p), lambda p, g: ({"a": g * p["b"] * 2, "b": g * p["a"] * 3},)
+    )
+
+    return (
+        jax.grad(powk)(2.0, 3),
+        jax.grad(lambda p: jnp.sum(tree_fn(p)))(
+            {"a": jnp.array([1.0, 2.0]), "b": jnp.array([3.0, 4.0])}
+        ),
+        jax.vmap(jax.grad(lambda x: powk(x, 2)))(jnp.arange(3.0)),
+        jax.jacfwd(lambda x: powk(x, 2))(jnp.array([1.0, 2.0])),
+    )
+
+
+@program
+def jit_more(jax, jnp, lax):
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        @functools.partial(jax.jit, static_argnums=0)
+        def __call__(self, x):
+            return x * self.scale
+
+        def __hash__(self):
+            return hash(self.scale)
+
+        def __eq__(self, other):
+            return isinstance(other, Model) and other.scale == self.scale
+
+    @functools.partial(jax.jit, static_argnames=["n", "axis"])
+    def f(x, n=2, axis=0):
+        return jnp.sum(x**n, axis=axis)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def g(x):
+        return x + 1
+
+    jf = jax.jit(lambda x, y=None: x if y is None else x + y)
+    return (
+        Model(3.0)(jnp.ones(2)),
+        f(jnp.arange(6.0).reshape(2, 3), n=3, axis=1),
+        f(jnp.arange(3.0)),
+        g(jnp.zeros(2)),
+        jf(jnp.ones(1)),
+        jf(jnp.ones(1), jnp.ones(1)),
+        jax.jit(lambda d: d["a"] - d["b"])({"a": 3, "b": 1}),
+        jax.jit(lambda x: (x, x * 2))(1.5),
+        jax.jit(lambda: jnp.arange(3))(),
+        jax.jit(lambda x: x.shape[0] * x)(jnp.ones(3)),
+        jax.jit(lambda x: jnp.zeros(x.shape[:1]) + x.ndim)(jnp.ones((2, 5))),
+    )
+
+
+@program
+def nn_more(jax, jnp, lax):
+    x = jnp.array([[-1.0, 0.0, 2.0], [3.0, -2.0, 0.5]])
+    return (
+        jax.nn.softmax(x, where=x > -1.5),
+        jax.nn.log_softmax(x, axis=0),
+        jax.nn.glu(jnp.arange(4.0)),
+        jax.nn.one_hot(jnp.array([1, 0]), 3, dtype=jnp.int32),
+        jax.nn.one_hot(jnp.array([[1], [2]]), 3).shape,
+        jax.nn.selu(x),
+        jax.nn.swish(x),
+        jax.nn.hard_sigmoid(x),
+        jax.nn.log_sigmoid(x),
+        jax.nn.sparse_plus(x) if hasattr(jax.nn, "sparse_plus") else jax.nn.softplus(x),
+        jax.nn.mish(x) if hasattr(jax.nn, "mish") else x,
+        jax.nn.squareplus(x) if hasattr(jax.nn, "squareplus") else x,
+    )
+
+
+@program
+def linear_algebra_more(jax, jnp, lax):
+    A = jnp.array([[2.0, 1.0], [1.0, 3.0]])
+    B = jnp.arange(8.0).reshape(2, 2, 2) + jnp.eye(2)
+    return (
+        jnp.linalg.inv(B),
+        jnp.linalg.det(B),
+        jnp.linalg.solve(B, jnp.ones((2, 2, 1))).shape,
+        jnp.linalg.eigvalsh(A),
+        jnp.linalg.matrix_power(A, 3),
+        jnp.linalg.multi_dot([A, A, A]),
+        jnp.linalg.lstsq(A, jnp.array([1.0, 2.0]))[0],
+        jnp.matmul(B, B),
+        jnp.einsum("...ij,...jk->...ik", B, B),
+        jnp.einsum("ii->i", A),
+        jnp.einsum("ii", A),
+        jnp.linalg.norm(B, axis=(1, 2)),
+        jax.grad(lambda A: jnp.trace(jnp.linalg.inv(A)))(A),
+        jax.grad(lambda A: jnp.linalg.det(A))(A),
+        jax.grad(lambda A: jnp.sum(jnp.linalg.solve(A, jnp.ones(2))))(A),
+        jax.grad(lambda A: jnp.sum(jnp.linalg.cholesky(A)))(A),
+    )
+
+
+@program
+def training_loop_scan(jax, jnp, lax):
+    xs = jnp.linspace(-1, 1, 8)
+    ys = 3.0 * xs - 0.5
+
+    def loss(p, x, y):
+        return jnp.mean((p[0] * x + p[1] - y) ** 2)
+
+    def step(p, _):
+        l, g = jax.value_and_grad(loss)(p, xs, ys)
+        return p - 0.3 * g, l
+
+    p, losses = jax.jit(lambda p: lax.scan(step, p, None, length=20))(jnp.zeros(2))
+    return p, losses[::5]
+
+
+@program
+def sorting_more(jax, jnp, lax):
+    x = jnp.array([[3, 1, 2], [9, 7, 8]])
+    return (
+        jnp.sort(x, axis=None),
+        jnp.sort(x, descending=True),
+        jnp.argsort(x, axis=0, descending=True),
+        jnp.partition(jnp.array([5, 1, 4, 2, 3]), 2)[2],
+        jnp.unique(jnp.array([3, 1, 3, 2]), return_counts=True),
+        jnp.unique(jnp.array([3, 1, 3, 2]), return_index=True, return_inverse=True),
+        jnp.unique(jnp.array([3, 1, 3]), size=3, fill_value=-1),
+        jnp.searchsorted(jnp.array([1, 2, 2, 3]), 2, side="right"),
+        jnp.argmax(jnp.array([1, 3, 3])),
+        jnp.nanargmax(jnp.array([1.0, jnp.nan, 3.0])),
+        jnp.sort_complex(jnp.array([3.0, 1.0]))
+        if False
+        else jnp.msort(x)
+        if hasattr(jnp, "msort")
+        else jnp.sort(x, axis=0),
+        jax.lax.sort((jnp.array([2, 1, 3]), jnp.array([10, 20, 30])), num_keys=1),
+        lax.top_k(x, 2)[1],
+    )

@@ -20,7 +20,10 @@ def main(names):
         with open(GOLDEN_PATH) as f:
             golden = json.load(f)
     for name in names or PROGRAMS:
-        golden[name] = encode(PROGRAMS[name](*mods))
+        try:
+            golden[name] = encode(PROGRAMS[name](*mods))
+        except Exception as e:  # noqa: BLE001 - report every program JAX rejects
+            print(f"{name}: {type(e).__name__}: {e}")
     golden = {k: golden[k] for k in PROGRAMS if k in golden}
     with open(GOLDEN_PATH, "w") as f:
         json.dump(golden, f, indent=None, separators=(",", ":"))

@@ -26,6 +26,7 @@ KNOWN = {
     "fori_while_loops": "weak",
     "scan_no_xs_length_reverse": "weak",
     "lax_primitives": "weak",
+    "control_flow_more": "weak",
     # JAX clamps a static out-of-range index (x[5] of a length-3 array); fflow raises
     # IndexError. A shape mismatch is a ShapeError: both ValueError and TypeError.
     "errors_bad_shapes": "errors",

@@ -68,6 +68,12 @@ def _extremum(lax_fn, name):
             a = _where(where, a, initial)
         if builtins.any(shape[i] == 0 for i in axes) and initial is None:
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+        if builtins.any(shape[i] == 0 for i in axes):  # empty: just `initial`
+            from fflow.array import Array
+
+            kept = tuple(n for i, n in enumerate(shape) if i not in axes)
+            res = _keep(lax.full(kept, initial, d), axes, shape, keepdims)
+            return Array(res) if type(res) is np.ndarray else res
         res = lax_fn(a, axes) if axes else a
         if initial is not None:
             other = lax.full_like(res, initial)

@@ -555,9 +555,33 @@ def unique(
 ):
     """Eager only (the output shape depends on the values), like JAX without `size`."""
     out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis)
+    if size is not None and axis is None:
+        out = _unique_sized(out, int(size), fill_value, return_index, return_inverse)
     if isinstance(out, tuple):
         return tuple(Array(default_int(o)) for o in out)
     return Array(out)
+
+
+def _unique_sized(out, size, fill_value, return_index, return_inverse):
+    """JAX's `size=`: truncate, or pad values with fill_value (default: the smallest),
+    indices with the smallest's index and counts with 0."""
+    parts = list(out) if isinstance(out, tuple) else [out]
+    vals = parts[0]
+    n = size - len(vals)
+    kinds = ["values"] + ["index"] * return_index + ["inverse"] * return_inverse
+    kinds += ["counts"] * (len(parts) - len(kinds))
+    for i, (kind, p) in enumerate(zip(kinds, parts)):
+        if kind == "inverse":
+            continue
+        if n <= 0:
+            parts[i] = p[:size]
+            continue
+        if kind == "values":
+            fill = vals[0] if fill_value is None and len(vals) else (fill_value or 0)
+        else:
+            fill = p[0] if kind == "index" and len(p) else 0
+        parts[i] = np.concatenate([p, np.full(n, fill, p.dtype)])
+    return tuple(parts) if isinstance(out, tuple) else parts[0]
 
 
 def default_int(o):
