@@ -203,6 +203,25 @@ def _flat_outputs(out, store, what):
     return [as_value(x) for x in leaves]
 
 
+def _bind_call(prim, a, fun_flat, **rules):
+    """Bind custom_jvp_call / custom_vjp_call on `a`'s flat arguments, tracing `fun_flat`
+    to a closed program only when an enclosing transform needs one."""
+    program, consts = None, []
+    if _needs_program():
+        in_avals = [aval_of_value(x) for x in a.dyn_nondiff + a.leaves]
+        program, consts = trace_closed(fun_flat, in_avals)
+    return prim.bind(
+        *consts,
+        *a.dyn_nondiff,
+        *a.leaves,
+        fun=fun_flat,
+        **rules,
+        program=program,
+        num_consts=len(consts),
+        num_nondiff=len(a.dyn_nondiff),
+    )
+
+
 def _check_no_closure_tangents(tangents, name, what):
     if any(type(t) is not ad.Zero for t in tangents):
         raise user_error(
@@ -364,20 +383,7 @@ class custom_jvp:
 
         fun_flat.__name__ = name
         jvp_flat.__name__ = _name(rule)
-        program, consts = None, []
-        if _needs_program():
-            in_avals = [aval_of_value(x) for x in a.dyn_nondiff + a.leaves]
-            program, consts = trace_closed(fun_flat, in_avals)
-        outs = custom_jvp_call_p.bind(
-            *consts,
-            *a.dyn_nondiff,
-            *a.leaves,
-            fun=fun_flat,
-            jvp=jvp_flat,
-            program=program,
-            num_consts=len(consts),
-            num_nondiff=n_nd,
-        )
+        outs = _bind_call(custom_jvp_call_p, a, fun_flat, jvp=jvp_flat)
         return tree_unflatten(out_store.value, outs)
 
 
@@ -545,21 +551,7 @@ class custom_vjp:
         fun_flat.__name__ = name
         fwd_flat.__name__ = _name(fwd_rule)
         bwd_flat.__name__ = _name(bwd_rule)
-        program, consts = None, []
-        if _needs_program():
-            in_avals = [aval_of_value(x) for x in a.dyn_nondiff + a.leaves]
-            program, consts = trace_closed(fun_flat, in_avals)
-        outs = custom_vjp_call_p.bind(
-            *consts,
-            *a.dyn_nondiff,
-            *a.leaves,
-            fun=fun_flat,
-            fwd=fwd_flat,
-            bwd=bwd_flat,
-            program=program,
-            num_consts=len(consts),
-            num_nondiff=n_nd,
-        )
+        outs = _bind_call(custom_vjp_call_p, a, fun_flat, fwd=fwd_flat, bwd=bwd_flat)
         return tree_unflatten(out_store.value, outs)
 
 
