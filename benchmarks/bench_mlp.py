@@ -29,43 +29,34 @@ def data(batch, dims, seed=1):
     return x, y
 
 
+def make_step(jnp, nn, value_and_grad, lr=LR):
+    """The SGD training step, written once for either library (fflow or JAX)."""
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            if i < len(params) - 1:
+                h = jnp.maximum(h, 0.0)
+        return -jnp.mean(jnp.sum(nn.log_softmax(h) * y, axis=-1))
+
+    def step(params, x, y):
+        value, grads = value_and_grad(loss)(params, x, y)
+        new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
+        return new, value
+
+    return step
+
+
 def make_fflow_step(lr=LR):
     import fflow
     import fflow.numpy as jnp
 
-    def loss(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w + b
-            if i < len(params) - 1:
-                h = jnp.maximum(h, 0.0)
-        return -jnp.mean(jnp.sum(fflow.nn.log_softmax(h) * y, axis=-1))
-
-    def step(params, x, y):
-        value, grads = fflow.value_and_grad(loss)(params, x, y)
-        new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
-        return new, value
-
-    return fflow.jit(step, donate_argnums=0)
+    return fflow.jit(make_step(jnp, fflow.nn, fflow.value_and_grad, lr), donate_argnums=0)
 
 
 def make_jax_step(jax, lr=LR):
-    jnp = jax.numpy
-
-    def loss(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w + b
-            if i < len(params) - 1:
-                h = jnp.maximum(h, 0.0)
-        return -jnp.mean(jnp.sum(jax.nn.log_softmax(h) * y, axis=-1))
-
-    def step(params, x, y):
-        value, grads = jax.value_and_grad(loss)(params, x, y)
-        new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
-        return new, value
-
-    return jax.jit(step)
+    return jax.jit(make_step(jax.numpy, jax.nn, jax.value_and_grad, lr))
 
 
 def numpy_step(params, x, y, lr=LR):

@@ -57,6 +57,29 @@ def block(np_like, nn, p, x, heads):
     return x + h @ p["w2"] + p["b2"]
 
 
+def make_run(np_like, nn, value_and_grad, jit, params, x, heads, wait=False):
+    """A jitted SGD step on the block for one library (fflow or JAX), as a no-argument
+    call that updates its own parameters; `wait` blocks until the result is ready."""
+
+    def loss(p, x):
+        return np_like.mean(block(np_like, nn, p, x, heads) ** 2)
+
+    @jit
+    def step(p, x):
+        value, g = value_and_grad(loss)(p, x)
+        return {k: p[k] - LR * g[k] for k in p}, value
+
+    state = {"p": {k: np_like.asarray(v) for k, v in params.items()}}
+    x = np_like.asarray(x)
+
+    def run():
+        state["p"], value = step(state["p"], x)
+        if wait:
+            value.block_until_ready()
+
+    return run
+
+
 def main():
     args = parse_args(__doc__)
     b, s, d, heads, m = sizes(args.tiny)
@@ -69,42 +92,15 @@ def main():
         import fflow
         import fflow.numpy as jnp
 
-        def loss(p, x):
-            return jnp.mean(block(jnp, fflow.nn, p, x, heads) ** 2)
-
-        @fflow.jit
-        def step(p, x):
-            value, g = fflow.value_and_grad(loss)(p, x)
-            return {k: p[k] - LR * g[k] for k in p}, value
-
-        state = {"p": {k: jnp.asarray(v) for k, v in params.items()}}
-        fx = jnp.asarray(x)
-
-        def run():
-            state["p"], value = step(state["p"], fx)
-
-        times_fns["fflow"] = run
+        times_fns["fflow"] = make_run(
+            jnp, fflow.nn, fflow.value_and_grad, fflow.jit, params, x, heads
+        )
 
     jax = load_jax() if wanted(args, "jax") else None
     if jax is not None:
-        jax_np = jax.numpy
-
-        def jloss(p, x):
-            return jax_np.mean(block(jax_np, jax.nn, p, x, heads) ** 2)
-
-        @jax.jit
-        def jstep(p, x):
-            value, g = jax.value_and_grad(jloss)(p, x)
-            return {k: p[k] - LR * g[k] for k in p}, value
-
-        jstate = {"p": {k: jax_np.asarray(v) for k, v in params.items()}}
-        jx = jax_np.asarray(x)
-
-        def jrun():
-            jstate["p"], value = jstep(jstate["p"], jx)
-            value.block_until_ready()
-
-        times_fns["jax.jit"] = jrun
+        times_fns["jax.jit"] = make_run(
+            jax.numpy, jax.nn, jax.value_and_grad, jax.jit, params, x, heads, wait=True
+        )
 
     torch = load_torch() if wanted(args, "torch") else None
     if torch is not None:
