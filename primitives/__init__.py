@@ -8,6 +8,7 @@ from fflow.primitives import (  # noqa: F401
     convert,
     cumulative,
     dot,
+    fft,
     indexing,
     linalg,
     named_axis,

@@ -208,6 +208,11 @@ def stacked(kind):
     return case
 
 
+def rfft_case(draw):
+    b, n = draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    return [arr(draw, (b, n))], dict(fft_type="rfft", fft_lengths=(n,))
+
+
 POS = dict(lo=0.2, hi=3.0)
 UNIT = dict(lo=-0.9, hi=0.9)
 
@@ -226,6 +231,7 @@ CASES = {
     "erf": unary(),
     "erf_inv": unary(**UNIT),
     "lgamma": unary(**POS),
+    "fft": rfft_case,
     "digamma": unary(**POS),
     "polygamma": unary(**POS, n=1),
     "exp": unary(),

@@ -522,6 +522,8 @@ NOT_GRAD_CHECKED = {
         "on such matrices in tests/test_numpy_linalg.py"
         for name in ("cholesky", "eigh", "svd", "qr", "slogdet", "linalg_solve")
     },
+    "fft": "complex-valued outputs: its JVP and transposes are checked against finite "
+    "differences through real parts in tests/test_numpy_fft.py",
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
     **{

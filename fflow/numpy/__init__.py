@@ -14,7 +14,7 @@ from fflow.array import Array as ndarray
 from fflow.dtypes import (
     bfloat16_dtype as _bf16,
 )
-from fflow.numpy import linalg
+from fflow.numpy import fft, linalg
 from fflow.numpy.creation import *
 from fflow.numpy.elementwise import *
 from fflow.numpy.elementwise import abs, divmod, pow, round
