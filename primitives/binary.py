@@ -111,21 +111,18 @@ defjvp(pow_p, _pow_jvp_x, _pow_jvp_y)
 
 def _minmax_jvp(pick_x):
     # ties split the gradient evenly, as in JAX
-    def jvp_x(g, x, y):
-        half = lax.full_like(g, 0.5)
-        one = lax.full_like(g, 1)
-        zero = lax.full_like(g, 0)
-        w = lax.select_n(pick_x(x, y), lax.select_n(lax.eq(x, y), zero, half), one)
-        return lax.mul(g, w)
+    def rule(for_y):
+        def jvp(g, x, y):
+            half = lax.full_like(g, 0.5)
+            one = lax.full_like(g, 1)
+            zero = lax.full_like(g, 0)
+            picked = pick_x(y, x) if for_y else pick_x(x, y)
+            w = lax.select_n(picked, lax.select_n(lax.eq(x, y), zero, half), one)
+            return lax.mul(g, w)
 
-    def jvp_y(g, x, y):
-        half = lax.full_like(g, 0.5)
-        one = lax.full_like(g, 1)
-        zero = lax.full_like(g, 0)
-        w = lax.select_n(pick_x(y, x), lax.select_n(lax.eq(x, y), zero, half), one)
-        return lax.mul(g, w)
+        return jvp
 
-    return jvp_x, jvp_y
+    return rule(for_y=False), rule(for_y=True)
 
 
 max_p = binary("max", np.maximum)
