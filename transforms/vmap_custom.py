@@ -31,6 +31,13 @@ def _batched_program_call(prim, vals, dims, params):
     return outs, [0 if b else None for b in out_b]
 
 
+def _batched_program(program, size, dims):
+    """`program` (or None) batched along the mapped `dims`, with every output batched."""
+    if program is None:
+        return None
+    return vm.batch_program(program, size, [d is not vm.not_mapped for d in dims], True)[0]
+
+
 def _custom_jvp_call_batch(vals, dims, *, fun, jvp, program, num_consts, num_nondiff):
     size = vm.batch_size(vals, dims)
     if any(d is not vm.not_mapped for d in dims[:num_consts]):
@@ -59,10 +66,7 @@ def _custom_jvp_call_batch(vals, dims, *, fun, jvp, program, num_consts, num_non
 
     fun_b.__name__ = getattr(fun, "__name__", "fun")
     jvp_b.__name__ = getattr(jvp, "__name__", "jvp")
-    new_program = None
-    if program is not None:
-        in_b = [d is not vm.not_mapped for d in dims]
-        new_program, _ = vm.batch_program(program, size, in_b, True)
+    new_program = _batched_program(program, size, dims)
     outs = custom.custom_jvp_call_p.bind(
         *_front(vals, dims),
         fun=fun_b,
@@ -111,10 +115,7 @@ def _custom_vjp_call_batch(vals, dims, *, fun, fwd, bwd, program, num_consts, nu
 
     for new, old in ((fun_b, fun), (fwd_b, fwd), (bwd_b, bwd)):
         new.__name__ = getattr(old, "__name__", "fn")
-    new_program = None
-    if program is not None:
-        in_b = [d is not vm.not_mapped for d in dims]
-        new_program, _ = vm.batch_program(program, size, in_b, True)
+    new_program = _batched_program(program, size, dims)
     outs = custom.custom_vjp_call_p.bind(
         *_front(vals, dims),
         **dict(params, fun=fun_b, fwd=fwd_b, bwd=bwd_b, program=new_program),
