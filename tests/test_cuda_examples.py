@@ -11,7 +11,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
+EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "[!_]*.py")))  # _common.py: helpers
 # timings differ between runs; everything else printed must match
 _TIME = re.compile(r"\(?[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s*(ms|s)(/step)?\)?|\bin [\d.]+ s\b")
 # run-to-run float noise of the last printed digit (e.g. max |diff| of two methods)
@@ -20,9 +20,10 @@ _DIFF = re.compile(r"max \|diff\| = \S+")
 
 # runs the example twice in one process (imports paid once): NumPy backend, then CUDA
 RUNNER = """
-import contextlib, io, runpy, sys
+import contextlib, io, os, runpy, sys
 import fflow
 path = sys.argv[1]
+sys.path.insert(0, os.path.dirname(path))  # as `python examples/x.py` does (for _common)
 for backend in ("numpy", "cuda_shim"):
     fflow.config.update("jit_backend", backend)
     sys.argv = [path, "--tiny"]
