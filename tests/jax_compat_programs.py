@@ -1771,3 +1771,140 @@ def sorting_more(jax, jnp, lax):
         jax.lax.sort((jnp.array([2, 1, 3]), jnp.array([10, 20, 30])), num_keys=1),
         lax.top_k(x, 2)[1],
     )
+
+
+# --- third batch -----------------------------------------------------------------------
+
+
+@program
+def python_containers_as_inputs(jax, jnp, lax):
+    return (
+        jnp.sum(jnp.array([1, 2, 3])),
+        jnp.array([jnp.ones(2), jnp.zeros(2)]),
+        jnp.asarray((1, 2.5)),
+        jnp.stack([jnp.array(1.0), jnp.array(2.0)]),
+        jnp.concatenate([jnp.arange(2), np.arange(2)]),
+        jnp.dot(np.array([1.0, 2.0]), jnp.array([3.0, 4.0])),
+        jnp.maximum(jnp.array([1, 5]), 3),
+        jnp.array([[1, 2], [3, 4]]).sum(0),
+        jnp.array(np.arange(3, dtype=np.int16)) * 2,
+        jnp.array([1, 2]) + np.array([1, 2], dtype=np.int8),
+        jnp.array([jnp.float32(1), 2, 3.5]),
+        jnp.array([[True], [False]]).dtype.name,
+    )
+
+
+@program
+def numeric_utilities(jax, jnp, lax):
+    x = jnp.array([0.0, 1.0, 2.0, 3.0])
+    return (
+        jnp.interp(jnp.array([0.5, 2.5]), x, x**2),
+        jnp.polyval(jnp.array([1.0, -2.0, 1.0]), x),
+        jnp.convolve(x, jnp.array([1.0, 1.0])),
+        jnp.convolve(x, jnp.array([1.0, 0.5, 0.25]), mode="valid"),
+        jnp.correlate(x, jnp.array([1.0, -1.0])),
+        jnp.trapezoid(x**2, x) if hasattr(jnp, "trapezoid") else jnp.trapz(x**2, x),
+        jnp.diff(x**2, n=2),
+        jnp.array_split(jnp.arange(7), 3)[0],
+        jnp.arange(5, 0, -2),
+        jnp.linspace(0, 1, 5, retstep=True)[1],
+        jnp.clip(jnp.arange(5), 0.5, 3.5),
+        jnp.vander(jnp.array([1.0, 2.0]), 3),
+        jnp.polyfit(x, 2 * x + 1, 1),
+        jnp.gradient(x**2),
+        jnp.cov(jnp.stack([x, x**2])),
+        jnp.corrcoef(x, x**2),
+        jnp.quantile(x, 0.5),
+        jnp.signbit(jnp.array([-0.0, 1.0])),
+        jnp.copysign(jnp.array([1.0, 2.0]), -1.0),
+        jnp.ldexp(jnp.array([1.0]), jnp.array([3])),
+        jnp.frexp(jnp.array([8.0]))[0],
+        jnp.modf(jnp.array([2.5, -1.25]))[0],
+        jnp.isin(jnp.array([1, 2, 3]), jnp.array([2, 3])),
+        jnp.setdiff1d(jnp.array([1, 2, 3, 4]), jnp.array([2])),
+        jnp.union1d(jnp.array([1, 3]), jnp.array([2, 3])),
+        jnp.intersect1d(jnp.array([1, 2, 3]), jnp.array([2, 3, 4])),
+        jnp.cumsum(x)[-1] == jnp.sum(x),
+        jnp.einsum("i,i->", x, x),
+        jnp.tensordot(x, x, axes=0).shape,
+        jnp.rot90(jnp.arange(4).reshape(2, 2)),
+        jnp.fliplr(jnp.arange(4).reshape(2, 2)),
+        jnp.trace(jnp.arange(9).reshape(3, 3), offset=1),
+        jnp.diagonal(jnp.arange(9).reshape(3, 3), offset=-1),
+        jnp.fill_diagonal(jnp.zeros((2, 2)), 3.0, inplace=False),
+        jnp.triu_indices(3, 1)[1],
+        jnp.unravel_index(jnp.array([5, 7]), (3, 4))[0],
+        jnp.ravel_multi_index((jnp.array([1, 2]), jnp.array([0, 3])), (3, 4)),
+        jnp.logaddexp2(jnp.array([1.0]), jnp.array([2.0])),
+        jnp.nanmax(jnp.array([1.0, jnp.nan])),
+        jnp.nancumsum(jnp.array([1.0, jnp.nan, 2.0])),
+        jnp.around(jnp.array([1.25, 2.5]), 1),
+    )
+
+
+@program
+def initializers(jax, jnp, lax):
+    key = jax.random.PRNGKey(5)
+    init = jax.nn.initializers
+    return (
+        init.he_normal()(key, (3, 2)),
+        init.lecun_normal()(key, (2, 3)),
+        init.glorot_uniform()(key, (2, 2)),
+        init.normal(stddev=0.5)(key, (3,)),
+        init.uniform(scale=2.0)(key, (2,)),
+        init.constant(0.3)(key, (2,)),
+        init.ones(key, (2,), jnp.int32),
+        init.variance_scaling(1.0, "fan_avg", "truncated_normal")(key, (2, 2)),
+        init.he_uniform()(key, (2, 2)),
+    )
+
+
+@program
+def random_distributions(jax, jnp, lax):
+    key = jax.random.PRNGKey(11)
+    k = jax.random.split(key, 8)
+    return (
+        jax.random.split(key, (2, 3)).shape,
+        jax.random.gamma(k[0], 2.0, (3,)),
+        jax.random.beta(k[1], 2.0, 3.0, (2,)),
+        jax.random.poisson(k[2], 3.0, (4,)),
+        jax.random.dirichlet(k[3], jnp.array([1.0, 2.0, 3.0])),
+        jax.random.normal(k[4], (2,), dtype=jnp.bfloat16),
+        jax.random.uniform(k[5], (3,), minval=jnp.array([0.0, 1.0, 2.0]), maxval=3.0),
+        jax.random.cauchy(k[6], (2,)),
+        jax.random.t(k[7], 3.0, (2,)),
+        jax.random.chisquare(k[0], 2.0, (2,)),
+        jax.random.weibull_min(k[1], 1.0, 2.0, (2,)),
+        jax.random.geometric(k[2], 0.3, (3,)),
+        jax.random.orthogonal(k[4], 2),
+        jax.random.loggamma(k[5], 2.0, (2,)),
+        jax.random.maxwell(k[6], (2,)),
+        jax.random.pareto(k[7], 3.0, (2,)),
+        jax.random.choice(k[0], 5, (2, 2)),
+    )
+
+
+@program
+def mixed_precision_dtypes(jax, jnp, lax):
+    x16 = jnp.arange(4, dtype=jnp.float16) / 3
+    bf = jnp.arange(4, dtype=jnp.bfloat16) / 3
+    return (
+        x16,
+        jnp.sum(x16),
+        jnp.mean(x16),
+        x16 @ x16,
+        bf * 2,
+        jnp.sum(bf),
+        jnp.exp(bf),
+        x16.astype(jnp.float32) + 1,
+        jax.grad(lambda x: jnp.sum(x**2))(x16),
+        jnp.ones(2, jnp.float16) * 2.5,
+        jnp.ones(2, jnp.int16) * 3,
+        jnp.ones(2, jnp.int16) + jnp.int32(3),
+        jnp.ones(2, jnp.uint8) - 2,
+        jnp.finfo(jnp.float16).max,
+        jnp.iinfo(jnp.uint8).max,
+        jax.nn.softmax(x16),
+        jnp.cumsum(jnp.ones(3, jnp.int8)),
+        jnp.prod(jnp.full(3, 2, jnp.uint8)),
+    )

@@ -20,6 +20,7 @@ KNOWN = {
     # (JAX without x64 silently makes it float32). Values agree to float32 precision.
     "dtype_numpy_inputs": "x64",
     "float64_numpy_in_jit": "x64",
+    "python_containers_as_inputs": "x64",
     # weak types of loop carries / branch outputs built from Python scalars are strong
     # in fflow (values and dtypes agree)
     "cond_switch": "weak",

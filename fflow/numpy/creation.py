@@ -165,7 +165,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     value, step = np.linspace(start, stop, num, endpoint=endpoint, retstep=True, axis=axis)
     value = value.astype(_dtype(dtype) or dtypes.float_)
     out = Array(value)
-    return (out, step) if retstep else out
+    # JAX: the step is an array of the result's dtype (not a Python float64)
+    return (out, Array(np.asarray(step, value.dtype))) if retstep else out
 
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
