@@ -266,13 +266,22 @@ def _scatter_prim(name, ufunc):
 scatter_add_p = _scatter_prim("scatter_add", np.add)
 
 
-def _scatter_add_jvp(primals, tangents, *, axes):
-    x, indices, updates = primals
-    tx, _, tu = tangents
-    out = lax.scatter_add(x, indices, updates, axes)
-    if type(tx) is Zero and type(tu) is Zero:
-        return out, tx
-    return out, lax.scatter_add(instantiate(tx), indices, instantiate(tu), axes)
+def _linear_scatter_jvp(prim):
+    """JVP of a scatter that is linear in operand and updates together (scatter, scatter_add):
+    the same scatter of the tangents."""
+
+    def jvp(primals, tangents, *, axes):
+        x, indices, updates = primals
+        tx, _, tu = tangents
+        out = prim.bind(x, indices, updates, axes=axes)
+        if type(tx) is Zero and type(tu) is Zero:
+            return out, tx
+        return out, prim.bind(instantiate(tx), indices, instantiate(tu), axes=axes)
+
+    return jvp
+
+
+_scatter_add_jvp = _linear_scatter_jvp(scatter_add_p)
 
 
 def _scatter_add_transpose(ct, x, indices, updates, *, axes):
@@ -295,13 +304,7 @@ scatter_add_p.traits.add("linear_in_operand_and_updates")
 scatter_p = _scatter_prim("scatter", None)
 
 
-def _scatter_jvp(primals, tangents, *, axes):
-    x, indices, updates = primals
-    tx, _, tu = tangents
-    out = lax.scatter(x, indices, updates, axes)
-    if type(tx) is Zero and type(tu) is Zero:
-        return out, tx
-    return out, lax.scatter(instantiate(tx), indices, instantiate(tu), axes)
+_scatter_jvp = _linear_scatter_jvp(scatter_p)
 
 
 def _scatter_transpose(ct, x, indices, updates, *, axes):
