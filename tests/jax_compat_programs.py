@@ -1908,3 +1908,101 @@ def mixed_precision_dtypes(jax, jnp, lax):
         jnp.cumsum(jnp.ones(3, jnp.int8)),
         jnp.prod(jnp.full(3, 2, jnp.uint8)),
     )
+
+
+# --- fourth batch ----------------------------------------------------------------------
+
+
+@program
+def optimizer_utilities(jax, jnp, lax):
+    tm = jax.tree_util.tree_map
+    params = {"w": jnp.array([[1.0, -2.0], [0.5, 0.0]]), "b": jnp.array([0.1, -0.1])}
+    grads = {"w": jnp.array([[3.0, 4.0], [0.0, 12.0]]), "b": jnp.array([1.0, 2.0])}
+    gnorm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree_util.tree_leaves(grads)))
+    clipped = tm(lambda g: g * jnp.minimum(1.0, 5.0 / gnorm), grads)
+    mom = tm(jnp.zeros_like, params)
+    for _ in range(2):
+        mom = tm(lambda m, g: 0.9 * m + g, mom, clipped)
+        params = tm(lambda p, m: p - 0.01 * m - 1e-3 * p, params, mom)
+    l2 = 0.5 * sum(jnp.vdot(p, p) for p in jax.tree_util.tree_leaves(params))
+    count = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    return gnorm, clipped, params, l2, count
+
+
+@program
+def multi_output_jacobians(jax, jnp, lax):
+    f = lambda x, y: (x * y, jnp.sum(x**2) + y)
+    x, y = jnp.array([1.0, 2.0]), 3.0
+    jr = jax.jacrev(f, argnums=(0, 1))(x, y)
+    jf = jax.jacfwd(f, argnums=1)(x, y)
+    h = jax.hessian(lambda x, y: jnp.sum(x**2 * y), argnums=(0, 1))(x, y)
+    (v, aux), (gx, gy) = jax.value_and_grad(
+        lambda x, y: (jnp.sum(x * y), x.mean()), argnums=(0, 1), has_aux=True
+    )(x, y)
+    return jr, jf, h, v, aux, gx, gy
+
+
+@program
+def target_network_and_stop_gradient(jax, jnp, lax):
+    def td_loss(params, target_params, s, r, s2):
+        q = jnp.tanh(s @ params)
+        q2 = jax.lax.stop_gradient(jnp.tanh(s2 @ target_params))
+        return jnp.mean((r + 0.9 * q2.max(-1) - q.max(-1)) ** 2)
+
+    p = jnp.array([[0.1, -0.2], [0.3, 0.4]])
+    s = jnp.array([[1.0, 0.0], [0.5, 0.5]])
+    return jax.grad(td_loss)(p, p * 0.5, s, jnp.array([1.0, 0.0]), s[::-1]), jax.grad(
+        td_loss, argnums=1
+    )(p, p, s, jnp.ones(2), s)
+
+
+@program
+def cond_without_operands_and_while_counter(jax, jnp, lax):
+    x = jnp.array(2.0)
+    a = lax.cond(x > 1, lambda: x * 10, lambda: x)
+    b = lax.cond(jnp.array(0), lambda v: v + 1, lambda v: v - 1, jnp.int32(5))
+    n, v = lax.while_loop(
+        lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2), (jnp.int32(0), jnp.ones(2))
+    )
+    ys = lax.scan(lambda c, xy: (c + xy[0] * xy[1], None), 0.0, (jnp.arange(3.0), jnp.ones(3)))[0]
+    sel = lax.select(jnp.array([True, False]), jnp.ones(2), jnp.zeros(2))
+    return a, b, n, v, ys, sel
+
+
+@program
+def einsum_and_tensor_ops(jax, jnp, lax):
+    a = jnp.arange(24.0).reshape(2, 3, 4)
+    b = jnp.arange(12.0).reshape(4, 3)
+    return (
+        jnp.einsum("ijk,kj->i", a, b),
+        jnp.einsum("ijk->kji", a).shape,
+        jnp.einsum("bij,bkj->bik", a, a)[1, 0],
+        jnp.einsum(a, [0, 1, 2], b, [2, 1], [0]),
+        jnp.einsum("i,i,i->", jnp.arange(3.0), jnp.arange(3.0), jnp.arange(3.0)),
+        jnp.tensordot(a, b, axes=([2, 1], [0, 1])),
+        jnp.tensordot(a, b, axes=[[2], [0]]).shape,
+        jnp.matmul(a, b).shape,
+        jnp.inner(a, jnp.ones(4)).shape,
+        jnp.outer(jnp.arange(2), jnp.arange(3)),
+        (a @ b).sum(axis=(1, 2)),
+        jnp.dot(a, b).shape,
+        jnp.vecdot(a, a).shape if hasattr(jnp, "vecdot") else (2, 3),
+        jnp.linalg.vector_norm(a, axis=-1).shape if hasattr(jnp.linalg, "vector_norm") else (2, 3),
+        jax.grad(lambda b: jnp.einsum("ijk,kj->", a, b))(b),
+    )
+
+
+@program
+def vmap_random_and_pytrees(jax, jnp, lax):
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    samples = jax.vmap(lambda k: jax.random.uniform(k, (2,)))(keys)
+    init = jax.vmap(lambda k: {"w": jax.random.normal(k, (2,)), "b": jnp.zeros(())})(keys)
+    ens = jax.vmap(lambda p, x: jnp.dot(p["w"], x) + p["b"], in_axes=(0, None))(
+        init, jnp.array([1.0, 2.0])
+    )
+    return (
+        samples,
+        init,
+        ens,
+        jax.vmap(jax.random.fold_in, in_axes=(None, 0))(keys[0], jnp.arange(2)),
+    )

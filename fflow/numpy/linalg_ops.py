@@ -198,6 +198,8 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
         (2, 4)
     """
 
+    if not isinstance(subscripts, str):  # einsum(a, [0, 1], b, [1, 2], [0, 2]) form
+        subscripts, operands = _sublist_to_subscripts(subscripts, *operands)
     operands = [operand(o) for o in operands]
     dtype, _ = promote_dtypes(*operands)
     from fflow.numpy._util import convert
@@ -251,6 +253,24 @@ def _contraction_list(spec, shapes, path_type):
         spec, *shapes, shapes=True, einsum_call=True, use_blas=True, optimize=optimize
     )
     return [(c[0], c[1], c[2]) for c in contractions]
+
+
+def _sublist_to_subscripts(*args):
+    """NumPy's interleaved form (op0, sub0, op1, sub1, ..., [out]) as a string spec."""
+    args = list(args)
+    out = args.pop() if len(args) % 2 == 1 else None
+    ops, subs = args[0::2], args[1::2]
+
+    def letters(sub):
+        return "".join(
+            "..." if s is Ellipsis else "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[s]
+            for s in sub
+        )
+
+    spec = ",".join(letters(s) for s in subs)
+    if out is not None:
+        spec += "->" + letters(out)
+    return spec, ops
 
 
 def einsum_path(subscripts, *operands, optimize="auto"):
