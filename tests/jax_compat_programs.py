@@ -2006,3 +2006,90 @@ def vmap_random_and_pytrees(jax, jnp, lax):
         ens,
         jax.vmap(jax.random.fold_in, in_axes=(None, 0))(keys[0], jnp.arange(2)),
     )
+
+
+# --- fifth batch -----------------------------------------------------------------------
+
+
+@program
+def string_formatting(jax, jnp, lax):
+    x = jnp.array([1.5, -2.25])
+    return (
+        str(x),
+        f"{jnp.float32(3.14159):.3f}",
+        f"{float(x[0]):.2f}",
+        str(jnp.arange(3)),
+        str(jnp.array(2.5)),
+        repr(jnp.array(2.5, dtype=jnp.float32)),
+        repr(jnp.ones((2, 2), dtype=jnp.int32)),
+        str(x.dtype),
+        str(jnp.zeros(3).shape),
+        repr(jnp.array([True, False])),
+        "%.1f" % jnp.array(0.25),
+        str(jnp.float16(0.1)),
+        x.dtype.name,
+        jnp.dtype(jnp.int8).itemsize,
+    )
+
+
+@program
+def array_protocol_and_numpy_interop(jax, jnp, lax):
+    x = jnp.arange(6.0).reshape(2, 3)
+    a = np.asarray(x)
+    return (
+        np.sum(x),
+        np.mean(np.asarray(x), axis=0),
+        np.array(x).dtype.name,
+        np.asarray(x[1]).tolist(),
+        (np.ones(3) + jnp.ones(3)).dtype.name if False else "skip",
+        a.shape,
+        np.allclose(x, a),
+        x.__array__().sum(),
+        jnp.asarray(a) is not None,
+        np.exp(np.asarray(x))[0, 0],
+        jnp.array(np.array([1, 2], dtype=np.uint16)).dtype.name,
+        jnp.array(np.bool_(True)).dtype.name,
+        jnp.isscalar(3.0),
+        jnp.ndim(x),
+        jnp.size(x, axis=1) if False else jnp.size(x),
+        jnp.shape(3.0),
+    )
+
+
+@program
+def jit_static_shapes_and_python_control(jax, jnp, lax):
+    @functools.partial(jax.jit, static_argnums=(1, 2))
+    def window_sum(x, size, stride):
+        n = (x.shape[0] - size) // stride + 1
+        return jnp.stack([x[i * stride : i * stride + size].sum() for i in range(n)])
+
+    @jax.jit
+    def normalize(x):
+        if x.ndim == 1:
+            return x / jnp.linalg.norm(x)
+        return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+    @jax.jit
+    def pad_to(x):
+        return jnp.pad(x, (0, 8 - x.shape[0]), mode="edge")
+
+    return (
+        window_sum(jnp.arange(10.0), 3, 2),
+        normalize(jnp.array([3.0, 4.0])),
+        normalize(jnp.array([[3.0, 4.0], [1.0, 0.0]])),
+        pad_to(jnp.arange(5.0)),
+        jnp.pad(jnp.arange(3.0), 2, mode="reflect"),
+        jnp.pad(jnp.arange(4.0).reshape(2, 2), ((1, 0), (0, 1)), mode="wrap"),
+    )
+
+
+@program
+def softmax_crossentropy_integer_labels(jax, jnp, lax):
+    logits = jnp.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0], [2.0, 2.0, 2.0]])
+    labels = jnp.array([1, 2, 0])
+    logp = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(logp, labels[:, None], axis=1).squeeze(-1)
+    nll2 = -logp[jnp.arange(3), labels]
+    acc = jnp.mean(jnp.argmax(logits, -1) == labels)
+    g = jax.grad(lambda l: -jnp.mean(jax.nn.log_softmax(l)[jnp.arange(3), labels]))(logits)
+    return nll, nll2, acc, g, jax.nn.sigmoid(logits).round(3)
