@@ -16,9 +16,13 @@ def _convert_impl(x, *, new_dtype, weak_type=False):
     if x.dtype == new_dtype:
         return x
     if x.dtype.kind == "f" and np.dtype(new_dtype).kind in "iu":
-        # float -> int truncates towards zero, like C and XLA
+        # float -> int truncates towards zero and saturates (NaN -> 0), like XLA/JAX
+        info = np.iinfo(new_dtype)
         with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(new_dtype)
+            t = np.trunc(x.astype(np.float64) if x.dtype.itemsize < 8 else x)
+            hi, lo = t >= info.max, t <= info.min
+            safe = np.where(hi | lo | np.isnan(t), 0, t).astype(new_dtype)
+            return np.where(hi, info.max, np.where(lo, info.min, safe)).astype(new_dtype)
     with np.errstate(over="ignore"):
         # narrowing floats overflow to inf (AMP's fp16 casts; loss scaling detects it)
         return x.astype(new_dtype)

@@ -168,3 +168,13 @@ def test_narrow_randint_piecewise_unique_average():
     ]
     assert float(jnp.max(jnp.zeros((0,)), initial=-1.0)) == -1.0
     assert m.at[jnp.array([1, 7])].get(mode="fill", fill_value=-1.0).shape == (2, 4)
+
+
+def test_float_to_int_casts_saturate_like_jax():
+    x = jnp.array([-2.3, 300.7, 1e10, -1e10, np.nan, np.inf, -np.inf, 2.9])
+    # recorded from JAX 0.10.2
+    assert x.astype(jnp.uint8).tolist() == [0, 255, 255, 0, 0, 255, 0, 2]
+    assert x.astype(jnp.int8).tolist() == [-2, 127, 127, -128, 0, 127, -128, 2]
+    big = [-2, 300, 2147483647, -2147483648, 0, 2147483647, -2147483648, 2]
+    assert x.astype(jnp.int32).tolist() == big
+    assert fflow.jit(lambda x: x.astype(jnp.int32))(x).tolist() == big

@@ -33,8 +33,6 @@ KNOWN = {
     # JAX clamps a static out-of-range index (x[5] of a length-3 array); fflow raises
     # IndexError. A shape mismatch is a ShapeError: both ValueError and TypeError.
     "errors_bad_shapes": "errors",
-    # float -> uint8 of a negative value: XLA saturates to 0, NumPy wraps around
-    "dtype_astype_and_result_type": "uint8-cast",
 }
 
 _X64 = {"float32": "float64", "int32": "int64"}
