@@ -197,6 +197,15 @@ defjvp_with_output(
 
 
 def _abs_jvp(g, x):
+    from fflow.core import aval_of_value
+
+    if aval_of_value(x).dtype.kind == "c":
+        # JAX: d|x| = re(conj(x) t) / |x| (0 at x == 0), a real tangent
+        import fflow.numpy as jnp
+
+        ax = jnp.abs(x)
+        safe = jnp.where(ax == 0, jnp.ones_like(ax), ax)
+        return jnp.where(ax == 0, jnp.zeros_like(ax), jnp.real(jnp.conj(x) * g) / safe)
     return lax.mul(g, lax.sign(x))
 
 

@@ -178,3 +178,10 @@ def test_float_to_int_casts_saturate_like_jax():
     big = [-2, 300, 2147483647, -2147483648, 0, 2147483647, -2147483648, 2]
     assert x.astype(jnp.int32).tolist() == big
     assert fflow.jit(lambda x: x.astype(jnp.int32))(x).tolist() == big
+
+
+def test_grad_of_abs_of_complex():
+    # recorded from JAX: d/dx |x (1+i)|^2 = 4x, d/dx |x (3+4i)| = 5 sign(x), 0 at 0
+    assert float(fflow.grad(lambda x: jnp.abs(x * (1 + 1j)) ** 2)(1.5)) == 6.0
+    g = fflow.vmap(fflow.grad(lambda x: jnp.abs(x * (3 + 4j))))(jnp.array([1.0, -1.0, 0.0]))
+    assert g.tolist() == [5.0, -5.0, 0.0]
