@@ -4,7 +4,7 @@ Every program takes the modules `(jax, jnp, lax)` and returns its outputs; the s
 source runs under JAX (to record golden values) and under fflow.
 """
 
-# ruff: noqa: E731, B023
+# ruff: noqa: E731, B023, UP031
 
 import dataclasses
 import functools
@@ -2093,3 +2093,53 @@ def softmax_crossentropy_integer_labels(jax, jnp, lax):
     acc = jnp.mean(jnp.argmax(logits, -1) == labels)
     g = jax.grad(lambda l: -jnp.mean(jax.nn.log_softmax(l)[jnp.arange(3), labels]))(logits)
     return nll, nll2, acc, g, jax.nn.sigmoid(logits).round(3)
+
+
+# --- sixth batch -----------------------------------------------------------------------
+
+
+@program
+def fft_programs(jax, jnp, lax):
+    x = jnp.array([1.0, 2.0, 0.0, -1.0, 3.0, 0.5, 0.0, 2.0])
+    return (
+        jnp.fft.fft(x),
+        jnp.fft.ifft(jnp.fft.fft(x)).real,
+        jnp.fft.rfft(x),
+        jnp.fft.irfft(jnp.fft.rfft(x), n=8),
+        jnp.abs(jnp.fft.fft(x.reshape(2, 4), axis=-1)),
+        jnp.fft.fftfreq(4),
+        jnp.fft.fftshift(jnp.arange(4)),
+        jax.grad(lambda x: jnp.sum(jnp.abs(jnp.fft.rfft(x)) ** 2))(x),
+    )
+
+
+@program
+def scipy_special_and_stats(jax, jnp, lax):
+    from importlib import import_module
+
+    sp = import_module(jax.__name__ + ".scipy.special")
+    st = import_module(jax.__name__ + ".scipy.stats")
+    x = jnp.array([0.5, 1.0, 2.5])
+    return (
+        sp.gammaln(x),
+        sp.digamma(x),
+        sp.logsumexp(jnp.log(x), b=jnp.array([1.0, 2.0, 0.5])),
+        sp.xlogy(x, x),
+        sp.xlog1py(x, x),
+        sp.logit(jnp.array([0.25, 0.5])),
+        sp.erfc(x),
+        sp.erfinv(jnp.array([0.1, -0.5])),
+        sp.ndtr(x),
+        sp.ndtri(jnp.array([0.25, 0.9])),
+        sp.softmax(x) if hasattr(sp, "softmax") else jax.nn.softmax(x),
+        st.norm.logpdf(x, loc=1.0, scale=2.0),
+        st.norm.cdf(x),
+        st.norm.pdf(0.0),
+        st.multivariate_normal.logpdf(jnp.array([0.5, -0.5]), jnp.zeros(2), jnp.eye(2)),
+        st.bernoulli.logpmf(jnp.array([0, 1]), 0.3),
+        st.poisson.logpmf(jnp.array([0, 2]), 1.5),
+        st.uniform.logpdf(x, 0.0, 2.0),
+        st.beta.logpdf(jnp.array([0.2, 0.7]), 2.0, 3.0),
+        st.gamma.logpdf(x, 2.0),
+        jax.grad(lambda m: jnp.sum(st.norm.logpdf(x, loc=m)))(0.3),
+    )

@@ -30,6 +30,7 @@ KNOWN = {
     "control_flow_more": "weak",
     "multi_output_jacobians": "weak",
     "cond_without_operands_and_while_counter": "weak",
+    "scipy_special_and_stats": "weak",
     # JAX clamps a static out-of-range index (x[5] of a length-3 array); fflow raises
     # IndexError. A shape mismatch is a ShapeError: both ValueError and TypeError.
     "errors_bad_shapes": "errors",
