@@ -437,11 +437,14 @@ def fori_loop(lower, upper, body_fun, init_val, unroll=None):
     lo, hi = _static_int(lower), _static_int(upper)
     dtype = _index_dtype(lower, upper)
     if lo is not None and hi is not None:
-        start = np.asarray(lo, dtype)
+        start, one = np.asarray(lo, dtype), np.asarray(1, dtype)
+        if type(lower) is int and type(upper) is int:
+            # JAX: the index of Python-int bounds is weakly typed (acc + i stays weak)
+            start, one = lax._weak_scalar(lo, dtype), lax._weak_scalar(1, dtype)
 
         def step(c, _):
             i, val = c
-            return (lax.add(i, np.asarray(1, dtype)), body_fun(i, val)), None
+            return (lax.add(i, one), body_fun(i, val)), None
 
         (_, val), _ = scan(
             step, (start, init_val), None, length=max(hi - lo, 0), unroll=unroll or 1

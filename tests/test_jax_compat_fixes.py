@@ -185,3 +185,14 @@ def test_grad_of_abs_of_complex():
     assert float(fflow.grad(lambda x: jnp.abs(x * (1 + 1j)) ** 2)(1.5)) == 6.0
     g = fflow.vmap(fflow.grad(lambda x: jnp.abs(x * (3 + 4j))))(jnp.array([1.0, -1.0, 0.0]))
     assert g.tolist() == [5.0, -5.0, 0.0]
+
+
+def test_fori_loop_index_of_python_bounds_is_weak():
+    r = lax.fori_loop(0, 10, lambda i, a: a + i, 0)
+    assert r.tolist() == 45 and r.dtype == np.int32 and r.weak_type  # as JAX
+    r = lax.fori_loop(0, 3, lambda i, a: a + i, jnp.int32(1))
+    assert r.tolist() == 4 and not r.weak_type
+    # a weak f32 carry meets f16 later: f16 (why weak types matter)
+    assert (
+        lax.fori_loop(0, 2, lambda i, a: a * 2.0, 1.0) * jnp.ones(1, jnp.float16)
+    ).dtype == np.float16

@@ -24,7 +24,6 @@ KNOWN = {
     # weak types of loop carries / branch outputs built from Python scalars are strong
     # in fflow (values and dtypes agree)
     "cond_switch": "weak",
-    "fori_while_loops": "weak",
     "scan_no_xs_length_reverse": "weak",
     "lax_primitives": "weak",
     "control_flow_more": "weak",
