@@ -531,6 +531,7 @@ from fflow.lax_control import (  # noqa: E402,F401
 from fflow.lax_extra import (  # noqa: E402,F401
     Precision,
     conv_general_dilated,
+    cumlogsumexp,
     reduce,
     reduce_window,
     top_k,

@@ -11,7 +11,22 @@ Example:
 import enum
 import itertools
 
-__all__ = ["Precision", "conv_general_dilated", "reduce", "reduce_window", "top_k"]
+__all__ = [
+    "Precision",
+    "conv_general_dilated",
+    "cumlogsumexp",
+    "reduce",
+    "reduce_window",
+    "top_k",
+]
+
+
+def cumlogsumexp(operand, axis=0, reverse=False):
+    """Cumulative log-sum-exp along `axis` (an associative scan of logaddexp, as JAX)."""
+    import fflow.numpy as jnp
+    from fflow.lax_control import associative_scan
+
+    return associative_scan(jnp.logaddexp, jnp.asarray(operand), reverse=reverse, axis=axis)
 
 
 class Precision(enum.Enum):

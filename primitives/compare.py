@@ -29,6 +29,10 @@ xor_p = binary("xor", np.bitwise_xor, kinds="biu")
 
 
 def _shift_right_logical(x, y):
+    x = np.asarray(x)
+    if x.dtype.kind == "i":  # logical: shift the bits as unsigned (zero-filling), as JAX
+        u = np.dtype(f"uint{x.dtype.itemsize * 8}")
+        return np.right_shift(x.view(u), np.asarray(y).astype(u)).view(x.dtype)
     return np.right_shift(x, y)
 
 
@@ -37,7 +41,7 @@ def _shift_left(x, y):
 
 
 shift_left_p = binary("shift_left", _shift_left, kinds="iu")
-shift_right_logical_p = binary("shift_right_logical", _shift_right_logical, kinds="u")
+shift_right_logical_p = binary("shift_right_logical", _shift_right_logical, kinds="iu")
 # arithmetic (sign-filling) right shift of signed integers
 shift_right_arithmetic_p = binary("shift_right_arithmetic", np.right_shift, kinds="iu")
 

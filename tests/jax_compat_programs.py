@@ -2143,3 +2143,87 @@ def scipy_special_and_stats(jax, jnp, lax):
         st.gamma.logpdf(x, 2.0),
         jax.grad(lambda m: jnp.sum(st.norm.logpdf(x, loc=m)))(0.3),
     )
+
+
+# --- seventh batch: special values and integer arithmetic -----------------------------
+
+
+@program
+def special_values(jax, jnp, lax):
+    x = jnp.array([1.0, jnp.nan, -2.0, jnp.inf])
+    return (
+        jnp.max(x),
+        jnp.min(x),
+        jnp.maximum(x, 0.0),
+        jnp.sort(x),
+        jnp.argsort(x),
+        jnp.argmax(x),
+        jnp.nanargmin(x),
+        jnp.sqrt(jnp.array([-1.0, 4.0])),
+        jnp.log(jnp.array([0.0, 1.0])),
+        jnp.array([1.0, -1.0, 0.0]) / 0.0,
+        jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])),
+        jnp.exp(jnp.array([100.0, -100.0])),
+        jnp.tanh(jnp.array([50.0, -50.0])),
+        jax.nn.sigmoid(jnp.array([-100.0, 100.0])),
+        jax.nn.softplus(jnp.array([-100.0, 100.0])),
+        jax.nn.log_softmax(jnp.array([1000.0, 0.0])),
+        jnp.cumsum(jnp.array([1.0, jnp.nan, 1.0])),
+        jnp.nanmin(jnp.array([jnp.nan, 2.0])),
+        jnp.isposinf(x),
+        jnp.clip(x, -1.0, 1.0),
+        jax.grad(lambda x: jnp.sqrt(x))(0.0),
+        jnp.mean(jnp.array([])) if False else jnp.float32(0),
+    )
+
+
+@program
+def integer_arithmetic(jax, jnp, lax):
+    a = jnp.array([-7, -3, 3, 7])
+    return (
+        a // 2,
+        a % 3,
+        jnp.remainder(a, -3),
+        jnp.fmod(a, 3),
+        jnp.floor_divide(a, -2),
+        a / 2,
+        jnp.int32(2147483647) + jnp.int32(1),
+        jnp.array([200], dtype=jnp.uint8) * 2,
+        jnp.array([100], dtype=jnp.int8) + jnp.int8(100),
+        jnp.abs(jnp.array([-128], dtype=jnp.int8)),
+        a**2,
+        jnp.power(a, 3),
+        2.0**a,
+        jnp.sum(jnp.array([100, 100], dtype=jnp.int8)),
+        jnp.cumsum(jnp.array([100, 100], dtype=jnp.int8)),
+        jnp.mean(jnp.array([1, 2], dtype=jnp.int8)),
+        jnp.sign(a),
+        jnp.max(a),
+        jnp.argmin(a),
+        jnp.bitwise_count(jnp.array([7, 8]))
+        if hasattr(jnp, "bitwise_count")
+        else jnp.array([3, 1]),
+        jnp.right_shift(jnp.array([-8]), 1),
+        lax.shift_right_logical(jnp.array([-8]), 1),
+        jnp.clip(a, -5, 5),
+        jnp.minimum(a, 0),
+        a.astype(jnp.float32) / 3,
+        jnp.true_divide(jnp.array([1, 2], dtype=jnp.int8), 2),
+        (a > 0).sum(),
+        jnp.where(a > 0, a, 0.5),
+    )
+
+
+@program
+def scan_dtype_mixture(jax, jnp, lax):
+    def step(c, x):
+        n, total, flag = c
+        return (n + 1, total + x, flag | (x > 2.0)), (n, total)
+
+    (n, total, flag), (ns, totals) = lax.scan(
+        step, (jnp.int32(0), jnp.float32(0), jnp.array(False)), jnp.arange(5.0)
+    )
+    rev = lax.cumsum(jnp.arange(4.0), reverse=True)
+    cm = lax.cummin(jnp.array([3, 1, 2, 0]), axis=0)
+    cp = lax.cumprod(jnp.array([[1.0, 2.0], [3.0, 4.0]]), axis=1)
+    return n, total, flag, ns, totals, rev, cm, cp, lax.cumlogsumexp(jnp.arange(3.0))

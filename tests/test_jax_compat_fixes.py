@@ -196,3 +196,15 @@ def test_fori_loop_index_of_python_bounds_is_weak():
     assert (
         lax.fori_loop(0, 2, lambda i, a: a * 2.0, 1.0) * jnp.ones(1, jnp.float16)
     ).dtype == np.float16
+
+
+def test_shift_right_logical_of_signed_ints_and_cumlogsumexp():
+    # recorded from JAX
+    assert lax.shift_right_logical(jnp.array([-8, 8]), 1).tolist() == [2147483644, 4]
+    assert lax.shift_right_logical(
+        jnp.array([-8], jnp.int8), jnp.array([1], jnp.int8)
+    ).tolist() == [124]
+    np.testing.assert_allclose(
+        np.asarray(lax.cumlogsumexp(jnp.arange(3.0))), [0.0, 1.3132617, 2.4076061], rtol=1e-6
+    )
+    assert jnp.where(jnp.arange(3) > 0, jnp.arange(3), 0.5).weak_type  # JAX: weak f32

@@ -431,7 +431,10 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:
         raise ValueError("where takes one or three arguments")
-    weak = type(x) in (int, float, complex) and type(y) in (int, float, complex)
+    # JAX: weak when the promotion of x and y is (where(c, 1, 2.5), where(c, i32, 0.5))
+    weak = (type(x) in _PY_SCALARS or _weak_arg(x) or type(y) in _PY_SCALARS or _weak_arg(y)) and (
+        promote_dtypes(x, y)[1]
+    )
     cond = _bool(condition)
     cond, x, y = _promote_where(cond, x, y)
     out = lax.select_n(cond, y, x)
