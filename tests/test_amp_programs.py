@@ -134,10 +134,15 @@ def test_drawn_programs_place_each_class_in_its_dtype(kinds, policy):
 
 
 GRAD_TOL = {"bf16": 2.0**-3, "fp16": 2.0**-6}  # relative norm, per block
+# leaky_select's kink makes the derivative jump (1 vs 0.1) when rounding moves an input
+# across 0: a legitimate difference of the rounded program, not a rewrite error
+smooth_programs = programs.filter(lambda ks: "leaky_select" not in ks)
 
 
 @settings(max_examples=12, deadline=None)
-@given(kinds=programs, seed=st.integers(0, 2**31 - 1), policy=st.sampled_from(["bf16", "fp16"]))
+@given(
+    kinds=smooth_programs, seed=st.integers(0, 2**31 - 1), policy=st.sampled_from(["bf16", "fp16"])
+)
 def test_drawn_program_gradients_match_fp32(kinds, seed, policy):
     """grad(amp(f)) against grad(f): the mixed-precision backward pass (low-precision
     matmul transposes, cast transposes) stays within a few roundoffs per block; the
