@@ -15,32 +15,11 @@ import argparse
 import time
 
 import numpy as np
+from _common import adam_init, adam_update, load_digits_split
+from _common import init_mlp as init_params
 
 import fflow
 import fflow.numpy as jnp
-from fflow.tree_util import tree_map
-
-
-def load_digits_split(seed=0, test_fraction=0.2):
-    """Digits 8x8 images scaled to [0, 1] (bundled with scikit-learn: no download)."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int32)
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(len(x) * test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return (x[train], y[train]), (x[test], y[test])
-
-
-def init_params(sizes, seed=0):
-    rng = np.random.default_rng(seed)
-    params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        w = rng.normal(0.0, np.sqrt(2.0 / n_in), (n_in, n_out)).astype(np.float32)
-        params.append({"w": jnp.asarray(w), "b": jnp.zeros(n_out)})
-    return params
 
 
 def predict(params, x):
@@ -58,20 +37,6 @@ def loss_fn(params, x, y):
     logp = log_softmax(predict(params, x))
     one_hot = (y[:, None] == jnp.arange(10)[None, :]).astype(jnp.float32)
     return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
-
-
-def adam_init(params):
-    zeros = tree_map(jnp.zeros_like, params)
-    return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.float32)}
-
-
-def adam_update(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-    t = state["t"] + 1.0
-    m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
-    v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
-    scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
-    params = tree_map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps), params, m, v)
-    return params, {"m": m, "v": v, "t": t}
 
 
 def make_train_step(policy):
