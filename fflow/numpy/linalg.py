@@ -179,15 +179,9 @@ def matrix_power(a, n):
         return _sh.broadcast_to(np.eye(a.shape[-1], dtype=info(a)[0]), a.shape)
     if n < 0:
         a, n = inv(a), -n
-    result = None
-    base = a
-    while n:
-        if n & 1:
-            result = base if result is None else matmul(result, base)
-        n >>= 1
-        if n:
-            base = matmul(base, base)
-    return result
+    from fflow.primitives.unary import integer_pow_by_squaring
+
+    return integer_pow_by_squaring(a, n, mul=matmul)
 
 
 def multi_dot(arrays):
