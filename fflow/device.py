@@ -211,7 +211,7 @@ def _eager_dispatch(prim, args, params):
             break
     if device is None:
         return NotImplemented
-    from fflow.lowering import cuda_backend
+    from fflow.lowering import cuda_backend  # loads CuPy
 
     return cuda_backend.eager(prim, args, params, device)
 

@@ -465,7 +465,7 @@ def runtime():
     global _runtime
     if _runtime is None:
         if os.environ.get("FFLOW_RUNTIME", "").lower() == "mpi":
-            from fflow.runtime_mpi import MPIRuntime
+            from fflow.runtime_mpi import MPIRuntime  # loads mpi4py
 
             _runtime = MPIRuntime()
         else:

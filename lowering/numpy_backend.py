@@ -305,7 +305,7 @@ def emit_eqn(ctx, eqn, i):
 def emit_group(ctx, group, i):
     """A fused elementwise group: temporaries reused in place, chunked when large."""
     if group.size >= native_min_size():
-        from fflow.lowering import native
+        from fflow.lowering import native  # the C compiler path
 
         if native.enabled() and native.emit_native_group(ctx, group, i):
             return
@@ -370,7 +370,7 @@ def _chunkable(group):
 
 
 def native_min_size():
-    from fflow.lowering.native import NATIVE_MIN_SIZE
+    from fflow.lowering.native import NATIVE_MIN_SIZE  # the C compiler path
 
     return NATIVE_MIN_SIZE
 

@@ -84,7 +84,7 @@ def default_backend_compile(program, donate, device=None):
     from fflow.config import config
 
     if device is not None or config.jit_backend != "numpy":
-        from fflow.lowering import cuda_backend
+        from fflow.lowering import cuda_backend  # loads CuPy / NVRTC
 
         backend = device.backend if device is not None else config.jit_backend
         return cuda_backend.compile_program(program, donate, backend=backend, device=device)
