@@ -112,3 +112,43 @@ class MPIRuntime:
                 r.wait()
             state = phase.combine(x, state, received, **params)
         return state
+
+    # -- point-to-point (moving arrays between placements; fflow.pipeline) --------
+    def p2p_start(self, sends, recvs, tag):
+        """Post buffer Isend/Irecv: sends [(rank, array)], recvs [(rank, shape, dtype)].
+
+        Returns a handle whose `wait()` gives the received arrays in `recvs` order. The
+        messages go on a duplicate of COMM_WORLD, so they never match a collective's.
+        """
+        if getattr(self, "_p2p_comm", None) is None:
+            self._p2p_comm = self.comm.Dup()
+        comm = self._p2p_comm
+        requests, bufs = [], []
+        for src, shape, dtype in recvs:
+            buf = np.empty(shape, dtype)
+            bufs.append(buf)
+            requests.append(comm.Irecv(_buffer(buf), source=src, tag=tag))
+        for dst, arr in sends:
+            self.bytes_moved += arr.nbytes
+            requests.append(comm.Isend(_buffer(arr), dest=dst, tag=tag))
+        return _P2PHandle(self.MPI, requests, bufs, sends)
+
+
+def _buffer(arr):
+    # bfloat16 and other ml_dtypes have no MPI datatype: send their raw bytes
+    if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16":
+        return arr.reshape(-1).view(np.uint8)
+    return arr
+
+
+class _P2PHandle:
+    def __init__(self, MPI, requests, bufs, keep):  # noqa: N803
+        self.MPI = MPI
+        self.requests = requests
+        self.bufs = bufs
+        self._keep = keep  # send buffers stay alive until the sends complete
+
+    def wait(self):
+        self.MPI.Request.Waitall(self.requests)
+        self._keep = None
+        return self.bufs

@@ -602,14 +602,19 @@ def to_global(x, placement=None, sbp=None):
     if is_global(x):
         src = x._sharding
         pl = src.placement if placement is None else placement
-        if pl != src.placement:
-            if pl.size != src.placement.size or pl.ranks != src.placement.ranks:
-                raise user_error(
-                    ValueError,
-                    f"to_global: moving an array from {src.placement} to {pl} (other devices) "
-                    "is not supported; to_local() and to_global() it instead.",
-                )
+        if pl != src.placement and sbp is None and pl.ndim != src.placement.ndim:
+            raise user_error(
+                ValueError,
+                f"to_global: moving an array from {src.placement} to {pl} (another mesh "
+                "shape) needs an sbp for the new placement.",
+            )
         target = src.sbp if sbp is None else as_nd_sbp(sbp, pl.ndim, "to_global")
+        if pl != src.placement:
+            # other devices or mesh: point-to-point sends (transforms/shard_transfer.py)
+            check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
+            from fflow.transforms.shard_transfer import transfer
+
+            return transfer(x, pl, target)
         if pl == src.placement and target == src.sbp:
             return x
         check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
