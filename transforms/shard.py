@@ -317,10 +317,14 @@ def _wrap_nd(spec, ndim):
         and all(isinstance(s, SbpParallel) for s in spec)
     ):
         return _ND(tuple(spec))
-    if isinstance(spec, (tuple, list)):
+    if type(spec) in (tuple, list):
         return type(spec)(_wrap_nd(s, ndim) for s in spec)
     if isinstance(spec, dict):
         return {k: _wrap_nd(v, ndim) for k, v in spec.items()}
+    children, treedef = tree_flatten(spec, is_leaf=lambda s: s is not spec)
+    if treedef.kind != "leaf":
+        # namedtuples, dataclasses and registered nodes (optimizer states, fflow.nn modules)
+        return tree_unflatten(treedef, [_wrap_nd(s, ndim) for s in children])
     raise user_error(TypeError, f"not an SBP spec: {spec!r}")
 
 

@@ -1,0 +1,86 @@
+"""Run by tests/test_optim_shard.py on simulated devices (imported) and under
+`python -m fflow.launch -n 4` (as a script): an AdamW step with tensor-parallel
+parameters, their optimizer state sharded like them, or ZeRO-split, on a 2x2 mesh
+(data x model) and on a 1-D data-parallel line. Prints the losses and final
+parameters as JSON (rank 0)."""
+
+import json
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow import optim
+from fflow.sharding import B, S, runtime
+
+STEPS = 4
+
+
+def init(seed=0):
+    rng = np.random.default_rng(seed)
+    params = {
+        "w1": rng.normal(size=(8, 16)).astype(np.float32) / 3,
+        "b1": np.zeros(16, np.float32),
+        "w2": rng.normal(size=(16, 4)).astype(np.float32) / 4,
+        "b2": np.zeros(4, np.float32),
+    }
+    x = rng.normal(size=(STEPS, 8, 8)).astype(np.float32)
+    y = rng.normal(size=(STEPS, 8, 4)).astype(np.float32)
+    return {k: jnp.asarray(v) for k, v in params.items()}, x, y
+
+
+def loss_fn(p, x, y):
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
+
+
+TX = optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2, weight_decay=0.1))
+
+
+def step(p, s, x, y):
+    loss, g = fflow.value_and_grad(loss_fn)(p, x, y)
+    u, s = TX.update(g, s, p)
+    return optim.apply_updates(p, u), s, loss
+
+
+def run(step_fn, params, x, y):
+    state = TX.init(params)
+    losses = []
+    for i in range(STEPS):
+        params, state, loss = step_fn(params, state, x[i], y[i])
+        losses.append(float(loss))
+    return losses, {k: np.asarray(v).tolist() for k, v in params.items()}, state
+
+
+def sharded(pl, param_sbp, data_sbp, zero):
+    params, x, y = init()
+    state_sbp = optim.state_sbp(TX, params, param_sbp, pl, zero=zero)
+    fn = fflow.shard(
+        step,
+        pl,
+        in_sbp=(param_sbp, state_sbp, data_sbp, data_sbp),
+        out_sbp=(param_sbp, state_sbp, B if pl.ndim == 1 else (B, B)),
+    )
+    return fn, params, x, y, state_sbp
+
+
+def main():
+    n = runtime().device_count()
+    params, x, y = init()
+    out = {"reference": run(step, params, x, y)[:2]}
+    line = fflow.placement("cpu", list(range(min(n, 4))))
+    for zero in (False, True):
+        fn, params, x, y, _ = sharded(line, {k: B for k in params}, S(0), zero)
+        out[f"dp_zero={zero}"] = run(fn, params, x, y)[:2]
+    if n >= 4:
+        mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+        tp = {"w1": (B, S(1)), "b1": (B, S(0)), "w2": (B, S(0)), "b2": (B, B)}
+        fn, params, x, y, _ = sharded(mesh, tp, (S(0), B), False)
+        out["dp_x_tp"] = run(fn, params, x, y)[:2]
+    return out
+
+
+if __name__ == "__main__":
+    result = main()
+    if runtime().rank == 0:
+        print("RESULT " + json.dumps(result))

@@ -1,0 +1,87 @@
+"""Optimizer state under shard: sharded like its parameter (or ZeRO-split) gives the
+unsharded numbers, on simulated devices and on 4 MPI ranks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fflow
+import fflow.numpy as jnp
+from fflow import optim
+from fflow.sharding import B, S
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import optim_shard_script as script  # noqa: E402
+
+sys.path.pop(0)
+
+
+def _check(out):
+    ref_losses, ref_params = out.pop("reference")
+    for name, (losses, params) in out.items():
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=name)
+        for k in ref_params:
+            np.testing.assert_allclose(params[k], ref_params[k], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_sharded_state_equals_unsharded_simulated():
+    _check(script.main())
+
+
+def test_state_takes_param_sbp_and_zero_splits_it():
+    pl = fflow.placement("cpu", [0, 1])
+    params, _, _ = script.init()
+    sbp = {"w1": S(1), "b1": S(0), "w2": S(0), "b2": B}
+    fn, params, x, y, state_sbp = script.sharded(pl, sbp, S(0), zero=False)
+    _, _, state = script.run(fn, params, x, y)
+    adam = state[1][0]
+    assert adam.mu["w1"].sbp == (S(1),) and adam.nu["b2"].sbp == (B,)
+    assert adam.count.sbp == (B,)
+    fn, params, x, y, _ = script.sharded(pl, {k: B for k in params}, S(0), zero=True)
+    _, _, state = script.run(fn, params, x, y)
+    adam = state[1][0]
+    assert adam.mu["w1"].sbp == (S(0),) and adam.mu["b2"].sbp == (S(0),)
+    assert adam.mu["w1"].to_local_shards()[0].shape == (4, 16)  # half of it per device
+
+
+def test_init_on_global_params_keeps_their_sbp():
+    pl = fflow.placement("cpu", [0, 1])
+    w = fflow.to_global(jnp.ones((4, 6)), pl, S(1))
+    state = optim.adam(1e-3).init({"w": w})
+    assert state[0].mu["w"].sbp == (S(1),) and state[0].nu["w"].sbp == (S(1),)
+
+
+def _mpiexec_ok():
+    try:
+        import mpi4py  # noqa: F401
+
+        from fflow.launch import find_mpiexec
+
+        find_mpiexec()
+    except (ImportError, SystemExit):
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpi4py/mpiexec")
+def test_sharded_state_on_4_mpi_ranks():
+    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "fflow.launch",
+        "-n",
+        "4",
+        os.path.join(ROOT, "tests", "optim_shard_script.py"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT ") :])
+    assert "dp_x_tp" in out
+    _check(out)
