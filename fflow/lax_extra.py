@@ -11,6 +11,8 @@ Example:
 import enum
 import itertools
 
+from fflow.errors import user_error
+
 __all__ = [
     "Precision",
     "conv_general_dilated",
@@ -139,8 +141,18 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     x = jnp.asarray(operand)
     nd = x.ndim
     wd = tuple(window_dilation or (1,) * nd)
-    pads = _padding_pairs(padding, x.shape, window_dimensions, window_strides, wd)
+    bd = tuple(base_dilation or (1,) * nd)
+    if not len(window_dimensions) == len(window_strides) == len(wd) == len(bd) == nd:
+        raise user_error(
+            ValueError,
+            f"reduce_window: operand has {nd} dims but window_dimensions={window_dimensions}, "
+            f"window_strides={window_strides}; give one entry per operand dimension.",
+        )
     init = jnp.asarray(init_value, dtype=x.dtype)
+    if any(d != 1 for d in bd):
+        # base dilation puts d - 1 init values between neighbouring elements (before padding)
+        x = lax.pad(x, init, [(0, 0, d - 1) for d in bd])
+    pads = _padding_pairs(padding, x.shape, window_dimensions, window_strides, wd)
     if any(p != (0, 0) for p in pads):
         x = lax.pad(x, init, [(lo, hi, 0) for lo, hi in pads])
     out_shape = [
@@ -153,7 +165,10 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
         limit = [st + (m - 1) * s + 1 for st, m, s in zip(start, out_shape, window_strides)]
         piece = lax.slice(x, start, limit, window_strides)
         acc = piece if acc is None else computation(acc, piece)
-    return computation(acc, init) if acc is not None else jnp.full(out_shape, init)
+    if acc is None:
+        return jnp.full(out_shape, init)
+    # lax-level computations need equal shapes: broadcast the init value (it may be traced)
+    return computation(acc, jnp.broadcast_to(init, acc.shape))
 
 
 def conv_general_dilated(

@@ -21,8 +21,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import fflow.numpy as jnp
+from fflow.array import Array
 from fflow.errors import user_error
-from fflow.tree_util import tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
+from fflow.sharding import to_global
+from fflow.tree_util import (
+    prefix_broadcast,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
+)
 
 
 class GradientTransformation(NamedTuple):
@@ -41,8 +50,6 @@ class EmptyState(NamedTuple):
 
 
 def is_global(x):
-    from fflow.array import Array
-
     return type(x) is Array and getattr(x, "_sharding", None) is not None
 
 
@@ -55,8 +62,6 @@ def zeros_like(p, dtype=None):
 def full_like(p, value, dtype=None):
     dtype = np.dtype(dtype or p.dtype)
     if is_global(p):
-        from fflow.sharding import to_global
-
         return to_global(jnp.full(p.shape, value, dtype), p.placement, p.sbp)
     return jnp.full(jnp.shape(p), value, dtype)
 
@@ -231,8 +236,6 @@ def _mask_leaves(mask, params):
     m_leaves = tree_flatten(mask)[0]
     if tree_structure(mask) != treedef:
         # a prefix (e.g. one bool per sub-module) broadcasts over its subtree
-        from fflow.tree_util import prefix_broadcast
-
         m_leaves = prefix_broadcast(mask, params, "mask")
     return [bool(m) for m in m_leaves], treedef
 

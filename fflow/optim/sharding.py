@@ -16,8 +16,9 @@ Example:
 
 import numpy as np
 
-from fflow.sharding import Broadcast, Split, as_nd_sbp
-from fflow.tree_util import tree_flatten, tree_unflatten
+from fflow.sharding import Broadcast, SbpParallel, Split, as_nd_sbp
+from fflow.transforms.ad_api import ShapeDtypeStruct, eval_shape
+from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 # distinct fake sizes identify which parameter a state leaf belongs to
 _TAG = 1_000_003
@@ -55,8 +56,6 @@ def state_sbp(tx, params, param_sbp, placement, zero=False):
     Returns:
         A pytree shaped like the optimizer state, of N-D SBP tuples.
     """
-    from fflow.transforms.ad_api import ShapeDtypeStruct, eval_shape
-
     leaves, treedef = tree_flatten(params)
     sbp_leaves = _sbp_leaves(param_sbp, params, placement)
     fakes = [ShapeDtypeStruct((_TAG + i,), np.dtype(leaf.dtype)) for i, leaf in enumerate(leaves)]
@@ -76,9 +75,6 @@ def state_sbp(tx, params, param_sbp, placement, zero=False):
 
 
 def _sbp_leaves(param_sbp, params, placement):
-    from fflow.sharding import SbpParallel
-    from fflow.tree_util import prefix_broadcast
-
     def is_leaf(s):
         return (
             s is None
