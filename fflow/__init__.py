@@ -17,7 +17,7 @@ from fflow.core import ShapedArray, Tracer, install_array_methods
 install_array_methods(Array)
 install_array_methods(Tracer)
 
-from fflow import lax, numpy, tree_util  # noqa: E402
+from fflow import debug, lax, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
 from fflow.transforms.ad_api import (  # noqa: E402
     grad,

@@ -99,17 +99,6 @@ class Config:
 config = Config()
 
 
-def _jit_mode_hook(_value):
-    # the jitted call path checks one flag; debug modes route every call through
-    # the checking interpreter
-    from fflow.transforms import jit
-
-    jit._FAST[0] = not (config.debug_nans or config.debug_infs or config.jit_interpret)
-    from fflow import debug
-
-    debug.install_eager_checks(config.debug_nans or config.debug_infs)
-
-
 def _blas_threads_hook(value):
     if not value:
         return
@@ -125,11 +114,6 @@ def _blas_threads_hook(value):
 config.on_update("blas_threads", _blas_threads_hook)
 if config.blas_threads:
     _blas_threads_hook(config.blas_threads)
-
-for _name in ("debug_nans", "debug_infs", "jit_interpret"):
-    config.on_update(_name, _jit_mode_hook)
-if config.debug_nans or config.debug_infs or config.jit_interpret:
-    _jit_mode_hook(None)
 
 update = config.update
 

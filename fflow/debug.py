@@ -18,8 +18,9 @@ Example:
 
 import numpy as np
 
-from fflow import core, errors
+from fflow import array_methods, core, errors
 from fflow.array import Array, root_trace
+from fflow.config import config
 from fflow.core import Literal, Primitive
 from fflow.errors import FflowError
 from fflow.tree_util import tree_flatten, tree_unflatten
@@ -192,7 +193,6 @@ def run_interpreted(program, leaves):
     With `debug_nans`/`debug_infs` on, raise at the first equation that produced a
     NaN/inf, naming the primitive and the user's line that created the equation.
     """
-    from fflow.config import config
     from fflow.transforms.staging import _at_source
 
     nans, infs = config.debug_nans, config.debug_infs
@@ -221,8 +221,6 @@ def _as_array(x, aval):
 
 
 def _checking_process_primitive(prim, args, params):
-    from fflow.config import config
-
     out = type(root_trace).process_primitive(root_trace, prim, args, params)
     outs = out if prim.multiple_results else [out]
     _check(
@@ -255,8 +253,6 @@ def install_eager_checks(on):
     The eager operators' NumPy fast path (fflow/array_methods.py) binds no primitive,
     so while checking, Array's operators take the primitive path instead.
     """
-    from fflow import array_methods
-
     if on:
         root_trace.process_primitive = _checking_process_primitive
         if not _saved_operators:
@@ -269,5 +265,14 @@ def install_eager_checks(on):
             setattr(Array, dunder, method)
         _saved_operators.clear()
 
+
+def _eager_checks_hook(_value):
+    install_eager_checks(config.debug_nans or config.debug_infs)
+
+
+config.on_update("debug_nans", _eager_checks_hook)
+config.on_update("debug_infs", _eager_checks_hook)
+if config.debug_nans or config.debug_infs:
+    install_eager_checks(True)
 
 __all__ = ["print", "callback", "debug_callback_p", "run_interpreted", "NanError"]

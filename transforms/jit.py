@@ -16,6 +16,7 @@ from fflow.transforms.staging import eval_program, trace_to_program
 from fflow import core
 from fflow.api_util import Store, as_value
 from fflow.array import Array, root_trace
+from fflow.config import config
 from fflow.core import ShapedArray, Tracer
 from fflow.errors import user_error
 from fflow.tree_util import tree_flatten, tree_unflatten
@@ -81,8 +82,6 @@ def _where(x):
 def default_backend_compile(program, donate, device=None):
     """Pick the lowering for a program: the generated NumPy kernels by default, the CUDA
     backend for inputs on a GPU or when `config.jit_backend` asks for it."""
-    from fflow.config import config
-
     if device is not None or config.jit_backend != "numpy":
         from fflow.lowering import cuda_backend  # loads CuPy / NVRTC
 
@@ -397,6 +396,15 @@ class RetraceWarning(UserWarning):
 
 # False while debug_nans / jit_interpret is on: every call takes the checked path
 _FAST = [True]
+
+
+def _jit_mode_hook(_value):
+    _FAST[0] = not (config.debug_nans or config.debug_infs or config.jit_interpret)
+
+
+for _name in ("debug_nans", "debug_infs", "jit_interpret"):
+    config.on_update(_name, _jit_mode_hook)
+_jit_mode_hook(None)
 
 
 def _run_checked(entry, leaves):
