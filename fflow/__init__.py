@@ -10,12 +10,12 @@ Example:
 import importlib as _importlib
 
 from fflow import array as _array  # installs the root trace
-from fflow import core, dtypes, errors
+from fflow import array_methods, core, dtypes, errors
 from fflow.array import Array
-from fflow.core import ShapedArray, Tracer, install_array_methods
+from fflow.core import ShapedArray, Tracer
 
-install_array_methods(Array)
-install_array_methods(Tracer)
+array_methods.install(Array)
+array_methods.install(Tracer)
 
 from fflow import debug, lax, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)

@@ -8,18 +8,14 @@ keeps eager fflow close to NumPy's per-op cost.
 
 import numpy as np
 
-from fflow import core
-
-
-def _jnp():
-    import fflow.numpy as jnp
-
-    return jnp
+import fflow.numpy as jnp
+from fflow import core, dtypes, lax
+from fflow.array import Array, root_trace
+from fflow.numpy.indexing import _IndexUpdateHelper, getitem
 
 
 def _binop(name, ufunc, reflected=False):
     def method(self, other):
-        jnp = _jnp()
         fn = getattr(jnp, name)
         return fn(other, self) if reflected else fn(self, other)
 
@@ -28,8 +24,6 @@ def _binop(name, ufunc, reflected=False):
 
 def _fast_binop(name, ufunc, reflected=False):
     """An operator with an eager fast path for same-dtype operands."""
-    from fflow.array import Array, root_trace
-
     state = core._state
 
     def method(self, other):
@@ -53,7 +47,6 @@ def _fast_binop(name, ufunc, reflected=False):
                     out = ufunc(w, v) if reflected else ufunc(v, w)
                     out = out if type(out) is np.ndarray else np.asarray(out, v.dtype)
                     return Array(out, self._weak and other._weak)
-        jnp = _jnp()
         fn = getattr(jnp, name)
         return fn(other, self) if reflected else fn(self, other)
 
@@ -62,14 +55,10 @@ def _fast_binop(name, ufunc, reflected=False):
 
 class _AtProperty:
     def __get__(self, obj, objtype=None):
-        from fflow.numpy.indexing import _IndexUpdateHelper
-
         return _IndexUpdateHelper(obj)
 
 
 def _getitem(self, idx):
-    from fflow.numpy.indexing import getitem
-
     return getitem(self, idx)
 
 
@@ -81,67 +70,63 @@ def _setitem(self, idx, value):
 
 def _method(name):
     def method(self, *args, **kwargs):
-        return getattr(_jnp(), name)(self, *args, **kwargs)
+        return getattr(jnp, name)(self, *args, **kwargs)
 
     method.__name__ = name
     return method
 
 
 def _astype(self, dtype, copy=False):
-    from fflow import dtypes, lax
-
     return lax.convert_element_type(self, dtypes.canonicalize(dtype))
 
 
 def _reshape(self, *shape, order="C"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return _jnp().reshape(self, shape, order=order)
+    return jnp.reshape(self, shape, order=order)
 
 
 def _transpose(self, *axes):
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = axes[0]
-    return _jnp().transpose(self, axes or None)
+    return jnp.transpose(self, axes or None)
 
 
 def _T(self):
-    return _jnp().transpose(self)
+    return jnp.transpose(self)
 
 
 def _mT(self):
-    return _jnp().matrix_transpose(self)
+    return jnp.matrix_transpose(self)
 
 
 def _flatten(self, order="C"):
-    return _jnp().ravel(self, order)
+    return jnp.ravel(self, order)
 
 
 def _squeeze(self, axis=None):
-    return _jnp().squeeze(self, axis)
+    return jnp.squeeze(self, axis)
 
 
 def _real(self):
-    return _jnp().real(self) if self.dtype.kind == "c" else self
+    return jnp.real(self) if self.dtype.kind == "c" else self
 
 
 def _conj(self):
-    return _jnp().conjugate(self) if self.dtype.kind == "c" else self
+    return jnp.conjugate(self) if self.dtype.kind == "c" else self
 
 
 def _neg(self):
-    from fflow import array as array_mod
-
     if (
-        core._state.trace is array_mod.root_trace
-        and type(self) is array_mod.Array
+        core._state.trace is root_trace
+        and type(self) is Array
         and type(self._value) is np.ndarray
         and self._sharding is None
     ):
         out = np.negative(self._value)
         # a 0-d input gives a NumPy scalar: keep the Array's value an ndarray
-        return array_mod.Array(out if type(out) is np.ndarray else np.asarray(out))
-    return _jnp().negative(self)
+        return Array(out if type(out) is np.ndarray else np.asarray(out))
+    return jnp.negative(self)
 
 
 def install(cls):
@@ -191,8 +176,8 @@ def install(cls):
     cls.__invert__ = _method("invert")
     cls.__getitem__ = _getitem
     cls.__setitem__ = _setitem
-    cls.__divmod__ = lambda self, other: _jnp().divmod(self, other)
-    cls.__rdivmod__ = lambda self, other: _jnp().divmod(other, self)
+    cls.__divmod__ = lambda self, other: jnp.divmod(self, other)
+    cls.__rdivmod__ = lambda self, other: jnp.divmod(other, self)
     cls.at = _AtProperty()
     cls.astype = _astype
     cls.reshape = _reshape
@@ -203,8 +188,8 @@ def install(cls):
     cls.ravel = _flatten
     cls.squeeze = _squeeze
     cls.real = property(_real)
-    cls.imag = property(lambda self: _jnp().imag(self))
-    cls.compress = lambda self, condition, axis=None: _jnp().compress(condition, self, axis)
+    cls.imag = property(lambda self: jnp.imag(self))
+    cls.compress = lambda self, condition, axis=None: jnp.compress(condition, self, axis)
     cls.itemsize = property(lambda self: self.dtype.itemsize)
     cls.conj = _conj
     cls.conjugate = _conj

@@ -14,7 +14,13 @@ import threading
 import numpy as np
 
 from fflow import dtypes
-from fflow.errors import UnexpectedTracerError, user_error, user_source_info
+from fflow.errors import (
+    ConcretizationError,
+    UnexpectedTracerError,
+    user_error,
+    user_source_info,
+)
+from fflow.printing import pp_program
 
 # ----------------------------------------------------------------------------
 # Abstract values
@@ -175,8 +181,6 @@ class Program:
         return Program(**fields)
 
     def __str__(self):
-        from fflow.printing import pp_program
-
         return pp_program(self)
 
     __repr__ = __str__
@@ -358,8 +362,6 @@ class Tracer:
         """Concrete value if this tracer has one (eager transforms); else raise."""
         value = self.concrete_value()
         if value is None:
-            from fflow.errors import ConcretizationError
-
             raise ConcretizationError(self, what)
         return value
 
@@ -394,13 +396,6 @@ class Tracer:
 
     def __repr__(self):
         return f"{type(self).__name__}<{self.aval.str_short()}>"
-
-
-def install_array_methods(cls):
-    """Give `cls` NumPy-style operators and methods (shared by Tracer and Array)."""
-    from fflow import array_methods
-
-    array_methods.install(cls)
 
 
 def is_tracer(x):

@@ -7,7 +7,19 @@ Short programs print on one line; longer ones put one equation per line.
 
 import numpy as np
 
-from fflow.core import Literal, Program
+from fflow import dtypes
+
+# The printer sits below fflow.core (whose Program.__str__ calls it), so it knows
+# programs and literals by their fields rather than by their classes.
+
+
+def _is_program(value):
+    return hasattr(value, "eqns") and hasattr(value, "outvars")
+
+
+def _is_literal(v):
+    return hasattr(v, "value") and not hasattr(v, "id")
+
 
 _ONE_LINE_LIMIT = 100
 
@@ -17,7 +29,7 @@ class _Names:
         self.names = {}
 
     def __call__(self, v):
-        if type(v) is Literal:
+        if _is_literal(v):
             return _pp_literal(v)
         name = self.names.get(v)
         if name is None:
@@ -47,13 +59,11 @@ def _pp_literal(lit):
 
 
 def _pp_param(value, names, indent):
-    if isinstance(value, Program):
+    if _is_program(value):
         return _pp(value, names, indent + 2, force_multiline=True)
     if isinstance(value, np.dtype):
-        from fflow import dtypes
-
         return dtypes.short_name(value)
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, Program) for v in value):
+    if isinstance(value, (list, tuple)) and value and all(_is_program(v) for v in value):
         inner = "\n".join(" " * (indent + 4) + _pp(v, names, indent + 4, True) for v in value)
         return "(\n" + inner + "\n" + " " * (indent + 2) + ")"
     if callable(value) and not isinstance(value, type):
@@ -62,9 +72,9 @@ def _pp_param(value, names, indent):
 
 
 def _has_program(value):
-    if isinstance(value, Program):
+    if _is_program(value):
         return True
-    return isinstance(value, (list, tuple)) and any(isinstance(v, Program) for v in value)
+    return isinstance(value, (list, tuple)) and any(_is_program(v) for v in value)
 
 
 def _pp_eqn(eqn, names, indent):

@@ -35,8 +35,6 @@ HEAVY = (
 KNOWN_BAD_EDGES = {
     ("fflow.api_util", "fflow.numpy._util"),
     ("fflow.array", "fflow.sharding"),
-    ("fflow.core", "fflow.array_methods"),
-    ("fflow.core", "fflow.printing"),
     ("fflow.lax", "fflow.lax_control"),
     ("fflow.lax", "fflow.lax_extra"),
     ("fflow.lax", "fflow.primitives.binary"),
@@ -91,8 +89,6 @@ KNOWN_CYCLES = [
 KNOWN_FUNCTION_LEVEL = {
     "fflow.api_util": 2,
     "fflow.array": 4,
-    "fflow.array_methods": 8,
-    "fflow.core": 3,
     "fflow.debug": 5,
     "fflow.device": 1,
     "fflow.explain": 1,
@@ -128,7 +124,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.primitives.shape": 2,
     "fflow.primitives.sort": 2,
     "fflow.primitives.unary": 2,
-    "fflow.printing": 1,
     "fflow.random": 6,
     "fflow.runtime_mpi": 3,
     "fflow.runtime_sim": 1,
