@@ -515,6 +515,8 @@ NOT_GRAD_CHECKED = {
     "nextafter": "a step of one ulp: the derivative is defined as zero (like floor), "
     "which finite differences of the discrete step cannot confirm",
     "iota": "no operands to differentiate",
+    "debug_callback": "a side effect (fflow.debug.print) with no output to differentiate; "
+    "tests/test_debug.py runs it under grad and jit(grad)",
     "sbp_constraint": "an identity carrying an SBP annotation (with_sbp); only meaningful "
     "under shard, whose tests check its gradient against unsharded runs",
     "shard_call": "runs a sharded nested program per device; its gradients are checked by the "

@@ -80,6 +80,7 @@ KNOWN_CYCLES = [
         "fflow.transforms.shard_exec",
         "fflow.transforms.shard_plan",
         "fflow.transforms.shard_print",
+        "fflow.transforms.shard_transfer",
     ],
     ["fflow.transforms.custom", "fflow.transforms.remat"],
 ]
@@ -128,7 +129,7 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.runtime_mpi": 3,
     "fflow.runtime_sim": 1,
     "fflow.scipy.special": 3,
-    "fflow.sharding": 11,
+    "fflow.sharding": 12,
     "fflow.test_util": 3,
     "fflow.transforms.ad_api": 8,
     "fflow.transforms.amp": 7,
