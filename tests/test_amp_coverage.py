@@ -5,7 +5,7 @@ fp16 inputs — right dtype out, and the value of the fp32 computation on the sa
 
 import zlib
 
-import fflow.transforms.custom  # noqa: F401  (registers custom_jvp_call, checkpoint...)
+import fflow.transforms.remat  # noqa: F401  (registers custom_jvp_call, checkpoint...)
 import ml_dtypes
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import pytest
 from fflow.transforms import autodiff as ad
-from fflow.transforms.custom import checkpoint_policies
+from fflow.transforms.remat import checkpoint_policies
 
 import fflow
 import fflow.numpy as jnp

@@ -9,7 +9,7 @@ inside each function's domain and away from kinks, ties and discontinuities.
 
 import zlib
 
-import fflow.transforms.custom  # noqa: F401  (registers the custom_* and checkpoint primitives)
+import fflow.transforms.remat  # noqa: F401  (registers the custom_* and checkpoint primitives)
 import numpy as np
 import pytest
 

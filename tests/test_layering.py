@@ -82,7 +82,6 @@ KNOWN_CYCLES = [
         "fflow.transforms.shard_print",
         "fflow.transforms.shard_transfer",
     ],
-    ["fflow.transforms.custom", "fflow.transforms.remat"],
 ]
 
 # Function-level imports of fflow modules that are not heavy parts, per importer; may

@@ -7,7 +7,7 @@ new table, add an entry to `TABLES` (name -> (which primitives need a rule, how 
 find a primitive's rule, exceptions)).
 """
 
-import fflow.transforms.custom  # noqa: F401  (registers custom_jvp_call, checkpoint...)
+import fflow.transforms.remat  # noqa: F401  (registers custom_jvp_call, checkpoint...)
 import pytest
 from fflow.transforms import autodiff
 

@@ -578,19 +578,6 @@ def _flatten_cotangents(cts_in, diff_args, leaves, name):
     return [None if c is None else _match_tangent(c, p, name) for c, p in zip(out, leaves)]
 
 
-# checkpoint / remat live in remat.py; importing it here registers checkpoint_p with the
-# custom primitives, and the names below resolve to it (fflow.checkpoint maps here).
-from fflow.transforms import remat as _remat  # noqa: E402
-
-_REMAT_NAMES = ("checkpoint", "checkpoint_p", "checkpoint_policies", "remat")
-
-
-def __getattr__(name):
-    if name in _REMAT_NAMES:
-        return getattr(_remat, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "custom_jvp",
     "custom_vjp",

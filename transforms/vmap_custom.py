@@ -7,7 +7,7 @@ rules are kept: the batched equation carries vmapped versions of them, so
 `grad(vmap(f))` still uses a custom JVP/VJP.
 """
 
-from fflow.transforms import custom
+from fflow.transforms import custom, remat
 from fflow.transforms import vmap as vm
 
 from fflow import lax
@@ -150,7 +150,7 @@ def _custom_lin_batch(vals, dims, *, bwd, num_nondiff, num_res, out_avals):
 
 def _checkpoint_batch(vals, dims, *, program, prevent_cse, policy):
     return _batched_program_call(
-        custom.checkpoint_p,
+        remat.checkpoint_p,
         vals,
         dims,
         dict(program=program, prevent_cse=prevent_cse, policy=policy),
@@ -160,4 +160,4 @@ def _checkpoint_batch(vals, dims, *, program, prevent_cse, policy):
 vm.batch_rules[custom.custom_jvp_call_p] = _custom_jvp_call_batch
 vm.batch_rules[custom.custom_vjp_call_p] = _custom_vjp_call_batch
 vm.batch_rules[custom.custom_lin_p] = _custom_lin_batch
-vm.batch_rules[custom.checkpoint_p] = _checkpoint_batch
+vm.batch_rules[remat.checkpoint_p] = _checkpoint_batch
