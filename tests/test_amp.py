@@ -367,7 +367,6 @@ def test_control_flow_bodies_are_rewritten():
 
 
 def test_amp_around_a_sharded_call_keeps_its_input_dtypes():
-    pytest.importorskip("fflow.transforms.shard")
     params, x, y = make_mlp(seed=0, n=16)
     pl = fflow.placement("cpu", [0, 1])
     S, B = fflow.sbp.split, fflow.sbp.broadcast

@@ -5,12 +5,9 @@ import re
 
 import numpy as np
 import pytest
+from test_amp import as_np, loss_fn, make_mlp
 
 import fflow
-
-shard_mod = pytest.importorskip("fflow.transforms.shard")
-
-from test_amp import as_np, loss_fn, make_mlp  # noqa: E402
 
 
 def _placement_and_sbp():

@@ -203,8 +203,6 @@ def test_jvp_and_vjp_on_pytrees():
 
 
 def test_vmap_over_dataclass_and_namedtuple():
-    pytest.importorskip("fflow.transforms.vmap")
-
     def f(p, pt):
         return p.w * pt.x + p.b * pt.y
 
