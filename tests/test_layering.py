@@ -102,7 +102,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.lowering.native": 2,
     "fflow.lowering.numpy_backend": 1,
     "fflow.lowering.numpy_rows": 1,
-    "fflow.nn": 7,
     "fflow.numpy": 4,
     "fflow.numpy._util": 1,
     "fflow.numpy.creation": 13,
