@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from fflow.device_profile import CPU, H200, DeviceProfile, default_profile, profile_devices  # noqa: F401
 from fflow.errors import ShapeError, user_error
 
 # ----------------------------------------------------------------------------

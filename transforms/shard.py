@@ -183,7 +183,7 @@ def bind_call(sp, args):
 class Sharded:
     """A sharded function: call it, or inspect its plan with `.plan(*args)`."""
 
-    def __init__(self, fun, pl, in_sbp=None, out_sbp=None):
+    def __init__(self, fun, pl, in_sbp=None, out_sbp=None, profile=None, memory_limit=None):
         functools.update_wrapper(self, fun)
         if not isinstance(pl, placement):
             raise user_error(TypeError, f"shard needs a fflow.placement, got {pl!r}")
@@ -191,6 +191,11 @@ class Sharded:
         self.placement = pl
         self.in_sbp = in_sbp
         self.out_sbp = out_sbp
+        self.plan_options = {}
+        if profile is not None:
+            self.plan_options["profile"] = profile
+        if memory_limit is not None:
+            self.plan_options["memory_limit"] = memory_limit
         self.cache = {}
         self.trace_count = 0
 
@@ -237,7 +242,10 @@ class Sharded:
         out_tree = store.value
         program, lifted, lifted_sbps = _lift_closed_over(program, self.placement)
         out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
-        sp = ShardedProgram(program, self.placement, lifted_sbps + in_sbps, out_specs)
+        sp = ShardedProgram(
+            program, self.placement, lifted_sbps + in_sbps, out_specs,
+            plan_options=self.plan_options,
+        )  # fmt: skip
         if lifted:
             # values of other traces (or global arrays) closed over by `f`: passed as
             # inputs, and traced again next call since they change from call to call
@@ -271,7 +279,7 @@ def _lift_closed_over(program, pl):
     return program, lift_vals, lift_sbps
 
 
-def shard(f, placement, in_sbp=None, out_sbp=None):  # noqa: A002
+def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit=None):  # noqa: A002
     """Run `f` SPMD on `placement` with SBP-annotated inputs and outputs.
 
     Args:
@@ -283,6 +291,10 @@ def shard(f, placement, in_sbp=None, out_sbp=None):  # noqa: A002
             SBP and broadcasts local arrays.
         out_sbp: SBP of the outputs (same forms). None lets the planner choose, finishing
             partial values to broadcast.
+        profile: the `fflow.sharding.DeviceProfile` the planner prices plans with
+            (default: `default_profile(placement)`).
+        memory_limit: bytes of memory per device the plan must fit in (peak of
+            parameters, optimizer state and live activations).
 
     Returns:
         A callable returning global arrays; `.plan(*args)` shows the planned program.
@@ -296,7 +308,7 @@ def shard(f, placement, in_sbp=None, out_sbp=None):  # noqa: A002
         >>> y.sbp, y.shape
         ((S(0),), (4, 2))
     """
-    return Sharded(f, placement, in_sbp, out_sbp)
+    return Sharded(f, placement, in_sbp, out_sbp, profile, memory_limit)
 
 
 class _ND:
@@ -385,7 +397,9 @@ def _shard_call_jvp(primals, tangents, *, sharded):
         jprog = _retrace(jvp_fun, avals)
         in_sbps = sp.in_sbps + [s for z, s in zip(nz, sp.in_sbps) if z]
         out_sbps = list(sp.out_sbps) + list(sp.out_sbps)
-        new = ShardedProgram(jprog, sp.placement, in_sbps, out_sbps, name="jvp")
+        new = ShardedProgram(
+            jprog, sp.placement, in_sbps, out_sbps, name="jvp", plan_options=sp.plan_options
+        )
         _derived(sp)[key] = new
     outs = bind_call(new, [*primals, *[t for t in tangents if type(t) is not Zero]])
     m = len(prog.outvars)
@@ -458,6 +472,7 @@ def _shard_call_partial_eval(trace, args, params):
             k_outs + res_sbps,
             allow_partial_out=True,
             name="known",
+            plan_options=sp.plan_options,
         )
         usp = ShardedProgram(
             uprog,
@@ -465,6 +480,7 @@ def _shard_call_partial_eval(trace, args, params):
             res_sbps + [s for s, k in zip(sp.in_sbps, known) if not k],
             [s for s, u in zip(sp.out_sbps, out_unknown) if u],
             name="linear",
+            plan_options=sp.plan_options,
         )
         hit = (ksp, usp, out_unknown, len(res))
         _derived(sp)[key] = hit
@@ -514,7 +530,9 @@ def _shard_call_transpose(cts, *args, sharded):
         in_sbps = [s for s, li in zip(sp.in_sbps, lin) if not li]
         in_sbps += [dual(s) for s, z in zip(sp.out_sbps, ct_nz) if z]
         out_sbps = [dual(s) for s, li in zip(sp.in_sbps, lin) if li]
-        tsp = ShardedProgram(tprog, sp.placement, in_sbps, out_sbps, name="transpose")
+        tsp = ShardedProgram(
+            tprog, sp.placement, in_sbps, out_sbps, name="transpose", plan_options=sp.plan_options
+        )
         _derived(sp)[key] = tsp
     res_vals = [a for a, li in zip(args, lin) if not li]
     outs = bind_call(tsp, [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]])
@@ -565,7 +583,9 @@ def _shard_call_batch(args, dims, *, sharded):
         bprog = _retrace(lambda *xs: list(f(*xs)), avals)
         in_sbps = [_shift(s) if m else s for s, m in zip(sp.in_sbps, mapped)]
         out_sbps = [_shift(s) for s in sp.out_sbps]
-        bsp = ShardedProgram(bprog, sp.placement, in_sbps, out_sbps, name="vmap")
+        bsp = ShardedProgram(
+            bprog, sp.placement, in_sbps, out_sbps, name="vmap", plan_options=sp.plan_options
+        )
         _derived(sp)[key] = bsp
     outs = bind_call(bsp, moved)
     return list(outs), [0] * len(outs)

@@ -26,7 +26,15 @@ class ShardedProgram:
     """A global program planned on a placement (the `sharded` param of shard_call)."""
 
     def __init__(
-        self, program, pl, in_sbps, out_sbps, allow_partial_out=False, name="shard", sigs=None
+        self,
+        program,
+        pl,
+        in_sbps,
+        out_sbps,
+        allow_partial_out=False,
+        name="shard",
+        sigs=None,
+        plan_options=None,
     ):
         self.program = program  # what transformation rules see (grad, vmap, ...)
         self.placement = pl
@@ -34,12 +42,19 @@ class ShardedProgram:
         # what is planned and run: call-like equations (custom_jvp/vjp, checkpoint) are
         # inlined, since their rules only matter to transformations of `program`
         self.exec_program, self.var_map = inline_calls(program, pl)
+        # the planner's profile / memory_limit (shard(..., profile=...)), kept for the
+        # derived programs (jvp, transpose) of this one
+        self.plan_options = dict(plan_options or {})
         if sigs is None:
             self.plan = plan_program(
-                self.exec_program, pl, self.in_sbps, out_sbps, allow_partial_out
-            )
+                self.exec_program, pl, self.in_sbps, out_sbps, allow_partial_out,
+                **self.plan_options,
+            )  # fmt: skip
         else:  # a given signature per equation (tests of every signature use this)
-            self.plan = fixed_plan(self.exec_program, pl, self.in_sbps, out_sbps, sigs)
+            self.plan = fixed_plan(
+                self.exec_program, pl, self.in_sbps, out_sbps, sigs,
+                profile=self.plan_options.get("profile"),
+            )  # fmt: skip
         self.out_sbps = self.plan.out_sbps
         self.name = name
         self._locals = {}

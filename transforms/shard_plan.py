@@ -1,42 +1,57 @@
-"""The SBP planner: one signature per equation, minimising communication bytes.
+"""The SBP planner: one signature per equation, minimising the step's time per device.
 
 Inputs carry the user's SBPs (or their global arrays' SBPs); outputs either have
 a requested SBP or keep what their producer gives (partial values are finished
 to broadcast unless partial outputs are allowed, as for eager global arrays).
 `with_sbp` constraints are equations with exactly one signature.
 
-Two passes: a greedy pass in topological order that picks, for each equation,
-the signature whose inputs are cheapest to box from what the producers made
-("match producers first"; ties prefer an exact match), then, for small programs,
-an exhaustive branch-and-bound search over all signature choices that starts
-from the greedy cost and keeps the plan with the fewest bytes.
+The cost of a plan (transforms/shard_cost.py) is, in seconds on one device, every
+equation's compute under its signature plus every conversion: a var converted to
+an SBP its consumers want costs latency + bytes/bandwidth once, however many
+consumers share it. That total is a sum of per-equation and per-var terms, so
+the effect of changing one equation's signature is local (`_State.delta`).
+
+Search (ARCHITECTURE.md, "shard planner", says why):
+1. Viterbi over the program: a forward pass in topological order computes, for
+   every var and SBP, the cheapest cost of producing it in that SBP (relative to
+   its best SBP, so shared producers do not blow up); a backward pass, from the
+   outputs up, picks each equation's signature given what its (already decided)
+   consumers want, so backward-pass consumers of forward values are seen. Run
+   with a few tie-breaking weights on holding partial sums.
+2. Greedy "match producers first" in topological order (the old planner).
+3. Exhaustive branch and bound for programs of a few equations.
+4. Local refinement of the best with exact deltas until nothing improves.
+The plan with the lowest exact total wins. Everything runs on integer codes of
+N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
 from fflow.transforms.shard_boxing import plan_boxing
+from fflow.transforms.shard_cost import boxing_time, compute_time, default_profile, eqn_flops
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.core import Literal
 from fflow.sharding import B
 
+EXHAUSTIVE_MAX_EQNS = 12
 SEARCH_NODE_LIMIT = 4000
-FREE_CONVERSION = 1e-3
-TIE_WEIGHT = 1e-7  # far below one conversion even summed over a large program
+REFINE_ROUNDS = 6
+# a tie-breaker of the forward pass: holding a partial sum costs this share of the
+# all-reduce that would finish it (sums are finished early unless that costs more)
+PARTIAL_PENALTY = 0.1
+INF = float("inf")
+
+# N-D SBP tuples <-> small ints, shared by every plan
+_NDS = []
+_CODES = {}
 
 
-class Plan:
-    """The chosen SBP of every var and signature of every equation, with the total bytes."""
-
-    def __init__(self, var_sbp, eqn_sigs, out_sbps, total_bytes):
-        self.var_sbp = var_sbp
-        self.eqn_sigs = eqn_sigs
-        self.out_sbps = out_sbps
-        self.bytes = total_bytes
-
-
-def _sbp_of(var_sbp, v, ndim):
-    if type(v) is Literal:
-        return (B,) * ndim
-    return var_sbp[v]
+def _code(nd):
+    c = _CODES.get(nd)
+    if c is None:
+        c = len(_NDS)
+        _NDS.append(nd)
+        _CODES[nd] = c
+    return c
 
 
 def finish_partial(nd):
@@ -44,174 +59,398 @@ def finish_partial(nd):
     return tuple(B if s.is_partial() else s for s in nd)
 
 
+class Plan:
+    """The chosen SBP of every var and signature of every equation, with its costs.
+
+    `time` = `compute_time` + `comm_time` (seconds per device per call, from the
+    profile); `bytes` = communication bytes per call summed over devices.
+    """
+
+    def __init__(self, prob, sig_idx):
+        self.problem = prob
+        self.sig_index = list(sig_idx)
+        self.eqn_sigs = [prob.cands[k][s] for k, s in enumerate(sig_idx)]
+        have = prob.labels_of(sig_idx)
+        self.var_sbp = {v: _NDS[have[i]] for v, i in prob.vid.items()}
+        self.out_sbps = [
+            _NDS[prob.out_want(i, r, have[i])] for i, r in zip(prob.out_ids, prob.out_req_codes)
+        ]
+        self.profile = prob.profile
+        self.compute_time = sum(prob.comp[k][s] for k, s in enumerate(sig_idx))
+        self.comm_time = 0.0
+        self.bytes = 0
+        for i, h, w in prob.conversions(sig_idx, have):
+            self.comm_time += prob.bt(i, h, w)
+            self.bytes += prob.bbytes(i, h, w)
+        self.time = self.compute_time + self.comm_time
+
+
 class _Problem:
-    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constraint_prim):
+    """The program as integers: var ids, per-equation candidate codes and costs."""
+
+    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile):
+        from fflow.transforms.shard import sbp_constraint_p
+
         self.program = program
-        self.pl = pl
-        self.h = pl.hierarchy
-        self.out_req = out_sbps
+        self.h = tuple(pl.hierarchy)
+        self.nd = len(self.h)
         self.allow_partial_out = allow_partial_out
-        self.init = {}
+        self.profile = profile or default_profile(pl)
+        self.bcode = _code((B,) * self.nd)
+        self.vid = {}
+        self.avals = []
+        self.init = []  # var id -> fixed code (inputs, constants, literals) or None
+
+        def new_var(aval, init):
+            self.avals.append(aval)
+            self.init.append(init)
+            return len(self.avals) - 1
+
         for v, s in zip(program.invars, in_sbps):
-            self.init[v] = tuple(s)
+            self.vid[v] = new_var(v.aval, _code(tuple(s)))
         for v in program.constvars:
-            self.init[v] = (B,) * pl.ndim
-        self.cands = []
-        for eqn in program.eqns if constraint_prim is not None else ():
-            if eqn.primitive is constraint_prim:
+            self.vid[v] = new_var(v.aval, self.bcode)
+        self.eqn_ins, self.eqn_outs, self.cands, self.cin, self.cout, self.comp = (
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
+        codes_of = {}
+        for eqn in program.eqns:
+            ins = []
+            for v in eqn.inputs:
+                if type(v) is Literal:
+                    ins.append(new_var(v.aval, self.bcode))  # one var per use
+                else:
+                    ins.append(self.vid[v])
+            if constrained and eqn.primitive is sbp_constraint_p:
                 nd = eqn.params["sbp"]
-                self.cands.append([Sig((nd,), (nd,))])
-                continue
-            in_avals = [v.aval for v in eqn.inputs]
-            out_avals = [v.aval for v in eqn.outputs]
-            self.cands.append(signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h))
+                cands = [Sig((nd,), (nd,))]
+            else:
+                in_avals = [v.aval for v in eqn.inputs]
+                out_avals = [v.aval for v in eqn.outputs]
+                cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
+            outs = []
+            for v in eqn.outputs:
+                self.vid[v] = new_var(v.aval, None)
+                outs.append(self.vid[v])
+            flops = eqn_flops(eqn)
+            cin, cout, comp = [], [], []
+            for sig in cands:
+                c = codes_of.get(id(sig))
+                if c is None:
+                    c = (tuple(_code(x) for x in sig.ins), tuple(_code(x) for x in sig.outs))
+                    codes_of[id(sig)] = c
+                cin.append(c[0])
+                cout.append(c[1])
+                comp.append(compute_time(eqn, sig, self.h, self.profile, flops))
+            self.eqn_ins.append(ins)
+            self.eqn_outs.append(outs)
+            self.cands.append(cands)
+            self.cin.append(cin)
+            self.cout.append(cout)
+            self.comp.append(comp)
+        self.consumers = [[] for _ in self.avals]
+        for k, ins in enumerate(self.eqn_ins):
+            for j, i in enumerate(ins):
+                self.consumers[i].append((k, j))
+        self.out_ids, self.out_req_codes = [], []
+        self.out_reqs = [[] for _ in self.avals]  # var id -> [requested code or None]
+        for v, req in zip(program.outvars, out_sbps):
+            i = new_var(v.aval, self.bcode) if type(v) is Literal else self.vid[v]
+            if i >= len(self.out_reqs):
+                self.out_reqs.append([])
+                self.consumers.append([])
+            r = None if req is None else _code(tuple(req))
+            self.out_ids.append(i)
+            self.out_req_codes.append(r)
+            self.out_reqs[i].append(r)
+        self.akey = [(a.shape, a.dtype) for a in self.avals]
+        self._bt = {}
+        self._fin = {}
 
-    def in_cost(self, var_sbp, eqn, sig, boxed=()):
-        """(bytes, conversions) to give `eqn` the inputs of `sig`; pairs in `boxed`
-        (var, sbp) are already converted for an earlier consumer and cost nothing."""
-        nbytes = mism = 0
-        here = []  # an operand used twice (x * x) converts once
-        for v, want in zip(eqn.inputs, sig.ins):
-            have = _sbp_of(var_sbp, v, len(self.h))
-            if have != want and (v, want) not in boxed:
-                if type(v) is not Literal:
-                    if (v, want) in here:
-                        continue
-                    here.append((v, want))
-                b, m = _conversion_cost(v, have, want, self.h)
-                nbytes, mism = nbytes + b, mism + m
-        return nbytes, mism + self.replicated(sig)
+    # -- costs -------------------------------------------------------------------
+    def bt(self, i, have, want):
+        """Seconds to convert var i from code `have` to `want`."""
+        if have == want:
+            return 0.0
+        key = (self.akey[i], have, want)
+        t = self._bt.get(key)
+        if t is None:
+            shape, dtype = key[0]
+            bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
+            t = boxing_time(bp, self.h, self.profile)
+            if not t and bp.steps:
+                t = 1e-12  # a local conversion (slice, pad): free, but not nothing
+            self._bt[key] = t
+        return t
 
-    def replicated(self, sig):
-        """A tie-breaker below one conversion: the share of each output every device
-        computes, so work is split (not replicated) whenever that costs no bytes."""
-        share = 0.0
-        for nd in sig.outs:
-            pieces = 1
-            for h, s in zip(self.h, nd):
-                if s.is_split():
-                    pieces *= h
-            share += 1.0 / pieces
-        return share * TIE_WEIGHT
+    def bbytes(self, i, have, want):
+        shape, dtype = self.akey[i]
+        return plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want]).bytes
 
-    def final_sbps(self, var_sbp):
-        outs = []
-        for v, req in zip(self.program.outvars, self.out_req):
-            have = _sbp_of(var_sbp, v, len(self.h))
-            if req is None:
-                req = have if self.allow_partial_out else finish_partial(have)
-            outs.append(tuple(req))
-        return outs
+    def finish(self, c):
+        f = self._fin.get(c)
+        if f is None:
+            f = self._fin[c] = _code(finish_partial(_NDS[c]))
+        return f
 
-    def out_cost(self, var_sbp, boxed=()):
-        nbytes = mism = 0
-        seen = set(boxed)
-        for v, want in zip(self.program.outvars, self.final_sbps(var_sbp)):
-            have = _sbp_of(var_sbp, v, len(self.h))
-            if have != want and (v, want) not in seen:
-                seen.add((v, want))
-                b, m = _conversion_cost(v, have, want, self.h)
-                nbytes, mism = nbytes + b, mism + m
-        return nbytes, mism
+    def out_want(self, i, req, have):
+        if req is not None:
+            return req
+        return have if self.allow_partial_out else self.finish(have)
 
-    def total(self, sigs):
-        """Exact (bytes, conversions) of a full choice; each (var, sbp) converts once."""
-        var_sbp = dict(self.init)
-        boxed = set()
-        nbytes = mism = 0
-        for eqn, sig in zip(self.program.eqns, sigs):
-            b, m = self.in_cost(var_sbp, eqn, sig, boxed)
-            nbytes, mism = nbytes + b, mism + m
-            boxed.update(_pairs(var_sbp, eqn, sig, len(self.h)))
-            for v, o in zip(eqn.outputs, sig.outs):
-                var_sbp[v] = o
-        b, m = self.out_cost(var_sbp, boxed)
-        return var_sbp, (nbytes + b, mism + m)
+    def var_cost(self, i, have, wants):
+        """Seconds to give var i (held as `have`) to every distinct SBP in `wants` and to
+        the program outputs it is."""
+        t = 0.0
+        seen = ()
+        for w in wants:
+            if w != have and w not in seen:
+                t += self.bt(i, have, w)
+                seen += (w,)
+        for r in self.out_reqs[i]:
+            w = self.out_want(i, r, have)
+            if w != have and w not in seen:
+                t += self.bt(i, have, w)
+                seen += (w,)
+        return t
 
+    def labels_of(self, sig_idx):
+        have = list(self.init)
+        for k, s in enumerate(sig_idx):
+            for i, c in zip(self.eqn_outs[k], self.cout[k][s]):
+                have[i] = c
+        return have
 
-def _conversion_cost(v, have, want, hierarchy):
-    """(bytes, latency): each communicating collective counts 1 (fewer, larger messages
-    win a tie in bytes: an all-reduce over a reduce-scatter + all-gather), a local
-    conversion (slice, pad) counts 1/1000."""
-    bp = plan_boxing(v.aval.shape, v.aval.dtype, hierarchy, have, want)
-    calls = sum(1 for st in bp.steps if st.bytes)
-    return bp.bytes, calls if calls else FREE_CONVERSION
+    def conversions(self, sig_idx, have):
+        """Every (var id, have, want) conversion of a full plan (each pair once)."""
+        wants = [[] for _ in self.avals]
+        for k, s in enumerate(sig_idx):
+            for i, w in zip(self.eqn_ins[k], self.cin[k][s]):
+                wants[i].append(w)
+        out = []
+        for i, ws in enumerate(wants):
+            seen = set()
+            for w in ws + [self.out_want(i, r, have[i]) for r in self.out_reqs[i]]:
+                if w != have[i] and w not in seen:
+                    seen.add(w)
+                    out.append((i, have[i], w))
+        return out
 
-
-def _pairs(var_sbp, eqn, sig, ndim):
-    return [
-        (v, want)
-        for v, want in zip(eqn.inputs, sig.ins)
-        if type(v) is not Literal and _sbp_of(var_sbp, v, ndim) != want
-    ]
+    def total(self, sig_idx):
+        have = self.labels_of(sig_idx)
+        t = sum(self.comp[k][s] for k, s in enumerate(sig_idx))
+        return t + sum(self.bt(i, h, w) for i, h, w in self.conversions(sig_idx, have))
 
 
-EXHAUSTIVE_MAX_EQNS = 12
-SEARCH_SPACE_LIMIT = 10**7
-SWEEP_MAX_EQNS = 400
-
-
-def plan_program(program, pl, in_sbps, out_sbps, allow_partial_out=False, search=True):
+def plan_program(
+    program,
+    pl,
+    in_sbps,
+    out_sbps,
+    allow_partial_out=False,
+    search=True,
+    profile=None,
+    memory_limit=None,
+):
     """Plan `program` (global view) on placement `pl`; returns a Plan."""
-    from fflow.transforms.shard import sbp_constraint_p
-
-    prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, sbp_constraint_p)
-    # two greedy passes: ties broken towards split work, and towards keeping the
-    # producers' SBP (the first is myopic when a later consumer wants another split)
-    best = None
-    for split_ties in (True, False):
-        cand = _greedy(prob, split_ties)
-        c_var, c_cost = prob.total(cand)
-        if best is None or c_cost < best[2]:
-            best = (cand, c_var, c_cost)
-    sigs, var_sbp, cost = best
-    space = 1
-    for c in prob.cands:
-        space *= len(c)
-    if search and len(program.eqns) <= EXHAUSTIVE_MAX_EQNS and space <= SEARCH_SPACE_LIMIT:
-        found = _search(prob, cost)
-        if found is not None:
-            sigs = found
-            var_sbp, cost = prob.total(sigs)
-    if search and len(program.eqns) <= SWEEP_MAX_EQNS:
-        sigs = _sweep(prob, sigs, cost)
-        var_sbp, cost = prob.total(sigs)
-    return Plan(var_sbp, sigs, prob.final_sbps(var_sbp), cost[0])
+    prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile)
+    found = [_greedy(prob)]
+    if search:
+        fwd = _forward(prob, PARTIAL_PENALTY)
+        found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
+        if len(program.eqns) <= EXHAUSTIVE_MAX_EQNS:
+            exact = _search(prob, min(prob.total(s) for s in found))
+            if exact is not None:
+                found.append(exact)
+        found = [_refine(prob, s) for s in found]
+    return Plan(prob, min(found, key=prob.total))
 
 
-def fixed_plan(program, pl, in_sbps, out_sbps, sigs):
+def fixed_plan(program, pl, in_sbps, out_sbps, sigs, profile=None):
     """A Plan with the given signature per equation (no search)."""
-    prob = _Problem(program, pl, in_sbps, out_sbps, True, None)
-    var_sbp, cost = prob.total(sigs)
-    return Plan(var_sbp, list(sigs), prob.final_sbps(var_sbp), cost[0])
+    prob = _Problem(program, pl, in_sbps, out_sbps, True, False, profile)
+    idx = []
+    for k, sig in enumerate(sigs):
+        idx.append(prob.cands[k].index(sig) if sig in prob.cands[k] else _add_cand(prob, k, sig))
+    return Plan(prob, idx)
 
 
-def _greedy(prob, split_ties=True):
-    var_sbp = dict(prob.init)
+def _add_cand(prob, k, sig):
+    eqn = prob.program.eqns[k]
+    prob.cands[k] = list(prob.cands[k]) + [sig]
+    prob.cin[k].append(tuple(_code(x) for x in sig.ins))
+    prob.cout[k].append(tuple(_code(x) for x in sig.outs))
+    prob.comp[k].append(compute_time(eqn, sig, prob.h, prob.profile))
+    return len(prob.cands[k]) - 1
+
+
+# ----------------------------------------------------------------------------
+# Viterbi: forward costs per (var, SBP), backward decisions
+
+
+def _forward(prob, partial_penalty=0.0):
+    """Cost-to-come: per var the cheapest way to produce it in each SBP (relative to its
+    best), and per equation and candidate the cost of running it with its inputs
+    received that way. Returns (rel, receive, eqn_cost)."""
+    n_eqns = len(prob.cands)
+    rel = [None if c is None else {c: 0.0} for c in prob.init]  # var -> {code: above best}
+    best_in = {}
+
+    def receive(i, want):
+        key = (i, want)
+        c = best_in.get(key)
+        if c is None:
+            c = min(r + prob.bt(i, s, want) for s, r in rel[i].items())
+            best_in[key] = c
+        return c
+
+    eqn_cost = []
+    for k in range(n_eqns):
+        ins = prob.eqn_ins[k]
+        costs = []
+        for want, comp in zip(prob.cin[k], prob.comp[k]):
+            c = comp
+            for i, w in zip(ins, want):
+                c += receive(i, w)
+            costs.append(c)
+        eqn_cost.append(costs)
+        for j, i in enumerate(prob.eqn_outs[k]):
+            per = {}
+            for outs, c in zip(prob.cout[k], costs):
+                o = outs[j]
+                if c < per.get(o, INF):
+                    per[o] = c
+            if partial_penalty:
+                for o in per:
+                    f = prob.finish(o)
+                    if f != o:
+                        per[o] += partial_penalty * prob.bt(i, o, f)
+            low = min(per.values())
+            rel[i] = {o: c - low for o, c in per.items()}
+    return rel, receive, eqn_cost
+
+
+def _viterbi(prob, fwd):
+    """Forward costs (`_forward`), then decisions from the outputs up."""
+    _, _, eqn_cost = fwd
+    n_eqns = len(prob.cands)
+    sig_idx = [0] * n_eqns
+    wanted = [() for _ in prob.avals]
+    for k in reversed(range(n_eqns)):
+        outs_ids = prob.eqn_outs[k]
+        best, best_c = 0, INF
+        for s, (outs, c) in enumerate(zip(prob.cout[k], eqn_cost[k])):
+            for i, o in zip(outs_ids, outs):
+                c += prob.var_cost(i, o, wanted[i])
+            if c < best_c:
+                best, best_c = s, c
+        sig_idx[k] = best
+        for i, w in zip(prob.eqn_ins[k], prob.cin[k][best]):
+            if w not in wanted[i]:
+                wanted[i] = wanted[i] + (w,)
+    return sig_idx
+
+
+def _lookahead(prob, fwd):
+    """Cost-to-go per var and SBP (min-sum messages from the consumers, computed from
+    the outputs up, other inputs priced by the forward pass), then decisions in
+    program order: each equation takes the candidate cheapest for its exact inputs
+    plus what its outputs will cost downstream."""
+    rel, receive, _ = fwd
+    n_eqns = len(prob.cands)
+    togo = [dict.fromkeys(r, 0.0) if r is not None else {} for r in rel]
+    for i, r in enumerate(prob.out_reqs):
+        for req in r:
+            for lab in togo[i]:
+                togo[i][lab] += prob.bt(i, lab, prob.out_want(i, req, lab))
+    for k in reversed(range(n_eqns)):
+        outs_ids = prob.eqn_outs[k]
+        for i in outs_ids:  # all consumers of k's outputs are done: normalise
+            if togo[i]:
+                low = min(togo[i].values())
+                togo[i] = {lab: c - low for lab, c in togo[i].items()}
+        ins = prob.eqn_ins[k]
+        base = []
+        for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
+            c = prob.comp[k][s]
+            for i, o in zip(outs_ids, outs):
+                c += togo[i].get(o, 0.0)
+            recv = [receive(i, w) for i, w in zip(ins, want)]
+            base.append((c + sum(recv), recv))
+        for j, i in enumerate(ins):
+            if i >= len(togo) or not togo[i] and rel[i] is None:
+                continue
+            for lab in list(togo[i]):
+                m = INF
+                for s, want in enumerate(prob.cin[k]):
+                    c, recv = base[s]
+                    c = c - recv[j] + prob.bt(i, lab, want[j])
+                    if c < m:
+                        m = c
+                togo[i][lab] += m
+    have = list(prob.init)
     boxed = set()
-    sigs = []
-    ndim = len(prob.h)
-    for eqn, cands in zip(prob.program.eqns, prob.cands):
-        best, best_key = None, None
-        for i, sig in enumerate(cands):
-            nbytes, mism = prob.in_cost(var_sbp, eqn, sig, boxed)
-            key = (nbytes, mism if split_ties else mism - prob.replicated(sig), i)
-            if best_key is None or key < best_key:
-                best, best_key = sig, key
-        sigs.append(best)
-        boxed.update(_pairs(var_sbp, eqn, best, ndim))
-        for v, s in zip(eqn.outputs, best.outs):
-            var_sbp[v] = s
-    return sigs
+    sig_idx = []
+    for k in range(n_eqns):
+        ins = prob.eqn_ins[k]
+        best, best_c = 0, INF
+        for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
+            c = prob.comp[k][s]
+            for i, w in zip(ins, want):
+                if (i, w) not in boxed:
+                    c += prob.bt(i, have[i], w)
+            for i, o in zip(prob.eqn_outs[k], outs):
+                c += togo[i].get(o, 0.0)
+            if c < best_c:
+                best, best_c = s, c
+        sig_idx.append(best)
+        for i, w in zip(ins, prob.cin[k][best]):
+            boxed.add((i, w))
+        for i, o in zip(prob.eqn_outs[k], prob.cout[k][best]):
+            have[i] = o
+    return sig_idx
+
+
+# ----------------------------------------------------------------------------
+# Greedy in topological order
+
+
+def _greedy(prob):
+    have = list(prob.init)
+    boxed = set()
+    sig_idx = []
+    for k in range(len(prob.cands)):
+        ins = prob.eqn_ins[k]
+        best, best_c = 0, INF
+        for s, want in enumerate(prob.cin[k]):
+            c = prob.comp[k][s]
+            for i, w in zip(ins, want):
+                if (i, w) not in boxed:
+                    c += prob.bt(i, have[i], w)
+            if c < best_c:
+                best, best_c = s, c
+        sig_idx.append(best)
+        for i, w in zip(ins, prob.cin[k][best]):
+            boxed.add((i, w))
+        for i, o in zip(prob.eqn_outs[k], prob.cout[k][best]):
+            have[i] = o
+    return sig_idx
+
+
+# ----------------------------------------------------------------------------
+# Exhaustive branch and bound (a few equations)
 
 
 def _search(prob, bound):
-    """Exhaustive branch and bound over signature choices (small programs only)."""
-    eqns = prob.program.eqns
-    ndim = len(prob.h)
-    best = [None, bound]
+    n_eqns = len(prob.cands)
+    best = [None, bound * (1 - 1e-9)]
     budget = [SEARCH_NODE_LIMIT]
-    var_sbp = dict(prob.init)
+    have = list(prob.init)
     boxed = set()
     chosen = []
 
@@ -219,92 +458,142 @@ def _search(prob, bound):
         if budget[0] <= 0:
             return
         budget[0] -= 1
-        if k == len(eqns):
-            ob, om = prob.out_cost(var_sbp, boxed)
-            total = (cost[0] + ob, cost[1] + om)
+        if k == n_eqns:
+            total = cost
+            for i, r in zip(prob.out_ids, prob.out_req_codes):
+                w = prob.out_want(i, r, have[i])
+                if (i, w) not in boxed:
+                    total += prob.bt(i, have[i], w)
             if total < best[1]:
-                best[0] = list(chosen)
-                best[1] = total
+                best[0], best[1] = list(chosen), total
             return
-        eqn = eqns[k]
+        ins = prob.eqn_ins[k]
         scored = []
-        for sig in prob.cands[k]:
-            nbytes, mism = prob.in_cost(var_sbp, eqn, sig, boxed)
-            scored.append(((cost[0] + nbytes, cost[1] + mism), sig))
-        scored.sort(key=lambda t: t[0])
-        for c, sig in scored:
+        for s, want in enumerate(prob.cin[k]):
+            c = cost + prob.comp[k][s]
+            for i, w in zip(ins, want):
+                if (i, w) not in boxed:
+                    c += prob.bt(i, have[i], w)
+            scored.append((c, s))
+        scored.sort()
+        for c, s in scored:
             if c >= best[1]:
                 break
-            new_pairs = [p for p in _pairs(var_sbp, eqn, sig, ndim) if p not in boxed]
-            boxed.update(new_pairs)
-            chosen.append(sig)
-            saved = [(v, var_sbp.get(v)) for v in eqn.outputs]
-            for v, s in zip(eqn.outputs, sig.outs):
-                var_sbp[v] = s
+            new = [(i, w) for i, w in zip(ins, prob.cin[k][s]) if (i, w) not in boxed]
+            boxed.update(new)
+            chosen.append(s)
+            for i, o in zip(prob.eqn_outs[k], prob.cout[k][s]):
+                have[i] = o
             rec(k + 1, c)
-            for v, old in saved:
-                if old is None:
-                    var_sbp.pop(v, None)
-                else:
-                    var_sbp[v] = old
             chosen.pop()
-            boxed.difference_update(new_pairs)
+            boxed.difference_update(new)
 
-    rec(0, (0, 0))
+    rec(0, 0.0)
     return best[0]
 
 
-def _sweep(prob, sigs, cost, rounds=2):
-    """Local improvement: change one equation's signature when that lowers the exact cost.
+# ----------------------------------------------------------------------------
+# Local refinement with exact deltas
 
-    Candidates are screened by the change at the equation and its consumers, then
-    confirmed by the exact total.
-    """
-    eqns = prob.program.eqns
-    consumers = {}
-    for k, eqn in enumerate(eqns):
-        for v in eqn.inputs:
-            if type(v) is not Literal:
-                consumers.setdefault(v, []).append(k)
-    outset = {v for v in prob.program.outvars if type(v) is not Literal}
-    sigs = list(sigs)
-    var_sbp, cost = prob.total(sigs)
-    for _ in range(rounds):
-        improved = False
-        for k in reversed(range(len(eqns))):
-            if len(prob.cands[k]) < 2:
+
+class _State:
+    """A full plan with the bookkeeping to price one equation's change exactly."""
+
+    def __init__(self, prob, sig_idx):
+        self.prob = prob
+        self.sig = list(sig_idx)
+        self.have = prob.labels_of(sig_idx)
+        self.wants = [{} for _ in prob.avals]  # var id -> {code: number of consumers}
+        for k, s in enumerate(sig_idx):
+            for i, w in zip(prob.eqn_ins[k], prob.cin[k][s]):
+                self.wants[i][w] = self.wants[i].get(w, 0) + 1
+
+    def _vcost(self, i, have, wants):
+        return self.prob.var_cost(i, have, [w for w, n in wants.items() if n > 0])
+
+    def delta(self, k, s):
+        """Exact change of the plan's total if equation k took candidate s."""
+        prob = self.prob
+        old = self.sig[k]
+        d = prob.comp[k][s] - prob.comp[k][old]
+        ins = prob.eqn_ins[k]
+        a_in, b_in = prob.cin[k][old], prob.cin[k][s]
+        done = ()
+        for i in ins:
+            if i in done:
                 continue
-            eqn = eqns[k]
-            users = sorted({c for v in eqn.outputs for c in consumers.get(v, [])})
-            touches_out = any(v in outset for v in eqn.outputs)
+            done += (i,)
+            w_old = self.wants[i]
+            w_new = dict(w_old)
+            for u, a, b in zip(ins, a_in, b_in):
+                if u == i:
+                    w_new[a] -= 1
+                    w_new[b] = w_new.get(b, 0) + 1
+            have = self.have[i]
+            d += self._vcost(i, have, w_new) - self._vcost(i, have, w_old)
+        for i, a, b in zip(prob.eqn_outs[k], prob.cout[k][old], prob.cout[k][s]):
+            if a != b:
+                w = self.wants[i]
+                d += self._vcost(i, b, w) - self._vcost(i, a, w)
+        return d
 
-            ctx = (prob, eqns, sigs, var_sbp, eqn, users, touches_out)
-            here = _local_cost(ctx, sigs[k])
-            for sig in prob.cands[k]:
-                if sig is sigs[k] or _local_cost(ctx, sig) >= here:
+    def apply(self, k, s):
+        prob = self.prob
+        old = self.sig[k]
+        for i, a, b in zip(prob.eqn_ins[k], prob.cin[k][old], prob.cin[k][s]):
+            self.wants[i][a] -= 1
+            self.wants[i][b] = self.wants[i].get(b, 0) + 1
+        for i, b in zip(prob.eqn_outs[k], prob.cout[k][s]):
+            self.have[i] = b
+        self.sig[k] = s
+
+    def neighbours(self, k):
+        """Equations whose delta may change when equation k changes."""
+        prob = self.prob
+        out = set()
+        for i in prob.eqn_ins[k]:
+            out.update(c for c, _ in prob.consumers[i])
+            p = self.producer.get(i)
+            if p is not None:
+                out.add(p)
+        for i in prob.eqn_outs[k]:
+            out.update(c for c, _ in prob.consumers[i])
+        return out
+
+
+def _refine(prob, sig_idx):
+    st = _State(prob, sig_idx)
+    st.producer = {i: k for k, outs in enumerate(prob.eqn_outs) for i in outs}
+    n = len(prob.cands)
+    todo = [k for k in reversed(range(n)) if len(prob.cands[k]) > 1]
+    for _ in range(REFINE_ROUNDS):
+        changed = set()
+        for k in todo:
+            best, best_d = None, -1e-15
+            for s in range(len(prob.cands[k])):
+                if s == st.sig[k]:
                     continue
-                trial = sigs[:k] + [sig] + sigs[k + 1 :]
-                t_var, t_cost = prob.total(trial)
-                if t_cost < cost:
-                    sigs, var_sbp, cost = trial, t_var, t_cost
-                    here = _local_cost((prob, eqns, sigs, var_sbp, eqn, users, touches_out), sig)
-                    improved = True
-        if not improved:
+                d = st.delta(k, s)
+                if d < best_d:
+                    best, best_d = s, d
+            if best is not None:
+                st.apply(k, best)
+                changed.add(k)
+                changed.update(st.neighbours(k))
+        if not changed:
             break
-    return sigs
+        todo = sorted((k for k in changed if len(prob.cands[k]) > 1), reverse=True)
+    return st.sig
 
 
-def _local_cost(ctx, sig):
-    """(bytes, conversions) at one equation and its consumers if it took `sig`."""
-    prob, eqns, sigs, var_sbp, eqn, users, touches_out = ctx
-    env = dict(var_sbp)
-    for v, s in zip(eqn.outputs, sig.outs):
-        env[v] = s
-    b, m = prob.in_cost(env, eqn, sig)
-    for c in users:
-        cb, cm = prob.in_cost(env, eqns[c], sigs[c])
-        b, m = b + cb, m + cm
-    if touches_out:
-        ob, om = prob.out_cost(env)
-        b, m = b + ob, m + om
-    return (b, m)
+def alternatives(plan, k, n=2):
+    """The `n` best other signatures of equation k: [(change of the total, Sig)]."""
+    prob = plan.problem
+    st = _State(prob, plan.sig_index)
+    out = [
+        (st.delta(k, s), prob.cands[k][s])
+        for s in range(len(prob.cands[k]))
+        if s != plan.sig_index[k]
+    ]
+    out.sort(key=lambda t: t[0])
+    return out[:n]

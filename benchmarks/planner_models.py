@@ -1,0 +1,131 @@
+"""Programs the planner is measured on (benchmarks/bench_planner.py, tests/test_planner_*.py).
+
+A pre-LN transformer training step: per layer layernorm -> multi-head attention ->
+residual -> layernorm -> GELU MLP -> residual; a mean-squared loss; `grad` of it and
+one Adam update (the state is (m, v) per parameter). `megatron_sbp` annotates the
+weights as Megatron-LM does (wq/wk/wv/w1 column-split S(1), wo/w2 row-split S(0));
+`hand_megatron` is the same step with every activation SBP forced by `with_sbp`.
+"""
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import B, S
+
+LAYER_KEYS = ("g1", "b1", "wq", "wk", "wv", "wo", "g2", "b2", "w1", "w2")
+MEGATRON = {"wq": S(1), "wk": S(1), "wv": S(1), "wo": S(0), "w1": S(1), "w2": S(0)}
+
+
+def init(n_layers, d, seed=0, heads=None):
+    rng = np.random.default_rng(seed)
+
+    def w(*s):
+        return (rng.normal(size=s) / np.sqrt(s[0])).astype(np.float32)
+
+    layers = []
+    for _ in range(n_layers):
+        layers.append(
+            {
+                "g1": np.ones(d, np.float32),
+                "b1": np.zeros(d, np.float32),
+                "wq": w(d, d),
+                "wk": w(d, d),
+                "wv": w(d, d),
+                "wo": w(d, d),
+                "g2": np.ones(d, np.float32),
+                "b2": np.zeros(d, np.float32),
+                "w1": w(d, 4 * d),
+                "w2": w(4 * d, d),
+            }
+        )
+    return layers
+
+
+def data(b, t, d, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(b, t, d)).astype(np.float32)
+    y = rng.normal(size=(b, t, d)).astype(np.float32)
+    return x, y
+
+
+def _ln(x, g, b):
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+    return (x - mu) * fflow.lax.rsqrt(var + 1e-5) * g + b
+
+
+def _hint(x, sbp, hints):
+    return fflow.with_sbp(x, sbp) if hints else x
+
+
+def layer(p, x, heads, hints=False):
+    bsz, t, d = x.shape
+    dh = d // heads
+    h = _ln(x, p["g1"], p["b1"])
+
+    def split_heads(z):
+        z = _hint(z, S(2), hints)
+        return jnp.transpose(jnp.reshape(z, (bsz, t, heads, dh)), (0, 2, 1, 3))
+
+    q, k, v = (split_heads(h @ p[n]) for n in ("wq", "wk", "wv"))
+    logits = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(np.sqrt(dh))
+    probs = fflow.nn.softmax(logits, axis=-1)
+    a = jnp.einsum("bhqk,bhkd->bhqd", probs, v)
+    a = jnp.reshape(jnp.transpose(a, (0, 2, 1, 3)), (bsz, t, d))
+    a = _hint(a, S(2), hints)
+    x = x + _hint(a @ p["wo"], B, hints)
+    h = _ln(x, p["g2"], p["b2"])
+    m = _hint(fflow.nn.gelu(h @ p["w1"]), S(2), hints)
+    return x + _hint(m @ p["w2"], B, hints)
+
+
+def loss(params, x, y, heads=4, hints=False):
+    for p in params:
+        x = layer(p, x, heads, hints)
+    return jnp.mean(jnp.square(x - y))
+
+
+def train_step(params, opt, x, y, heads=4, hints=False, lr=1e-3):
+    """One Adam step (bias correction folded into lr): returns (loss, params, opt)."""
+    value, grads = fflow.value_and_grad(loss)(params, x, y, heads, hints)
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    new_p, new_o = [], []
+    for p, (m, v), g in zip(params, opt, grads):
+        np_, nm, nv = {}, {}, {}
+        for k in p:
+            nm[k] = b1 * m[k] + (1 - b1) * g[k]
+            nv[k] = b2 * v[k] + (1 - b2) * jnp.square(g[k])
+            np_[k] = p[k] - lr * nm[k] / (jnp.sqrt(nv[k]) + eps)
+        new_p.append(np_)
+        new_o.append((nm, nv))
+    return value, new_p, new_o
+
+
+def adam_init(params):
+    return [({k: np.zeros_like(a) for k, a in p.items()},) * 2 for p in params]
+
+
+def megatron_sbp(params, batch=B):
+    """in_sbp for train_step(params, opt, x, y): Megatron weights, their Adam state alike."""
+    w = [{k: MEGATRON.get(k, B) for k in p} for p in params]
+    return (w, [(wi, wi) for wi in w], batch, batch)
+
+
+def step_fn(heads, hints=False, adam=True):
+    if adam:
+        return lambda params, opt, x, y: train_step(params, opt, x, y, heads, hints)
+    return lambda params, x, y: fflow.value_and_grad(loss)(params, x, y, heads, hints)
+
+
+def megatron_sharded(pl, n_layers, b, t, d, heads=4, hints=False, adam=True, **opts):
+    """(Sharded step, args) with Megatron weight annotations (hints: the hand plan)."""
+    params = init(n_layers, d)
+    x, y = data(b, t, d)
+    fn = step_fn(heads, hints, adam)
+    sbp = megatron_sbp(params)
+    if adam:
+        out = (B, sbp[0], sbp[1])  # the next step gets params and state as this one did
+        step = fflow.shard(fn, pl, in_sbp=sbp, out_sbp=out, **opts)
+        return step, (params, adam_init(params), x, y)
+    return fflow.shard(fn, pl, in_sbp=(sbp[0], B, B), out_sbp=(B, sbp[0]), **opts), (params, x, y)

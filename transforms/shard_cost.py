@@ -1,0 +1,88 @@
+"""The planner's cost model: seconds per device for computing and for boxing.
+
+Compute: an equation's FLOPs (a matmul 2*M*N*K, an elementwise op one per element,
+data movement counted as bytes) times the share of the work one device does under
+a signature (a split matmul 1/p of the replicated one; a partial-sum output is full
+size but each device reduced 1/p of the contraction), over the profile's
+throughput. Communication: per collective step, the profile's latency plus the
+bytes one device moves over the link bandwidth of that mesh axis. The constants
+live in a `DeviceProfile` (fflow/sharding.py), so plans for an H200 node and for
+simulated CPU devices differ where the hardware says they should.
+"""
+
+import math
+
+from fflow.sharding import DeviceProfile, default_profile
+
+__all__ = ["DeviceProfile", "default_profile", "eqn_flops", "work_share", "compute_time"]
+
+# primitives whose cost is moving bytes, not arithmetic
+MOVE_TRAITS = ("shape", "indexing")
+# transcendental elementwise ops cost more than an add
+HEAVY = {"exp", "log", "tanh", "logistic", "erf", "rsqrt", "sqrt", "pow", "sin", "cos", "log1p"}
+
+
+def _size(aval):
+    return math.prod(aval.shape) if aval.shape else 1
+
+
+def eqn_flops(eqn):
+    """(flops, bytes touched) of one equation on the whole (global) value."""
+    prim = eqn.primitive
+    outs = [_size(v.aval) for v in eqn.outputs]
+    ins = [_size(v.aval) for v in eqn.inputs]
+    nbytes = sum(s * v.aval.dtype.itemsize for s, v in zip(ins, eqn.inputs))
+    nbytes += sum(s * v.aval.dtype.itemsize for s, v in zip(outs, eqn.outputs))
+    if prim.name == "dot_general":
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        k = math.prod(eqn.inputs[0].aval.shape[d] for d in lc) if lc else 1
+        return 2.0 * outs[0] * k, nbytes
+    if prim.name in ("sbp_constraint",):
+        return 0.0, 0
+    if any(t in prim.traits for t in MOVE_TRAITS):
+        return 0.0, nbytes
+    if "reduction" in prim.traits or "cumulative" in prim.traits:
+        return float(max(ins or [0])), nbytes
+    weight = 8.0 if prim.name in HEAVY else 1.0
+    return weight * float(max(outs or [0])), nbytes
+
+
+def _fraction(aval, nd, hierarchy):
+    """The share of `aval` one device holds under `nd` (partial and broadcast hold it all)."""
+    pieces = 1
+    for h, s in zip(hierarchy, nd):
+        if s.is_split():
+            pieces *= min(h, aval.shape[s.axis]) if aval.shape else 1
+    return 1.0 / pieces
+
+
+def work_share(eqn, sig, hierarchy):
+    """The share of an equation's work one device does under `sig`: the smallest local
+    share of any operand (a device never does more than its smallest piece allows)."""
+    share = 1.0
+    for v, nd in zip(eqn.inputs, sig.ins):
+        share = min(share, _fraction(v.aval, nd, hierarchy))
+    for v, nd in zip(eqn.outputs, sig.outs):
+        share = min(share, _fraction(v.aval, nd, hierarchy))
+    return share
+
+
+def compute_time(eqn, sig, hierarchy, profile, flops=None):
+    """Seconds one device spends on `eqn` under `sig` (roofline: max of math and memory)."""
+    f, b = eqn_flops(eqn) if flops is None else flops
+    t = max(f / profile.flops, b / profile.mem_bandwidth)
+    return t * work_share(eqn, sig, hierarchy)
+
+
+def boxing_time(bp, hierarchy, profile):
+    """Seconds of one BoxingPlan: each communicating step costs latency + bytes/bandwidth."""
+    n = math.prod(hierarchy) if hierarchy else 1
+    t = 0.0
+    for st in bp.steps:
+        if not st.bytes:
+            continue
+        axes = st.axes if st.axes is not None else tuple(range(len(hierarchy)))
+        lat = max(profile.latency_of(m) for m in axes)
+        bw = min(profile.bandwidth_of(m) for m in axes)
+        t += lat + st.bytes / (n * bw)
+    return t
