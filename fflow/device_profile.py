@@ -4,7 +4,7 @@ A `DeviceProfile` says how fast one device computes (FLOP/s, memory bytes/s), ho
 much memory it has, and, per mesh axis, the latency and bandwidth of its
 collectives. `CPU` is this kind of machine running simulated devices (every
 collective is a copy through Python), `H200` an 8-GPU NVLink node.
-`profile_devices(placement)` measures one.
+`fflow.sharding.profile_devices(placement)` measures one.
 
 Example:
     >>> import fflow
@@ -13,8 +13,6 @@ Example:
 """
 
 import time
-
-import numpy as np
 
 
 class DeviceProfile:
@@ -72,7 +70,7 @@ def default_profile(pl=None):
     return CPU
 
 
-def _best_time(fn, reps=5):
+def best_time(fn, reps=5):
     fn()
     best = float("inf")
     for _ in range(reps):
@@ -80,34 +78,3 @@ def _best_time(fn, reps=5):
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def profile_devices(pl=None, small=256, large=1 << 20):
-    """Measure a DeviceProfile on this machine: matmul FLOP/s, copy bandwidth, and the
-    latency and bandwidth of an all-reduce over `pl` (default: 2 simulated devices).
-
-    Example:
-        >>> import fflow
-        >>> p = fflow.sharding.profile_devices(fflow.placement("cpu", [0, 1]))
-        >>> p.flops > 0 and p.latency_of(0) > 0
-        True
-    """
-    from fflow import sharding  # this module is imported by fflow.sharding itself
-
-    n = 256
-    a = np.ones((n, n), np.float32)
-    flops = 2 * n**3 / _best_time(lambda: a @ a)
-    big = np.ones(large // 4, np.float32)
-    out = np.empty_like(big)
-    mem = 2 * big.nbytes / _best_time(lambda: np.copyto(out, big))
-    pl = pl or sharding.placement("cpu", [0, 1])
-    p = pl.size
-
-    def allreduce(nbytes):
-        x = sharding.to_global(np.ones(nbytes // 4, np.float32), pl, (sharding.P,) * pl.ndim)
-        return _best_time(lambda: sharding.to_global(x, sbp=(sharding.B,) * pl.ndim), 3)
-
-    t_small, t_large = allreduce(small), allreduce(large)
-    per_device = 2 * (p - 1) / p * large  # ring all-reduce bytes one device sends
-    bw = per_device / max(t_large - t_small, 1e-9)
-    return DeviceProfile(f"measured {pl}", flops, mem, latency=t_small, bandwidth=bw)

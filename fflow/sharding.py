@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from fflow.device_profile import CPU, H200, DeviceProfile, default_profile, profile_devices  # noqa: F401
+from fflow.device_profile import CPU, H200, DeviceProfile, best_time, default_profile  # noqa: F401
 from fflow.errors import ShapeError, user_error
 
 # ----------------------------------------------------------------------------
@@ -670,4 +670,39 @@ __all__ = [
     "partial_min",
     "to_global",
     "to_local",
+    "DeviceProfile",
+    "profile_devices",
 ]
+
+
+# ----------------------------------------------------------------------------
+# Measuring a device profile for the planner (fflow/device_profile.py)
+
+
+def profile_devices(pl=None, small=256, large=1 << 20):
+    """Measure a DeviceProfile on this machine: matmul FLOP/s, copy bandwidth, and the
+    latency and bandwidth of an all-reduce over `pl` (default: 2 simulated devices).
+
+    Example:
+        >>> import fflow
+        >>> p = fflow.sharding.profile_devices(fflow.placement("cpu", [0, 1]))
+        >>> p.flops > 0 and p.latency_of(0) > 0
+        True
+    """
+    n = 512
+    a = np.ones((n, n), np.float32)
+    flops = 2 * n**3 / best_time(lambda: a @ a)
+    big = np.ones(large // 4, np.float32)
+    out = np.empty_like(big)
+    mem = 2 * big.nbytes / best_time(lambda: np.copyto(out, big))
+    pl = pl or placement("cpu", [0, 1])
+    p = pl.size
+
+    def allreduce(nbytes):
+        x = to_global(np.ones(nbytes // 4, np.float32), pl, (P,) * pl.ndim)
+        return best_time(lambda: to_global(x, sbp=(B,) * pl.ndim), 3)
+
+    t_small, t_large = allreduce(small), allreduce(large)
+    per_device = 2 * (p - 1) / p * large  # ring all-reduce bytes one device sends
+    bw = per_device / max(t_large - t_small, 1e-9)
+    return DeviceProfile(f"measured {pl}", flops, mem, latency=t_small, bandwidth=bw)

@@ -6,13 +6,13 @@ a signature (a split matmul 1/p of the replicated one; a partial-sum output is f
 size but each device reduced 1/p of the contraction), over the profile's
 throughput. Communication: per collective step, the profile's latency plus the
 bytes one device moves over the link bandwidth of that mesh axis. The constants
-live in a `DeviceProfile` (fflow/sharding.py), so plans for an H200 node and for
+live in a `DeviceProfile` (fflow/device_profile.py), so plans for an H200 node and for
 simulated CPU devices differ where the hardware says they should.
 """
 
 import math
 
-from fflow.sharding import DeviceProfile, default_profile
+from fflow.device_profile import DeviceProfile, default_profile
 
 __all__ = ["DeviceProfile", "default_profile", "eqn_flops", "work_share", "compute_time"]
 
