@@ -61,6 +61,10 @@ _LAZY = {
     "ShapeDtypeStruct": ("fflow.transforms.ad_api", "ShapeDtypeStruct"),
     "tree": ("fflow.tree", None),
     "ops": ("fflow.ops", None),
+    "save": ("fflow.serialization", "save"),
+    "load": ("fflow.serialization", "load"),
+    "CheckpointManager": ("fflow.serialization", "CheckpointManager"),
+    "optim": ("fflow.optim", None),
 }
 
 

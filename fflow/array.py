@@ -130,6 +130,10 @@ class Array:
         return self
 
     def copy(self):
+        if self._sharding is not None:  # a global array: copy each shard, keep the sharding
+            gv = self._value
+            shards = {i: np.array(s) for i, s in gv.shards.items()}
+            return _rebuild_global(type(gv)(gv.shape, gv.dtype, gv.sharding, shards), self._weak)
         return Array(np.array(np.asarray(self)), self._weak)
 
     # -- global arrays (fflow/sharding.py) ------------------------------------------
@@ -180,6 +184,9 @@ class Array:
         return format(str(self), spec)
 
     def __reduce__(self):
+        if self._sharding is not None:
+            # a global array pickles its placement, SBP and this process' shards
+            return (_rebuild_global, (self._value, self._weak))
         return (_rebuild, (np.asarray(self), self._weak))
 
     def __deepcopy__(self, memo):
@@ -210,6 +217,12 @@ _DELETED = _Deleted()
 
 def _rebuild(value, weak):
     return Array(value, weak)
+
+
+def _rebuild_global(global_value, weak):
+    out = Array(global_value, weak)
+    out._sharding = global_value.sharding
+    return out
 
 
 def _to_numpy(value):

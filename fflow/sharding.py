@@ -69,6 +69,9 @@ class Split(SbpParallel):
     def __repr__(self):
         return f"S({self.axis})"
 
+    def __reduce__(self):  # the hash is per process (string hashing): rebuild it
+        return (Split, (self.axis,))
+
 
 class Broadcast(SbpParallel):
     __slots__ = ()
@@ -106,6 +109,9 @@ class Partial(SbpParallel):
 
     def __repr__(self):
         return "P" if self.op == "sum" else f"P({self.op})"
+
+    def __reduce__(self):
+        return (Partial, (self.op,))
 
 
 def split(axis=None, *, dim=None):
@@ -250,6 +256,9 @@ class placement:  # noqa: N801  (named as in OneFlow: flow.placement)
     def __repr__(self):
         ranks = np.asarray(self.ranks).reshape(self.hierarchy).tolist()
         return f"placement(type={self.type!r}, ranks={ranks})"
+
+    def __reduce__(self):
+        return (placement, (self.type, np.asarray(self.ranks).reshape(self.hierarchy).tolist()))
 
 
 def device_count():
@@ -506,6 +515,9 @@ class Sharding:
 
     def __repr__(self):
         return f"Sharding({self.placement}, {self.sbp})"
+
+    def __reduce__(self):
+        return (Sharding, (self.placement, self.sbp))
 
 
 class GlobalValue:
