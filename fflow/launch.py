@@ -1,25 +1,39 @@
 """Run a script on N MPI ranks: `python -m fflow.launch -n 4 script.py [args...]`.
 
-A thin wrapper over `mpiexec -n 4 python -m mpi4py script.py`: mpi4py's runner
-aborts every rank when one raises, so a failing rank ends the run with its own
-traceback instead of leaving the others waiting in a collective. The ranks use
-fflow's MPI runtime (FFLOW_RUNTIME=mpi), so the same script that runs on
-simulated devices runs here unchanged.
+    python -m fflow.launch -n N [--hostfile F] [--ppn K] [-m] script.py args...
+
+Starts the ranks with MPICH's `mpiexec` (Hydra; `--hostfile`/`--ppn` pass through as
+`-f`/`-ppn`). Inside an existing job (SLURM's `srun`, or any PMI launcher that sets
+PMI_RANK/PMI_SIZE) it does not start ranks: this process is one rank, its rank
+and size come from the environment. The ranks use fflow's MPI runtime
+(FFLOW_RUNTIME=mpi), so a script that runs on simulated devices runs here unchanged.
+
+Failures end the whole job with a non-zero exit and one message naming the rank:
+each rank runs under a small supervisor process that reports how its rank ended.
+An exception prints that rank's traceback once; `sys.exit(k)`, `os._exit(k)` and
+signals (SIGKILL, a segfault) are reported by the supervisor; a rank that finishes
+early is noticed by the ranks still waiting for it (fflow/mpi_faults.py), and any
+remaining hang ends after `collective_timeout` seconds (FFLOW_COLLECTIVE_TIMEOUT).
 
 Each rank holds only its own shards. Reading a global array's whole value
-(`np.asarray`, `float`, `print`) gathers it from every rank, so do it on all ranks
-(compute the value everywhere, then print on rank 0):
+(`np.asarray`, `float`, `print`) is a collective, so do it on all ranks (compute
+the value everywhere, then print on rank 0):
 
     loss = float(step(...))          # every rank
-    if fflow.sharding.runtime().rank == 0:
+    if fflow.process_index() == 0:
         print(loss)
 """
 
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+
+REPORTED = 70  # a rank's exit code after it printed its own error
 
 
 def find_mpiexec():
@@ -45,23 +59,193 @@ def find_mpiexec():
     return found
 
 
-def command(n, script, args, module=False):
+def env_rank():
+    """(rank, size) from a PMI or SLURM environment, or None outside a launched job."""
+    env = os.environ
+    for r, s in (
+        ("PMI_RANK", "PMI_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ):
+        if r in env and s in env:
+            if r == "SLURM_PROCID" and "SLURM_STEP_ID" not in env:
+                continue  # inside an allocation (salloc/sbatch) but not an srun task
+            return int(env[r]), int(env[s])
+    return None
+
+
+def command(n, script, args, module=False, hostfile=None, ppn=None):
+    cmd = [find_mpiexec(), "-n", str(n)]
+    if hostfile:
+        cmd += ["-f", hostfile]
+    if ppn:
+        cmd += ["-ppn", str(ppn)]
     target = ["-m", script] if module else [script]
-    return [find_mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py", *target, *args]
+    return cmd + [sys.executable, "-m", "fflow.launch", "--rank", *target, *args]
 
 
-def main(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m fflow.launch", description=__doc__.split("\n")[0]
     )
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
+    parser.add_argument("--hostfile", "-f", help="MPICH hostfile (one host per line)")
+    parser.add_argument("--ppn", type=int, help="ranks per node")
+    parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rank-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-m", dest="module", action="store_true", help="run a module")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
-    env = dict(os.environ, FFLOW_RUNTIME="mpi")
-    proc = subprocess.run(command(ns.nproc, ns.script, ns.args, ns.module), env=env)
-    return proc.returncode
+    return parser
+
+
+def main(argv=None):
+    ns = _parser().parse_args(argv)
+    if ns.rank_child:
+        return rank_child(ns.script, ns.args, ns.module)
+    if ns.rank or env_rank() is not None:
+        return supervise(ns.script, ns.args, ns.module)
+    status_dir = tempfile.mkdtemp(prefix="fflow_launch_")
+    env = dict(os.environ, FFLOW_RUNTIME="mpi", FFLOW_LAUNCH_DIR=status_dir)
+    cmd = command(ns.nproc, ns.script, ns.args, ns.module, ns.hostfile, ns.ppn)
+    try:
+        rc = subprocess.run(cmd, env=env).returncode
+        failed = sorted(os.listdir(status_dir))
+    finally:
+        shutil.rmtree(status_dir, ignore_errors=True)
+    if rc == 0 and failed:  # a rank failed, but the exit code got lost on the way
+        rc = 1
+    return rc
+
+
+# ----------------------------------------------------------------------------
+# One rank: a supervisor process and the rank itself
+
+
+def _rank_name():
+    found = env_rank()
+    return str(found[0]) if found else "?"
+
+
+def _pdeathsig():
+    # the rank dies with its supervisor (mpiexec kills supervisors when a rank fails)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def supervise(script, args, module):
+    """Run this rank as a child process and report how it ended."""
+    os.environ["FFLOW_RUNTIME"] = "mpi"
+    rank = _rank_name()
+    cmd = [sys.executable, "-m", "fflow.launch", "--rank-child"]
+    cmd += (["-m"] if module else []) + [script, *args]
+    child = subprocess.Popen(cmd, close_fds=False, preexec_fn=_pdeathsig)  # keeps PMI_FD
+    stopping = []
+
+    def forward(signum, _frame):
+        stopping.append(signum)
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:
+            continue
+    if rc == 0:
+        return 0
+    if not stopping:
+        _record_failure(rank, rc)
+        if rc < 0:
+            name = signal.Signals(-rc).name
+            sys.stderr.write(
+                f"fflow.launch: rank {rank} was killed by {name} before finishing its script; "
+                "ending every rank.\n"
+            )
+        elif rc != REPORTED:
+            sys.stderr.write(
+                f"fflow.launch: rank {rank} exited with code {rc} before finishing its script "
+                "(os._exit, or a crash outside Python); ending every rank.\n"
+            )
+        sys.stderr.flush()
+    if rc < 0:
+        return 128 - rc
+    return 1 if rc == REPORTED else rc
+
+
+def _record_failure(rank, rc):
+    d = os.environ.get("FFLOW_LAUNCH_DIR")
+    if d and os.path.isdir(d):
+        with open(os.path.join(d, f"rank{rank}"), "w") as f:
+            f.write(str(rc))
+
+
+def rank_child(script, args, module):
+    """The rank itself: run the script; report an error once; say goodbye at the end."""
+    import runpy
+    import traceback
+
+    from mpi4py import MPI  # this process is an MPI rank
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    sys.argv = [script, *args]
+    if not module:
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        if module:
+            runpy.run_module(script, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        if code not in (0, None):
+            _flush()
+            if not isinstance(code, int):
+                sys.stderr.write(f"{code}\n")
+                code = 1
+            sys.stderr.write(
+                f"fflow.launch: rank {rank} called sys.exit({e.code}); ending every rank.\n"
+            )
+            _flush()
+            os._exit(REPORTED)
+    except BaseException as e:  # noqa: BLE001  (any failure of the user's script)
+        _flush()
+        reporter = getattr(e, "reporter", None)
+        if reporter is not None and reporter != rank:
+            time.sleep(2.0)  # the reporting rank prints it; this one only ends
+            os._exit(REPORTED)
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        sys.stderr.write(f"fflow.launch: rank {rank} failed:\n{text}")
+        _flush()
+        os._exit(REPORTED)
+    _flush()
+    from fflow.mpi_faults import leave_world
+
+    leave_world(_summary())
+    _flush()
+    return 0
+
+
+def _summary():
+    from fflow import sharding
+
+    rt = sharding._runtime
+    n = getattr(rt, "collective_count", 0) if rt is not None else 0
+    return f"after {n} collectives"
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  (a closed stream must not hide the error)
+            pass
 
 
 if __name__ == "__main__":

@@ -1,18 +1,50 @@
 """The MPI runtime: one process per rank (started by `python -m fflow.launch -n N`).
 
-A global array keeps only this rank's shard. Each rank runs its own device
-program; at a collective it sends its messages to the other members of its group
-and receives theirs (mpi4py, MPICH from PyPI). Every rank issues collectives in
-program order, and message tags count collectives per placement, so the order
-is the same on all ranks. Numbers equal the simulated runtime's bit for bit:
-both reduce in group order.
+A global array keeps only this rank's shard. Each rank runs its own device program;
+its collectives are mpi4py buffer collectives (fflow/mpi_ops.py) on a communicator
+per group of ranks (one per mesh-axis group of a placement, created on first use by
+its members only, `Create_group`, and cached). Every rank issues collectives in
+program order. In the default deterministic mode the numbers equal the simulated
+runtime's bit for bit (see mpi_ops.py for the native mode).
+
+Safety (fflow/mpi_faults.py): every wait notices a rank that left or a timeout. The
+first call of every sharded program on a rank checks a fingerprint across the
+placement's ranks (the program, its input shapes/dtypes/SBPs, the calling line), so
+ranks running different programs or shapes get an error naming both; with config
+`debug_collectives` (FFLOW_DEBUG_COLLECTIVES) every collective is checked too.
 """
+
+import zlib
 
 import numpy as np
 
-from fflow.errors import FflowError
-from fflow.primitives.collectives import collective_phases
-from fflow.sharding import assemble
+from fflow import mpi_ops
+from fflow.config import config
+from fflow.errors import FflowError, user_source_info
+from fflow.mpi_faults import RankError, control
+
+config.define("debug_collectives", False)
+
+
+class _What:
+    """A collective's description, formatted only when an error or a wait needs it."""
+
+    __slots__ = ("rt", "count", "prim", "x", "ranks", "sp")
+
+    def __init__(self, rt, count, prim, x, ranks, sp):
+        self.rt, self.count, self.prim, self.x, self.ranks, self.sp = rt, count, prim, x, ranks, sp
+
+    def __str__(self):
+        dt = np.dtype(self.x.dtype).name
+        prog = f" of sharded program '{self.sp.name}'" if self.sp is not None else ""
+        return (
+            f"collective #{self.count} ({self.prim.name} {dt}{list(np.shape(self.x))} over "
+            f"ranks {list(self.ranks)}){prog}"
+        )
+
+
+def _crc(text):
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
 class MPIRuntime:
@@ -22,17 +54,20 @@ class MPIRuntime:
         from mpi4py import MPI  # loaded only when this runtime is used
 
         self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
+        self.world = MPI.COMM_WORLD
+        self.comm = self.world  # control and setup only; data goes on group communicators
+        self.control = control()
         self.bytes_moved = 0  # bytes this rank sent in collective messages
         self.collective_count = 0
-        self._tags = {}
+        self._comms = {}
+        self._sp = None  # the sharded program running now (for messages)
 
     def device_count(self):
-        return self.comm.Get_size()
+        return self.world.Get_size()
 
     @property
     def rank(self):
-        return self.comm.Get_rank()
+        return self.world.Get_rank()
 
     def describe(self):
         return f"{self.device_count()} MPI ranks"
@@ -43,6 +78,22 @@ class MPIRuntime:
         except ValueError:
             return None
 
+    def group_comm(self, ranks):
+        """The communicator of world `ranks` (in this order); members only, cached."""
+        ranks = tuple(ranks)
+        comm = self._comms.get(ranks)
+        if comm is None:
+            self.control.check_group(ranks, f"creating a communicator over ranks {list(ranks)}")
+            group = self.world.Get_group().Incl(list(ranks))
+            comm = self.world.Create_group(group, tag=7)
+            group.Free()
+            self._comms[ranks] = comm
+        return comm
+
+    def wait(self, reqs, ranks, what):
+        self.control.wait(reqs, ranks, what)
+
+    # -- global arrays ------------------------------------------------------------
     def scatter(self, value, nd_sbp, pl):
         from fflow.sharding import local_box, partial_keeper
 
@@ -57,11 +108,24 @@ class MPIRuntime:
         return {i: piece}
 
     def assemble(self, gv):
+        """The logical value on every rank: box to broadcast (only what is missing moves,
+        nothing for a broadcast array), then ranks outside the placement get a Bcast."""
+        from fflow.sharding import B, make_global
+        from fflow.transforms.shard_exec import run_identity
+
         pl = gv.sharding.placement
-        everything = {}
-        for part in self.comm.allgather(gv.shards):
-            everything.update(part)
-        return assemble(everything, gv.shape, gv.sharding.sbp, pl)
+        i = self._my_index(pl)
+        full = (B,) * pl.ndim
+        if gv.sharding.sbp != full:
+            x = make_global(gv.shape, gv.dtype, pl, gv.sharding.sbp, gv.shards)
+            counted = self.bytes_moved  # reads are not program traffic (as simulated)
+            gv = run_identity(x, pl, full)._value
+            self.bytes_moved = counted
+        value = gv.shards[i] if i is not None else np.empty(gv.shape, gv.dtype)
+        if pl.size < self.world.Get_size():
+            value = np.array(value, order="C")
+            self.world.Bcast([mpi_ops._raw(value), self.MPI.BYTE], root=pl.ranks[0])
+        return value
 
     def local_of(self, gv):
         if not gv.shards:
@@ -70,6 +134,21 @@ class MPIRuntime:
             )
         return next(iter(gv.shards.values()))
 
+    def gather_shapes(self, pl, local):
+        """Every placement member's (shape, dtype name) of `local` (ranks in pl order)."""
+        comm = self.group_comm(pl.ranks)
+        info = f"{np.dtype(local.dtype).name}:{','.join(str(d) for d in np.shape(local))}"
+        mine = np.frombuffer(info.encode().ljust(128)[:128], np.uint8).copy()
+        everyone = np.empty((pl.size, 128), np.uint8)
+        req = comm.Iallgather([mine, self.MPI.BYTE], [everyone, self.MPI.BYTE])
+        self.wait([req], pl.ranks, "make_global_array's shape check")
+        out = []
+        for row in everyone:
+            dt, _, dims = bytes(row).decode().strip().partition(":")
+            out.append((tuple(int(d) for d in dims.split(",") if d), dt))
+        return out
+
+    # -- running sharded programs ---------------------------------------------------
     def execute(self, sp, in_shards):
         from fflow.transforms.shard_exec import device_steps
 
@@ -78,60 +157,134 @@ class MPIRuntime:
         n_out = len(sp.program.outvars)
         if i is None:
             return [{} for _ in range(n_out)]
-        gen = device_steps(sp.local_program(i), [s[i] for s in in_shards])
+        args = [s[i] for s in in_shards]
+        if config.debug_collectives or not getattr(sp, "_mpi_checked", False):
+            self.check_program(sp, pl, args)
+            sp._mpi_checked = True
+        self._sp = sp
+        gen = device_steps(sp.local_program(i), args)
         value = None
         first = True
         while True:
             try:
-                prim, x, params = next(gen) if first else gen.send(value)
+                req = next(gen) if first else gen.send(value)
             except StopIteration as stop:
                 results = stop.value
                 break
             first = False
-            value = self.collective(pl, prim, x, params)
+            value = self.run_request(pl, req)
+        self._sp = None
         return [{i: results[k]} for k in range(n_out)]
 
-    def collective(self, pl, prim, x, params):
+    def run_request(self, pl, req):
+        if req[0] == "start":  # a gradient bucket: started now, finished at "wait"
+            _, prim, x, params = req
+            ranks, comm, what = self._setup(pl, prim, x, params)
+            self.bytes_moved += _all_reduce_bytes(x.size, comm, x.itemsize)
+            return (mpi_ops.start_all_reduce(comm, x, params["op"]), comm, ranks, what)
+        if req[0] == "wait":
+            handle, comm, ranks, what = req[1]
+            return mpi_ops.finish_all_reduce(self, comm, ranks, handle, what)
+        prim, x, params = req
+        return self.collective(pl, prim, x, params)
+
+    def _setup(self, pl, prim, x, params):
         self.collective_count += 1
-        count = self._tags.get(pl, 0)
-        self._tags[pl] = count + 1
-        group = params["group"]
-        state = None
-        for phase_no, phase in enumerate(collective_phases[prim]):
-            tag = (count * 4 + phase_no) % 30000
-            msgs = phase.make(x, state, **params)
-            requests = []
-            for dst, payload in sorted(msgs.items()):
-                self.bytes_moved += sum(a.nbytes for a in payload)
-                requests.append(self.comm.isend(payload, dest=pl.ranks[group[dst]], tag=tag))
-            received = {
-                src: self.comm.recv(source=pl.ranks[group[src]], tag=tag)
-                for src in phase.sources(params)
-            }
-            for r in requests:
-                r.wait()
-            state = phase.combine(x, state, received, **params)
-        return state
+        ranks = tuple(pl.ranks[j] for j in params["group"])
+        what = _What(self, self.collective_count, prim, x, ranks, self._sp)
+        self.control.check_group(ranks, what)
+        comm = self.group_comm(ranks)
+        if config.debug_collectives:
+            self.check_collective(comm, ranks, prim, x, params, what)
+        return ranks, comm, what
 
-    # -- point-to-point (moving arrays between placements; fflow.pipeline) --------
-    def p2p_start(self, sends, recvs, tag):
-        """Post buffer Isend/Irecv: sends [(rank, array)], recvs [(rank, shape, dtype)].
+    def collective(self, pl, prim, x, params):
+        ranks, comm, what = self._setup(pl, prim, x, params)
+        if len(ranks) == 1:
+            from fflow.primitives.collectives import run_phases_single
 
-        Returns a handle whose `wait()` gives the received arrays in `recvs` order. The
-        messages go on a duplicate of COMM_WORLD, so they never match a collective's.
-        """
-        if getattr(self, "_p2p_comm", None) is None:
-            self._p2p_comm = self.comm.Dup()
-        comm = self._p2p_comm
-        requests, bufs = [], []
-        for src, shape, dtype in recvs:
-            buf = np.empty(shape, dtype)
-            bufs.append(buf)
-            requests.append(comm.Irecv(_buffer(buf), source=src, tag=tag))
-        for dst, arr in sends:
-            self.bytes_moved += arr.nbytes
-            requests.append(comm.Isend(_buffer(arr), dest=dst, tag=tag))
-        return _P2PHandle(self.MPI, requests, bufs, sends)
+            return run_phases_single(prim, x, params)
+        return mpi_ops.OPS[prim.name](self, comm, ranks, np.asarray(x), params, what)
+
+    # -- fingerprints: ranks running different programs or shapes -----------------------
+    def check_program(self, sp, pl, args):
+        fp = getattr(sp, "_fingerprint", None)
+        if fp is None:
+            from fflow.printing import pp_program
+
+            text = f"{pp_program(sp.exec_program)} in={sp.in_sbps} out={sp.out_sbps}"
+            fp = sp._fingerprint = _crc(text)
+        where = user_source_info()
+        desc = (
+            f"sharded program '{sp.name}' called at {where.short() if where else '?'} with "
+            "inputs "
+            + ", ".join(
+                f"{np.dtype(v.aval.dtype).name}{list(v.aval.shape)}{tuple(s)}"
+                for v, s in zip(sp.program.invars, sp.in_sbps)
+            )
+        )
+        self._agree(pl.ranks, np.array([fp, _crc(desc)], np.int64), desc, "ran different programs")
+
+    def check_collective(self, comm, ranks, prim, x, params, what):
+        keep = {k: v for k, v in params.items() if k not in ("index", "placement")}
+        if prim.name == "exchange":
+            keep = {"out": len(params["group"])}
+        desc = f"{what.count}:{prim.name}:{np.dtype(x.dtype).name}:{sorted(keep.items())}"
+        self._agree(ranks, np.array([_crc(desc), 0], np.int64), str(what), "diverged")
+
+    def _agree(self, ranks, fp, desc, verb):
+        comm = self.group_comm(ranks)
+        everyone = np.empty((len(ranks), 2), np.int64)
+        req = comm.Iallgather(fp, everyone)
+        self.wait([req], ranks, f"the program fingerprint check ({desc})")
+        if (everyone == everyone[0]).all():
+            return
+        descs = comm.allgather(desc)  # metadata only, and only on the error path
+        j = next(j for j in range(len(ranks)) if (everyone[j] != everyone[0]).any())
+        raise RankError(
+            f"ranks {verb}: rank {ranks[0]} runs {descs[0]}, but rank {ranks[j]} runs "
+            f"{descs[j]}. Every rank must run the same sharded calls with the same shapes "
+            "and dtypes. Fix: give every rank the same program and per-rank data of the "
+            "same shape (fflow.make_global_array checks this).",
+            reporter=ranks[0],
+        )
+
+
+def _all_reduce_bytes(size, comm, itemsize):
+    from fflow.sharding import balanced
+
+    p = comm.Get_size()
+    sizes = balanced(size, p)
+    me = comm.Get_rank()
+    return ((size - sizes[me]) + (p - 1) * sizes[me]) * itemsize
+
+
+# ----------------------------------------------------------------------------
+# point-to-point (moving arrays between placements; fflow.pipeline)
+
+
+def _p2p_start(self, sends, recvs, tag):
+    """Post buffer Isend/Irecv: sends [(rank, array)], recvs [(rank, shape, dtype)].
+
+    Returns a handle whose `wait()` gives the received arrays in `recvs` order. The
+    messages go on a duplicate of COMM_WORLD, so they never match a collective's.
+    """
+    if getattr(self, "_p2p_comm", None) is None:
+        self._p2p_comm = self.comm.Dup()
+    comm = self._p2p_comm
+    requests, bufs = [], []
+    for src, shape, dtype in recvs:
+        buf = np.empty(shape, dtype)
+        bufs.append(buf)
+        requests.append(comm.Irecv(_buffer(buf), source=src, tag=tag))
+    for dst, arr in sends:
+        self.bytes_moved += arr.nbytes
+        requests.append(comm.Isend(_buffer(arr), dest=dst, tag=tag))
+    peers = sorted({r for r, *_ in recvs} | {r for r, _ in sends} | {self.rank})
+    return _P2PHandle(self, requests, bufs, sends, peers)
+
+
+MPIRuntime.p2p_start = _p2p_start
 
 
 def _buffer(arr):
@@ -142,13 +295,14 @@ def _buffer(arr):
 
 
 class _P2PHandle:
-    def __init__(self, MPI, requests, bufs, keep):  # noqa: N803
-        self.MPI = MPI
+    def __init__(self, rt, requests, bufs, keep, peers):
+        self.rt = rt
         self.requests = requests
         self.bufs = bufs
         self._keep = keep  # send buffers stay alive until the sends complete
+        self.peers = peers
 
     def wait(self):
-        self.MPI.Request.Waitall(self.requests)
+        self.rt.wait(self.requests, self.peers, f"a transfer between ranks {self.peers}")
         self._keep = None
         return self.bufs

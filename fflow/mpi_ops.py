@@ -1,0 +1,242 @@
+"""fflow's collectives as mpi4py buffer collectives (no pickling on the data path).
+
+Each function gets a communicator of the collective's group (members in group
+order, so communicator rank j is member j), the local NumPy value and the
+primitive's params, starts the uppercase non-blocking MPI call on contiguous
+buffers (`Iallreduce`, `Ialltoallv`, `Iallgatherv`, `Ireduce_scatter`, `Isend` /
+`Irecv`), and waits through `fflow.mpi_faults` so a missing rank is an error, not a
+hang. Data moves as raw bytes (any dtype: bfloat16, float16, bool, ...); only the
+native reductions use typed buffers.
+
+Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
+
+* deterministic (the default): an all-reduce is an all-to-all of 1/p chunks, a
+  reduction of the p chunks *in group order* on each rank, and an all-gather of the
+  reduced chunks; a reduce-scatter is the first two steps. The arithmetic is the
+  simulated runtime's (`collectives._reduce_parts`: group order, float32
+  accumulation for 16-bit floats, one rounding), so results are bit-identical to it,
+  at the same bytes as a ring all-reduce. 16-bit values travel as 16-bit buffers.
+* native: MPI's own `Iallreduce` / `Ireduce_scatter` (MPICH picks the algorithm and
+  the summation order, so results can differ from the simulated runtime in the last
+  bits at 3+ ranks). bfloat16/float16 go through a float32 staging buffer, since MPI
+  has no 16-bit float type and the sum must accumulate in float32 anyway; types MPI
+  cannot reduce (bool, bfloat16 max/min...) use the deterministic path.
+"""
+
+import numpy as np
+
+from fflow.config import config
+from fflow.primitives.collectives import _ex_combine, _reduce_parts
+from fflow.sharding import balanced
+
+config.define("mpi_deterministic", True)
+
+_NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
+_HALF = ("float16", "bfloat16")
+
+
+def _mpi():
+    from mpi4py import MPI  # loaded only when MPI is used
+
+    return MPI
+
+
+def _raw(a):
+    """A contiguous array's bytes as a 1-D uint8 view (any dtype, bfloat16 included)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+def _contig(a):
+    """C-contiguous (np.ascontiguousarray would turn a 0-d array into 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _bounds(sizes):
+    return [int(b) for b in np.cumsum([0] + list(sizes))[:-1]]
+
+
+def _native_op(op):
+    MPI = _mpi()
+    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+
+def use_native(dtype):
+    if config.mpi_deterministic:
+        return False
+    return np.dtype(dtype).name in _NATIVE + _HALF
+
+
+def _alltoall_chunks(rt, comm, ranks, flat, sizes, rest, what):
+    """Send block j of `flat` (sizes[j] * rest elements) to member j; returns the
+    received blocks stacked in group order, shape (p, sizes[me] * rest)."""
+    me = comm.Get_rank()
+    p = len(sizes)
+    isz = flat.dtype.itemsize
+    mine = sizes[me] * rest
+    recv = np.empty((p, mine), flat.dtype)
+    send_counts = [s * rest * isz for s in sizes]
+    req = comm.Ialltoallv(
+        [_raw(flat), (send_counts, _bounds(send_counts)), _mpi().BYTE],
+        [_raw(recv), ([mine * isz] * p, [j * mine * isz for j in range(p)]), _mpi().BYTE],
+    )
+    rt.wait([req], ranks, what)
+    return recv
+
+
+def _allgather_chunks(rt, comm, ranks, chunk, sizes, rest, what):
+    isz = chunk.dtype.itemsize
+    out = np.empty(sum(sizes) * rest, chunk.dtype)
+    counts = [s * rest * isz for s in sizes]
+    req = comm.Iallgatherv(
+        [_raw(chunk), _mpi().BYTE], [_raw(out), (counts, _bounds(counts)), _mpi().BYTE]
+    )
+    rt.wait([req], ranks, what)
+    return out
+
+
+# -- all_reduce: P -> B ------------------------------------------------------------
+def all_reduce(rt, comm, ranks, x, params, what):
+    op = params["op"]
+    x = _contig(x)
+    p = comm.Get_size()
+    sizes = balanced(x.size, p)
+    me = comm.Get_rank()
+    rt.bytes_moved += ((x.size - sizes[me]) + (p - 1) * sizes[me]) * x.itemsize
+    if use_native(x.dtype) and not (x.dtype.name in _HALF and op != "sum"):
+        return _native_all_reduce(rt, comm, ranks, x, op, what)
+    flat = x.reshape(-1)
+    parts = _alltoall_chunks(rt, comm, ranks, flat, sizes, 1, what)
+    reduced = _contig(_reduce_parts(list(parts), op, x.dtype))
+    return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what).reshape(x.shape)
+
+
+def _native_all_reduce(rt, comm, ranks, x, op, what):
+    if x.dtype.name in _HALF:
+        buf = x.astype(np.float32)
+        req = comm.Iallreduce(_mpi().IN_PLACE, buf, op=_native_op(op))
+        rt.wait([req], ranks, what)
+        return buf.astype(x.dtype)
+    out = np.empty_like(x)
+    req = comm.Iallreduce(x, out, op=_native_op(op))
+    rt.wait([req], ranks, what)
+    return out
+
+
+def start_all_reduce(comm, flat, op):
+    """Start a native or deterministic all-reduce of a flat buffer; `finish_all_reduce`
+    completes it (gradient buckets overlap this with the backward pass)."""
+    p = comm.Get_size()
+    sizes = balanced(flat.size, p)
+    me = comm.Get_rank()
+    if use_native(flat.dtype) and flat.dtype.name not in _HALF:
+        out = np.empty_like(flat)
+        return ("native", comm.Iallreduce(flat, out, op=_native_op(op)), out, sizes, op)
+    isz = flat.dtype.itemsize
+    mine = sizes[me]
+    recv = np.empty((p, mine), flat.dtype)
+    counts = [s * isz for s in sizes]
+    req = comm.Ialltoallv(
+        [_raw(flat), (counts, _bounds(counts)), _mpi().BYTE],
+        [_raw(recv), ([mine * isz] * p, [j * mine * isz for j in range(p)]), _mpi().BYTE],
+    )
+    return ("chunks", req, recv, sizes, op)
+
+
+def finish_all_reduce(rt, comm, ranks, handle, what):
+    kind, req, buf, sizes, op = handle
+    rt.wait([req], ranks, what)
+    if kind == "native":
+        return buf
+    reduced = _contig(_reduce_parts(list(buf), op, buf.dtype))
+    return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what)
+
+
+# -- all_gather: S(axis) -> B --------------------------------------------------------
+def all_gather(rt, comm, ranks, x, params, what):
+    axis, sizes = params["axis"], params["sizes"]
+    xs = _contig(np.moveaxis(x, axis, 0))
+    rest = int(np.prod(xs.shape[1:], dtype=np.int64))
+    rt.bytes_moved += (comm.Get_size() - 1) * xs.nbytes
+    out = _allgather_chunks(rt, comm, ranks, xs.reshape(-1), list(sizes), rest, what)
+    return np.moveaxis(out.reshape((sum(sizes),) + xs.shape[1:]), 0, axis)
+
+
+# -- reduce_scatter: P(op) -> S(axis) ----------------------------------------------------
+def reduce_scatter(rt, comm, ranks, x, params, what):
+    op, axis, sizes = params["op"], params["axis"], list(params["sizes"])
+    me = comm.Get_rank()
+    xs = _contig(np.moveaxis(x, axis, 0))
+    rest_shape = xs.shape[1:]
+    rest = int(np.prod(rest_shape, dtype=np.int64))
+    rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * xs.itemsize
+    if use_native(x.dtype) and x.dtype.name not in _HALF:
+        out = np.empty((sizes[me],) + rest_shape, x.dtype)
+        req = comm.Ireduce_scatter(xs, out, [s * rest for s in sizes], op=_native_op(op))
+        rt.wait([req], ranks, what)
+    else:
+        parts = _alltoall_chunks(rt, comm, ranks, xs.reshape(-1), sizes, rest, what)
+        out = _reduce_parts(list(parts), op, x.dtype).reshape((sizes[me],) + rest_shape)
+    return np.moveaxis(out, 0, axis)
+
+
+# -- all_to_all: S(in_axis) -> S(out_axis) ------------------------------------------------
+def all_to_all(rt, comm, ranks, x, params, what):
+    in_axis, out_axis = params["in_axis"], params["out_axis"]
+    in_sizes, out_sizes = list(params["in_sizes"]), list(params["out_sizes"])
+    me = comm.Get_rank()
+    p = comm.Get_size()
+    xs = _contig(np.moveaxis(x, out_axis, 0))
+    rest_shape = list(xs.shape[1:])
+    rest = int(np.prod(rest_shape, dtype=np.int64))
+    isz = x.itemsize
+    rt.bytes_moved += (sum(out_sizes) - out_sizes[me]) * rest * isz
+    ia = in_axis if in_axis < out_axis else in_axis - 1  # in_axis among the rest dims
+    shapes = []
+    for j in range(p):
+        s = list(rest_shape)
+        s[ia] = in_sizes[j]
+        shapes.append((out_sizes[me],) + tuple(s))
+    recv_counts = [int(np.prod(s, dtype=np.int64)) * isz for s in shapes]
+    send_counts = [s * rest * isz for s in out_sizes]
+    recv = np.empty(sum(recv_counts) // isz, x.dtype)
+    req = comm.Ialltoallv(
+        [_raw(xs), (send_counts, _bounds(send_counts)), _mpi().BYTE],
+        [_raw(recv), (recv_counts, _bounds(recv_counts)), _mpi().BYTE],
+    )
+    rt.wait([req], ranks, what)
+    parts = []
+    start = 0
+    for shape, count in zip(shapes, recv_counts):
+        n = count // isz
+        parts.append(np.moveaxis(recv[start : start + n].reshape(shape), 0, out_axis))
+        start += n
+    return np.concatenate(parts, axis=in_axis)
+
+
+# -- exchange: point to point slice intersections -------------------------------------------
+def exchange(rt, comm, ranks, x, params, what):
+    _TAG = 11
+    recvs = {}
+    reqs = []
+    for src, out_box in params["recvs"]:
+        buf = np.empty(tuple(hi - lo for lo, hi in out_box), x.dtype)
+        recvs.setdefault(src, []).append(buf)
+        reqs.append(comm.Irecv([_raw(buf), _mpi().BYTE], source=src, tag=_TAG))
+    keep = []
+    for dst, in_box in params["sends"]:
+        piece = _contig(x[tuple(slice(lo, hi) for lo, hi in in_box)])
+        keep.append(piece)  # alive until the send completes
+        rt.bytes_moved += piece.nbytes
+        reqs.append(comm.Isend([_raw(piece), _mpi().BYTE], dest=dst, tag=_TAG))
+    rt.wait(reqs, ranks, what)
+    return _ex_combine(x, None, recvs, **params)
+
+
+OPS = {
+    "all_reduce": all_reduce,
+    "all_gather": all_gather,
+    "reduce_scatter": reduce_scatter,
+    "all_to_all": all_to_all,
+    "exchange": exchange,
+}
