@@ -34,6 +34,7 @@ import tempfile
 import time
 
 REPORTED = 70  # a rank's exit code after it printed its own error
+QUIET = 71  # a rank that ends because another rank reports the failure
 
 
 def find_mpiexec():
@@ -110,11 +111,17 @@ def main(argv=None):
     cmd = command(ns.nproc, ns.script, ns.args, ns.module, ns.hostfile, ns.ppn)
     try:
         rc = subprocess.run(cmd, env=env).returncode
-        failed = sorted(os.listdir(status_dir))
+        failed = {}
+        for name in sorted(os.listdir(status_dir)):
+            with open(os.path.join(status_dir, name)) as f:
+                failed[name[len("rank") :]] = f.read()
     finally:
         shutil.rmtree(status_dir, ignore_errors=True)
-    if rc == 0 and failed:  # a rank failed, but the exit code got lost on the way
-        rc = 1
+    if failed:
+        if rc == 0:  # a rank failed, but the exit code got lost on the way
+            rc = 1
+        ranks = ", ".join(f"rank {r} (exit status {c})" for r, c in failed.items())
+        sys.stderr.write(f"fflow.launch: the job failed: {ranks}; the other ranks were ended.\n")
     return rc
 
 
@@ -160,7 +167,7 @@ def supervise(script, args, module):
             continue
     if rc == 0:
         return 0
-    if not stopping:
+    if not stopping and rc != QUIET:
         _record_failure(rank, rc)
         if rc < 0:
             name = signal.Signals(-rc).name
@@ -176,7 +183,7 @@ def supervise(script, args, module):
         sys.stderr.flush()
     if rc < 0:
         return 128 - rc
-    return 1 if rc == REPORTED else rc
+    return 1 if rc in (REPORTED, QUIET) else rc
 
 
 def _record_failure(rank, rc):
@@ -219,8 +226,11 @@ def rank_child(script, args, module):
         reporter = getattr(e, "reporter", None)
         if reporter is not None and reporter != rank:
             time.sleep(2.0)  # the reporting rank prints it; this one only ends
-            os._exit(REPORTED)
-        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            os._exit(QUIET)
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None and _launcher_frame(tb):
+            tb = tb.tb_next  # start at the user's script, not at this runner
+        text = "".join(traceback.format_exception(type(e), e, tb))
         sys.stderr.write(f"fflow.launch: rank {rank} failed:\n{text}")
         _flush()
         os._exit(REPORTED)
@@ -230,6 +240,11 @@ def rank_child(script, args, module):
     leave_world(_summary())
     _flush()
     return 0
+
+
+def _launcher_frame(tb):
+    name = tb.tb_frame.f_code.co_filename
+    return name == __file__ or name.startswith("<frozen runpy")
 
 
 def _summary():

@@ -222,6 +222,13 @@ class MPIRuntime:
                 f"{np.dtype(v.aval.dtype).name}{list(v.aval.shape)}{tuple(s)}"
                 for v, s in zip(sp.program.invars, sp.in_sbps)
             )
+            + " computing "
+            + ", ".join(
+                f"{np.dtype(v.aval.dtype).name}{list(v.aval.shape)}" for v in sp.program.outvars
+            )
+            + f" by {len(sp.exec_program.eqns)} equations ("
+            + " ".join(e.primitive.name for e in sp.exec_program.eqns[:6])
+            + (" ...)" if len(sp.exec_program.eqns) > 6 else ")")
         )
         self._agree(pl.ranks, np.array([fp, _crc(desc)], np.int64), desc, "ran different programs")
 
