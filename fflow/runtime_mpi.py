@@ -256,6 +256,27 @@ class MPIRuntime:
             reporter=ranks[0],
         )
 
+    # -- point-to-point (moving arrays between placements; fflow.pipeline) ----------
+    def p2p_start(self, sends, recvs, tag):
+        """Post buffer Isend/Irecv: sends [(rank, array)], recvs [(rank, shape, dtype)].
+
+        Returns a handle whose `wait()` gives the received arrays in `recvs` order. The
+        messages go on a duplicate of COMM_WORLD, so they never match a collective's.
+        """
+        if getattr(self, "_p2p_comm", None) is None:
+            self._p2p_comm = self.comm.Dup()
+        comm = self._p2p_comm
+        requests, bufs = [], []
+        for src, shape, dtype in recvs:
+            buf = np.empty(shape, dtype)
+            bufs.append(buf)
+            requests.append(comm.Irecv(_buffer(buf), source=src, tag=tag))
+        for dst, arr in sends:
+            self.bytes_moved += arr.nbytes
+            requests.append(comm.Isend(_buffer(arr), dest=dst, tag=tag))
+        peers = sorted({r for r, *_ in recvs} | {r for r, _ in sends} | {self.rank})
+        return _P2PHandle(self, requests, bufs, sends, peers)
+
 
 def _all_reduce_bytes(size, comm, itemsize):
     from fflow.sharding import balanced
@@ -264,34 +285,6 @@ def _all_reduce_bytes(size, comm, itemsize):
     sizes = balanced(size, p)
     me = comm.Get_rank()
     return ((size - sizes[me]) + (p - 1) * sizes[me]) * itemsize
-
-
-# ----------------------------------------------------------------------------
-# point-to-point (moving arrays between placements; fflow.pipeline)
-
-
-def _p2p_start(self, sends, recvs, tag):
-    """Post buffer Isend/Irecv: sends [(rank, array)], recvs [(rank, shape, dtype)].
-
-    Returns a handle whose `wait()` gives the received arrays in `recvs` order. The
-    messages go on a duplicate of COMM_WORLD, so they never match a collective's.
-    """
-    if getattr(self, "_p2p_comm", None) is None:
-        self._p2p_comm = self.comm.Dup()
-    comm = self._p2p_comm
-    requests, bufs = [], []
-    for src, shape, dtype in recvs:
-        buf = np.empty(shape, dtype)
-        bufs.append(buf)
-        requests.append(comm.Irecv(_buffer(buf), source=src, tag=tag))
-    for dst, arr in sends:
-        self.bytes_moved += arr.nbytes
-        requests.append(comm.Isend(_buffer(arr), dest=dst, tag=tag))
-    peers = sorted({r for r, *_ in recvs} | {r for r, _ in sends} | {self.rank})
-    return _P2PHandle(self, requests, bufs, sends, peers)
-
-
-MPIRuntime.p2p_start = _p2p_start
 
 
 def _buffer(arr):
