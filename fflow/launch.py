@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from fflow import mpi_faults
+
 REPORTED = 70  # a rank's exit code after it printed its own error
 QUIET = 71  # a rank that ends because another rank reports the failure
 
@@ -235,9 +237,7 @@ def rank_child(script, args, module):
         _flush()
         os._exit(REPORTED)
     _flush()
-    from fflow.mpi_faults import leave_world
-
-    leave_world(_summary())
+    mpi_faults.leave_world(_summary())
     _flush()
     return 0
 
@@ -248,9 +248,8 @@ def _launcher_frame(tb):
 
 
 def _summary():
-    from fflow import sharding
-
-    rt = sharding._runtime
+    sharding = sys.modules.get("fflow.sharding")  # loaded only if the script used fflow
+    rt = sharding._runtime if sharding is not None else None
     n = getattr(rt, "collective_count", 0) if rt is not None else 0
     return f"after {n} collectives"
 

@@ -22,6 +22,10 @@ from fflow import mpi_ops
 from fflow.config import config
 from fflow.errors import FflowError, user_source_info
 from fflow.mpi_faults import RankError, control
+from fflow.primitives.collectives import run_phases_single
+from fflow.printing import pp_program
+from fflow.sharding import B, balanced, local_box, make_global, partial_keeper
+from fflow.transforms.shard_exec import device_steps, run_identity
 
 config.define("debug_collectives", False)
 
@@ -95,7 +99,6 @@ class MPIRuntime:
 
     # -- global arrays ------------------------------------------------------------
     def scatter(self, value, nd_sbp, pl):
-        from fflow.sharding import local_box, partial_keeper
 
         i = self._my_index(pl)
         if i is None:
@@ -110,8 +113,6 @@ class MPIRuntime:
     def assemble(self, gv):
         """The logical value on every rank: box to broadcast (only what is missing moves,
         nothing for a broadcast array), then ranks outside the placement get a Bcast."""
-        from fflow.sharding import B, make_global
-        from fflow.transforms.shard_exec import run_identity
 
         pl = gv.sharding.placement
         i = self._my_index(pl)
@@ -150,7 +151,6 @@ class MPIRuntime:
 
     # -- running sharded programs ---------------------------------------------------
     def execute(self, sp, in_shards):
-        from fflow.transforms.shard_exec import device_steps
 
         pl = sp.placement
         i = self._my_index(pl)
@@ -201,8 +201,6 @@ class MPIRuntime:
     def collective(self, pl, prim, x, params):
         ranks, comm, what = self._setup(pl, prim, x, params)
         if len(ranks) == 1:
-            from fflow.primitives.collectives import run_phases_single
-
             return run_phases_single(prim, x, params)
         return mpi_ops.OPS[prim.name](self, comm, ranks, np.asarray(x), params, what)
 
@@ -210,8 +208,6 @@ class MPIRuntime:
     def check_program(self, sp, pl, args):
         fp = getattr(sp, "_fingerprint", None)
         if fp is None:
-            from fflow.printing import pp_program
-
             text = f"{pp_program(sp.exec_program)} in={sp.in_sbps} out={sp.out_sbps}"
             fp = sp._fingerprint = _crc(text)
         where = user_source_info()
@@ -279,8 +275,6 @@ class MPIRuntime:
 
 
 def _all_reduce_bytes(size, comm, itemsize):
-    from fflow.sharding import balanced
-
     p = comm.Get_size()
     sizes = balanced(size, p)
     me = comm.Get_rank()

@@ -72,6 +72,7 @@ KNOWN_CYCLES = [
     ["fflow.lowering.numpy_backend", "fflow.lowering.numpy_rows"],
     ["fflow.explain", "fflow.transforms.jit", "fflow.transforms.lowered"],
     [
+        "fflow.mpi_ops",
         "fflow.runtime_mpi",
         "fflow.runtime_sim",
         "fflow.sharding",
