@@ -2,12 +2,21 @@
 
 python benchmarks/run_all.py                 # full sizes
 python benchmarks/run_all.py --tiny          # tiny sizes (what the tests run)
+python benchmarks/run_all.py --load 2        # each script quiet, then beside 2 CPU hogs
+python benchmarks/run_all.py --load 2 --example mlp_digits.py   # + an example's wall time
 python benchmarks/run_all.py --markdown docs/benchmarks.md
+
+With `--load N`, N busy-looping processes (started and stopped by this script, and
+bounded by `--load-seconds` even if it dies) share the machine while the "loaded"
+run of each script measures; between those runs they are paused (SIGSTOP), so the
+quiet and loaded runs of one script are back to back. Both tables are printed side
+by side: every framework's time quiet and loaded, and the ratios within each.
 """
 
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +29,118 @@ SCRIPTS = [
     "bench_transformer.py",
     "bench_import.py",
 ]
+FRAMEWORKS = ["fflow", "jax.jit", "torch eager", "numpy"]
+HOG = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
+
+
+class Hogs:
+    """N busy-looping processes, each ending by itself after `seconds`."""
+
+    def __init__(self, n, seconds):
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", HOG.format(seconds=seconds)]) for _ in range(n)
+        ]
+        self.pause()
+
+    def _signal(self, sig):
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, sig)
+
+    def pause(self):
+        self._signal(signal.SIGSTOP)
+
+    def resume(self):
+        self._signal(signal.SIGCONT)
+
+    def stop(self):
+        self._signal(signal.SIGCONT)  # a stopped process does not act on SIGTERM
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            p.wait()
+
+
+def run_script(script, args, env):
+    cmd = [sys.executable, os.path.join(HERE, script)]
+    if args.tiny:
+        cmd.append("--tiny")
+    if args.only:
+        cmd += ["--only", args.only]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"{script} failed")
+    return proc.stdout.strip()
+
+
+def parse_rows(text):
+    """{workload: {framework: cell}} from a table printed by common.print_table."""
+    rows = {}
+    header = None
+    for line in text.splitlines():
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == "workload":
+            header = cells
+            continue
+        if header is not None:
+            rows[cells[0]] = dict(zip(header[1:], cells[1:]))
+    return rows
+
+
+def side_by_side(title, quiet, loaded, n):
+    """One Markdown table: each framework quiet and loaded, and fflow/JAX in each."""
+    header = ["workload"]
+    header += [f"{f} quiet" for f in FRAMEWORKS] + ["fflow/jax quiet"]
+    header += [f"{f} load {n}" for f in FRAMEWORKS] + ["fflow/jax load", "fflow load/quiet"]
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, q in quiet.items():
+        l = loaded.get(name, {})
+        cells = [name] + [q.get(f, "n/a") for f in FRAMEWORKS] + [q.get("fflow/jax", "n/a")]
+        cells += [l.get(f, "n/a") for f in FRAMEWORKS] + [l.get("fflow/jax", "n/a")]
+        tq, tl = _seconds(q.get("fflow")), _seconds(l.get("fflow"))
+        cells.append(f"{tl / tq:.2f}×" if tq and tl else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _seconds(cell):
+    if not cell or cell == "n/a":
+        return None
+    value, unit = cell.split()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "µs": 1e-6}[unit]
+
+
+def time_example(example, hogs, reps, tiny):
+    """Median wall time of `examples/<example>` quiet and with the hogs running."""
+    cmd = [sys.executable, os.path.join(os.path.dirname(HERE), "examples", example)]
+    if tiny:
+        cmd.append("--tiny")
+    times = {"quiet": [], "loaded": []}
+    for _ in range(reps):
+        for mode in ("quiet", "loaded"):
+            (hogs.resume if mode == "loaded" else hogs.pause)()
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(cmd[1]))
+            times[mode].append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stderr)
+                raise SystemExit(f"{example} failed")
+    hogs.pause()
+    q, l = sorted(times["quiet"])[reps // 2], sorted(times["loaded"])[reps // 2]
+    n = len(hogs.procs)
+    return "\n".join(
+        [
+            f"## examples/{example}: wall time quiet vs {n} busy processes",
+            "",
+            f"| workload | quiet | load {n} | load/quiet |",
+            "|---|---|---|---|",
+            f"| examples/{example} (median of {reps}) | {q:.2f} s | {l:.2f} s | {l / q:.2f}× |",
+        ]
+    )
 
 
 def main():
@@ -27,12 +148,19 @@ def main():
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--markdown", default=None, help="write the tables to this file")
     parser.add_argument("--only", default=None, help="frameworks subset, passed through")
+    parser.add_argument("--scripts", default=None, help="comma-separated subset of scripts")
     parser.add_argument(
         "--threads",
         type=int,
         default=None,
         help="limit every framework to N threads (BLAS, OpenMP, torch, XLA/Eigen)",
     )
+    parser.add_argument("--load", type=int, default=0, help="N background CPU hogs")
+    parser.add_argument(
+        "--load-seconds", type=int, default=1800, help="the hogs end by themselves after this"
+    )
+    parser.add_argument("--example", default=None, help="also time examples/<EXAMPLE>")
+    parser.add_argument("--example-reps", type=int, default=3)
     args = parser.parse_args()
     env = dict(os.environ)
     if args.threads:
@@ -44,28 +172,43 @@ def main():
             + (" --xla_cpu_multi_thread_eigen=false" if args.threads == 1 else "")
             + f" intra_op_parallelism_threads={n}"
         ).strip()
+    scripts = args.scripts.split(",") if args.scripts else SCRIPTS
+    hogs = Hogs(args.load, args.load_seconds) if args.load or args.example else None
     outputs = []
-    for script in SCRIPTS:
-        cmd = [sys.executable, os.path.join(HERE, script)]
-        if args.tiny:
-            cmd.append("--tiny")
-        if args.only:
-            cmd += ["--only", args.only]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
-        if proc.returncode != 0:
-            sys.stderr.write(proc.stderr)
-            raise SystemExit(f"{script} failed")
-        print(proc.stdout, flush=True)
-        outputs.append(proc.stdout.strip())
+    started = time.strftime("%Y-%m-%d %H:%M")
+    try:
+        for script in scripts:
+            quiet = run_script(script, args, env)
+            if not args.load:
+                print(quiet, flush=True)
+                outputs.append(quiet)
+                continue
+            hogs.resume()
+            try:
+                loaded = run_script(script, args, env)
+            finally:
+                hogs.pause()
+            title = quiet.splitlines()[0].lstrip("# ").strip()
+            table = side_by_side(title, parse_rows(quiet), parse_rows(loaded), args.load)
+            print(table, flush=True)
+            outputs.append(table)
+        if args.example:
+            table = time_example(args.example, hogs, args.example_reps, args.tiny)
+            print(table, flush=True)
+            outputs.append(table)
+    finally:
+        if hogs is not None:
+            hogs.stop()
     if args.markdown:
         load = os.getloadavg() if hasattr(os, "getloadavg") else None
         header = (
             "# Benchmarks\n\n"
-            f"Measured by `python benchmarks/run_all.py` on {time.strftime('%Y-%m-%d %H:%M')} "
+            f"Measured by `python benchmarks/run_all.py` on {started} "
             f"UTC, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
             f"Python {platform.python_version()}"
-            + (f", load average {load[0]:.1f} while measuring" if load else "")
+            + (f", load average {load[0]:.1f} at the end" if load else "")
             + (f", every framework limited to {args.threads} thread(s)" if args.threads else "")
+            + (f", loaded columns beside {args.load} busy processes" if args.load else "")
             + ". Medians after warm-up; ratios are fflow time / other time "
             "(below 1 means fflow is faster).\n\n"
         )

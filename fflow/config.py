@@ -16,10 +16,9 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
   primitives' reference implementations instead of the generated kernels.
 * `jit_native` (True): compile large fused elementwise groups to native code when
   a C compiler is available (else chunked NumPy).
-* `blas_threads` (0 = leave alone): limit NumPy's BLAS to this many threads (through
-  threadpoolctl). On a loaded machine OpenBLAS's spinning workers stall every matmul;
-  `FFLOW_BLAS_THREADS=1` in the environment applies it when this module loads (the
-  first jit compile or `fflow.config` access).
+* `blas_threads` (0): threads of large matrix products. 0 adapts (fflow runs NumPy's
+  BLAS on one thread and splits large GEMMs over its own pool, sized to the free
+  cores, see fflow/threads.py); n > 0 uses n threads; -1 leaves NumPy's BLAS alone.
 * `cpu_devices` (8): number of simulated CPU devices for `shard`.
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
@@ -100,15 +99,9 @@ config = Config()
 
 
 def _blas_threads_hook(value):
-    if not value:
-        return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError as e:
-        raise ImportError(
-            "fflow.config blas_threads needs threadpoolctl (pip install threadpoolctl)"
-        ) from e
-    threadpool_limits(limits=int(value), user_api="blas")
+    from fflow import threads
+
+    threads.set_fixed(value)
 
 
 config.on_update("blas_threads", _blas_threads_hook)

@@ -107,6 +107,9 @@ class _Ctx:
         self.donate = donate
         self.splat = {}  # broadcast-scalar constant -> name of its scalar
         self.native_sources = []  # C sources of fused groups compiled to native loops
+        self.native_pending = []  # (function, global name, source, pointers) to build
+        self.native_ok = True
+        self.gemm_pool = False  # a GEMM runs on fflow's pool: the step times itself
 
     def name(self, v):
         if type(v) is Literal:
@@ -304,10 +307,14 @@ def emit_eqn(ctx, eqn, i):
 
 def emit_group(ctx, group, i):
     """A fused elementwise group: temporaries reused in place, chunked when large."""
-    if group.size >= native_min_size():
+    if group.size >= native_arith_min_size() and ctx.native_ok:
         from fflow.lowering import native  # the C compiler path
 
-        if native.enabled() and native.emit_native_group(ctx, group, i):
+        if (
+            native.enabled()
+            and native.worth_native(group)
+            and native.emit_native_group(ctx, group, i)
+        ):
             return
     rows = _chunk_rows(group)
     if rows is not None and _chunkable(group):
@@ -369,10 +376,10 @@ def _chunkable(group):
     return True
 
 
-def native_min_size():
-    from fflow.lowering.native import NATIVE_MIN_SIZE  # the C compiler path
+def native_arith_min_size():
+    from fflow.lowering.native import ARITH_MIN_SIZE  # the C compiler path
 
-    return NATIVE_MIN_SIZE
+    return ARITH_MIN_SIZE
 
 
 def _chunk_rows(group):
@@ -448,7 +455,7 @@ def emit_chunked_group(ctx, group, i, rows):
 # -- the compiled function ----------------------------------------------------------
 
 
-def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
+def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, native=True):
     """Compile `program` to a Python function of its input Arrays -> output Arrays.
 
     With `raw=True` (bodies of control flow) it maps NumPy arrays to NumPy arrays.
@@ -463,6 +470,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
     steps = passes.fusion_groups(opt)
     live = passes.liveness(steps, opt.outvars)
     ctx = _Ctx(opt, steps, live, tuple(donate))
+    ctx.native_ok = native
     for v, c in zip(opt.constvars, opt.consts):
         value = c._value if type(c) is Array else np.asarray(c)
         ctx.names[v] = ctx.const(value, "c")
@@ -491,6 +499,13 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
             emit_group(ctx, step, i)
         else:
             emit_eqn(ctx, step, i)
+    if ctx.gemm_pool:
+        # the thread count of this call's large GEMMs, adapted from past calls' wall times
+        from fflow import threads
+
+        ctx.globals["_steps"] = threads.StepThreads()
+        ctx.lines.insert(0, "    _nt, _t0 = _steps.begin()")
+        ctx.emit("_steps.end(_nt, _t0)")
     outs = []
     for v in opt.outvars:
         if raw:
@@ -511,6 +526,11 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False):
                 src = f"np.asarray({src}, {ctx.const(v.aval.dtype, 'dt')})"
             outs.append(f"Array({src}{weak})")
     ctx.emit(f"return [{', '.join(outs)}]")
+    if ctx.native_pending:
+        from fflow.lowering import native as native_mod
+
+        if not native_mod.build_library(ctx):  # no working compiler: NumPy groups
+            return compile_program(program, donate, name=name, raw=raw, native=False)
     source = f"def {name}({', '.join(args)}):\n" + "\n".join(ctx.lines) + "\n"
     code = compile(source, f"<fflow generated {name}>", "exec")
     exec(code, ctx.globals)

@@ -13,6 +13,8 @@ import weakref
 import numpy as np
 from fflow.primitives.indexing import scatter_into
 
+from fflow.core import Literal
+
 
 def _params_call(ctx, eqn, prefix):
     fn = ctx.const(eqn.primitive.impl, f"{prefix}_{eqn.primitive.name}_")
@@ -35,27 +37,62 @@ def emit_fallback(ctx, eqn, i):
         ctx.emit(f"{outs[0]} = {call}")
 
 
+def _free(ndim, contract, batch):
+    return [d for d in range(ndim) if d not in contract and d not in batch]
+
+
+def _view(ctx, name, shape, perm, target):
+    """`name` permuted by `perm` and reshaped to `target`, as views where NumPy can."""
+    expr = name
+    if list(perm) != list(range(len(perm))):
+        expr = f"np.transpose({expr}, {tuple(perm)})"
+    permuted = tuple(shape[d] for d in perm)
+    if permuted != tuple(target):
+        expr = f"{expr}.reshape({tuple(target)})"
+    return expr
+
+
 def emit_dot(ctx, eqn, i):
+    """dot_general as one matmul over views: transposes become BLAS flags, batch dims
+    stay as matmul's batch dims (any layout NumPy's BLAS path accepts, no copies);
+    large products run on fflow's GEMM pool (fflow/threads.py) into a fresh buffer."""
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
     lhs, rhs = eqn.inputs
     pet = eqn.params.get("preferred_element_type")
     la, ra = lhs.aval, rhs.aval
-    plain = (
-        not lb
-        and la.ndim == 2
-        and ra.ndim == 2
-        and len(lc) == 1
-        and la.dtype == ra.dtype
+    if not (
+        la.dtype == ra.dtype
         and la.dtype.kind == "f"
         and la.dtype.itemsize >= 4
         and (pet is None or np.dtype(pet) == la.dtype)
-    )
-    if not plain:
+        and type(lhs) is not Literal
+        and type(rhs) is not Literal
+    ):
         return emit_fallback(ctx, eqn, i)
-    a = ctx.name(lhs) + (".T" if lc[0] == 0 else "")
-    b = ctx.name(rhs) + (".T" if rc[0] == 1 else "")
-    ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.matmul({a}, {b})")
-    ctx.fresh.add(eqn.outputs[0])
+    from fflow import threads
+
+    threads.blas()  # fflow owns BLAS threading from the first compiled GEMM on
+    lf, rf = _free(la.ndim, lc, lb), _free(ra.ndim, rc, rb)
+    bshape = tuple(la.shape[d] for d in lb)
+    m = int(np.prod([la.shape[d] for d in lf], dtype=np.int64))
+    n = int(np.prod([ra.shape[d] for d in rf], dtype=np.int64))
+    k = int(np.prod([la.shape[d] for d in lc], dtype=np.int64))
+    a = _view(ctx, ctx.name(lhs), la.shape, list(lb) + lf + list(lc), bshape + (m, k))
+    b = _view(ctx, ctx.name(rhs), ra.shape, list(rb) + list(rc) + rf, bshape + (k, n))
+    out = eqn.outputs[0]
+    name = ctx.name(out)
+    mshape = bshape + (m, n)
+    flops = 2 * m * n * k * int(np.prod(bshape, dtype=np.int64))
+    if flops >= threads.SMALL_GEMM_FLOPS and m * n * k:
+        ctx.globals["_mm"] = threads.matmul
+        ctx.gemm_pool = True
+        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(out.aval.dtype, 'dt')})")
+        ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
+    else:
+        ctx.emit(f"{name} = np.matmul({a}, {b})")
+    if mshape != tuple(out.aval.shape):
+        ctx.emit(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
+    ctx.fresh.add(out)
 
 
 def emit_reduce_sum(ctx, eqn, i):

@@ -8,7 +8,7 @@ import numpy as np
 from fflow.transforms.autodiff import defjvp, transpose_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
 
-from fflow import dtypes, lax
+from fflow import dtypes, lax, threads
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.sharding import B, P, S
@@ -22,6 +22,7 @@ def _free_dims(ndim, contract, batch):
 
 
 def _dot_impl(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
+    threads.blas()  # fflow owns BLAS threading from the first GEMM on (no spinning pool)
     (lc, rc), (lb, rb) = dimension_numbers
     out_dtype = preferred_element_type or lhs.dtype
     if (

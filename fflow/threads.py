@@ -1,0 +1,444 @@
+"""The CPU threads fflow owns: how many cores are really ours, and how many threads
+each matrix product gets.
+
+Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md):
+
+* **NumPy's BLAS runs on one thread** (set through threadpoolctl at the first GEMM).
+  OpenBLAS's workers busy-wait ~0.1 s after every call and its caller spins until
+  every worker has finished its share: on a machine whose cores are taken by other
+  processes one descheduled worker made a 1 ms GEMM take 35-45 ms.
+* **Large GEMMs are split over fflow's own pool** (`GemmPool`): chunks of the output,
+  each one single-threaded BLAS call; the calling thread takes every chunk no worker
+  has started, so a late worker costs at most one chunk, and idle workers block.
+* **Small GEMMs run on the caller alone**: below `SMALL_GEMM_FLOPS` a second thread
+  costs more than it saves.
+* **The pool follows the cores we may use**: `available_cores()` is the CPU affinity
+  mask intersected with the cgroup CPU quota (containers), not `os.cpu_count()`.
+* **Each compiled step adapts** (`StepThreads`): a jitted program with large GEMMs
+  times its own calls and runs on the thread count whose recent wall times are
+  best, probing the others now and then, so it backs off to one thread while other
+  processes hold the cores and goes back up when they leave.
+
+Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
+large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
+`SMALL_GEMM_FLOPS`, `WINDOW`, `PROBE_EVERY` and `PROBE_MAX` below.
+
+Example:
+    >>> import numpy as np
+    >>> from fflow import threads
+    >>> threads.available_cores() >= 1
+    True
+    >>> threads.gemm_threads(2 * 8 * 8 * 8, 4)  # a tiny GEMM runs on one thread
+    1
+    >>> a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    >>> out = np.empty((64, 48), np.float32)
+    >>> float(threads.matmul(a, b, out, threads=2)[0, 0])
+    32.0
+"""
+
+import collections
+import itertools
+import math
+import os
+import threading
+import time
+
+import numpy as np
+
+# A (m,k)x(k,n) float32 GEMM of fewer FLOPs than this runs on one thread.
+# Measured with benchmarks/bench_gemm_threads.py on the 2-core machine (quiet):
+# two threads start to win at ~(128,256)x(256,256) (17 MFLOP); below that the
+# second thread's wake-up and packing cost eat the gain.
+SMALL_GEMM_FLOPS = 16e6
+# StepThreads: samples kept per thread count, and how often another count is probed.
+WINDOW = 5
+PROBE_EVERY = 16
+PROBE_MAX = 1024
+
+
+# -- cores we may use ------------------------------------------------------------------
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """The CPU quota of this process's cgroup (v2 `cpu.max` or v1 CFS), in cores, or None.
+
+    Every ancestor's quota applies; the smallest wins.
+    """
+    text = _read(proc_cgroup)
+    if text is None:
+        return None
+    limits = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.strip().lstrip("/")
+        if controllers == "":  # cgroup v2 unified hierarchy
+            dirs = [os.path.join(root, path)]
+            while path:
+                path = os.path.dirname(path)
+                dirs.append(os.path.join(root, path))
+            for d in dirs:
+                limit = _cpu_max(_read(os.path.join(d, "cpu.max")))
+                if limit is not None:
+                    limits.append(limit)
+        elif "cpu" in controllers.split(","):  # cgroup v1
+            for d in (os.path.join(root, controllers, path), os.path.join(root, "cpu", path)):
+                quota = _read(os.path.join(d, "cpu.cfs_quota_us"))
+                period = _read(os.path.join(d, "cpu.cfs_period_us"))
+                if quota and period and int(quota) > 0 and int(period) > 0:
+                    limits.append(int(quota) / int(period))
+                    break
+    return min(limits) if limits else None
+
+
+def _cpu_max(text):
+    if not text:
+        return None
+    fields = text.split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    return int(fields[0]) / int(fields[1])
+
+
+def available_cores():
+    """Cores this process may run on: affinity mask ∩ cgroup quota (at least 1)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        # a fractional quota throttles the last thread: round down
+        n = min(n, max(1, math.floor(quota)))
+    return max(1, n)
+
+
+# -- NumPy's BLAS ----------------------------------------------------------------------
+
+
+class _Blas:
+    """Thread-count setters of the BLAS libraries loaded in this process."""
+
+    def __init__(self):
+        self.setters = []
+        self.current = None
+        self.info = []
+        self.original = []  # each library's thread count before fflow took over
+
+    def set(self, n):
+        if n != self.current:
+            for setter in self.setters:
+                setter(n)
+            self.current = n
+
+
+_blas = None
+_fixed = [0]  # fflow.config blas_threads: 0 adapts, n > 0 fixed, -1 leaves BLAS alone
+
+
+def _openblas_setter(ctl):
+    import ctypes  # once, at the first GEMM (not at `import fflow`)
+
+    for prefix in ("", "scipy_"):
+        for suffix in ("", "64_", "_64"):
+            fn = getattr(ctl.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                fn.restype = None
+                return fn
+    return None
+
+
+def blas():
+    """fflow's handle on NumPy's BLAS, found on first use: it runs on one thread.
+
+    fflow splits large GEMMs over its own pool (`GemmPool`), whose idle workers
+    block instead of spinning; OpenBLAS's own workers would busy-wait ~0.1 s after
+    every call and stall when a core is taken by another process.
+    """
+    global _blas
+    if _blas is not None:
+        return _blas
+    b = _Blas()
+    if _fixed[0] >= 0:
+        # threadpoolctl scans the loaded shared libraries; needed once, at the first GEMM
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # a declared dependency; without it fflow leaves BLAS alone
+            ThreadpoolController = None
+        if ThreadpoolController is not None:
+            for ctl in ThreadpoolController().select(user_api="blas").lib_controllers:
+                setter = None
+                if ctl.internal_api == "openblas" and getattr(ctl, "threading_layer", "") in (
+                    "pthreads",
+                    "disabled",
+                ):
+                    setter = _openblas_setter(ctl)  # direct: ~1 µs a call
+                b.setters.append(setter or ctl.set_num_threads)
+                b.info.append({"api": ctl.internal_api, "path": ctl.filepath})
+                b.original.append((ctl, ctl.num_threads))
+        b.set(1)
+    _blas = b
+    return b
+
+
+def set_blas_threads(n):
+    """Run NumPy's BLAS on `n` threads from now on (a no-op when it already does)."""
+    b = _blas or blas()
+    if n != b.current:
+        b.set(n)
+
+
+def set_fixed(n):
+    """`fflow.config` hook: 0 adapts, n > 0 runs large GEMMs on n threads, -1 leaves BLAS alone."""
+    global _blas
+    _fixed[0] = int(n or 0)
+    if _fixed[0] < 0 and _blas is not None:
+        for ctl, count in _blas.original:  # hand NumPy's BLAS back as fflow found it
+            ctl.set_num_threads(count)
+        _blas = None
+    elif _fixed[0] >= 0:
+        blas()
+
+
+def gemm_threads(flops, pool):
+    """Threads for one GEMM of `flops` when large GEMMs get `pool` threads."""
+    return 1 if flops < SMALL_GEMM_FLOPS else pool
+
+
+# -- fflow's GEMM pool -----------------------------------------------------------------
+
+
+class _Job:
+    __slots__ = ("fn", "n", "claim", "lock", "done_count", "done", "error")
+
+    def __init__(self, fn, n):
+        self.fn = fn
+        self.n = n
+        self.claim = itertools.count()  # next(...) is atomic under the GIL
+        self.lock = threading.Lock()
+        self.done_count = 0
+        self.done = threading.Event()
+        self.error = None
+
+    def work(self):
+        """Run chunks until none is left unclaimed."""
+        while True:
+            k = next(self.claim)
+            if k >= self.n:
+                return
+            try:
+                self.fn(k)
+            except BaseException as e:  # re-raised by the caller's thread
+                self.error = e
+            with self.lock:
+                self.done_count += 1
+                if self.done_count == self.n:
+                    self.done.set()
+
+
+class GemmPool:
+    """Worker threads that share the chunks of large GEMMs with the calling thread.
+
+    The caller works too and takes every chunk no worker has started, so a worker
+    the OS has not scheduled delays nothing: the worst case is one chunk's time
+    over running alone. Idle workers block on a queue (no busy-waiting).
+    """
+
+    def __init__(self, workers):
+        self.workers = workers
+        self._queues = []
+        self._pid = None
+
+    def _start(self):
+        import queue  # at the first parallel GEMM, not at `import fflow`
+
+        self._queues = []
+        for _ in range(self.workers):
+            q = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(q,), daemon=True).start()
+            self._queues.append(q)
+        self._pid = os.getpid()
+
+    @staticmethod
+    def _serve(q):
+        while True:
+            q.get().work()
+
+    def run(self, fn, n, threads):
+        """Call fn(0), ..., fn(n-1), on up to `threads` threads (this one included)."""
+        if self._pid != os.getpid():  # first use, or a forked child: threads are gone
+            self._start()
+        job = _Job(fn, n)
+        for q in self._queues[: threads - 1]:
+            q.put(job)
+        job.work()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+
+
+_pool = None
+
+
+def gemm_pool():
+    global _pool
+    if _pool is None:
+        _pool = GemmPool(max(0, available_cores() - 1))
+    return _pool
+
+
+def _chunks(size, parts, align=16):
+    step = -(-size // parts)
+    step = -(-step // align) * align
+    return [(s, min(s + step, size)) for s in range(0, size, step)]
+
+
+def matmul(a, b, out, threads):
+    """out[...] = a @ b (NumPy matmul semantics, any strides NumPy's BLAS accepts).
+
+    With threads > 1 the output is cut into chunks (twice as many as threads, so
+    the caller can take a late worker's share), each one single-threaded BLAS call:
+    the leading batch dimension when there is one, else the larger of the two
+    matrix dimensions, whichever cut re-packs the smaller operand (cutting the
+    columns re-packs only `a`, cutting the rows only `b`).
+    """
+    if threads <= 1 or gemm_pool().workers == 0:
+        return np.matmul(a, b, out=out)
+    if out.ndim > 2:
+        if out.shape[0] < 2:
+            return np.matmul(a, b, out=out)
+        parts = _chunks(out.shape[0], 2 * threads, align=1)
+
+        def fn(k):
+            s, e = parts[k]
+            np.matmul(a[s:e], b[s:e], out=out[s:e])
+
+    elif out.shape[1] >= out.shape[0]:
+        parts = _chunks(out.shape[1], 2 * threads)
+
+        def fn(k):
+            s, e = parts[k]
+            np.matmul(a, b[:, s:e], out=out[:, s:e])
+
+    else:
+        parts = _chunks(out.shape[0], 2 * threads)
+
+        def fn(k):
+            s, e = parts[k]
+            np.matmul(a[s:e], b, out=out[s:e])
+
+    _pool.run(fn, len(parts), threads)
+    return out
+
+
+# -- per-step adaptation ---------------------------------------------------------------
+
+
+def _median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def free_cores(cores):
+    """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1."""
+    text = _read("/proc/loadavg")
+    try:
+        running = int(text.split()[3].split("/")[0])
+    except (AttributeError, IndexError, ValueError):
+        return cores
+    return max(1, min(cores, cores - (running - 1)))  # `running` counts this thread
+
+
+class StepThreads:
+    """The GEMM thread count of one compiled program, chosen from its wall times.
+
+    `begin()` returns (threads, start time); `end(threads, start)` records the call.
+    A call never uses more threads than cores are free right now (`free_cores`).
+    Otherwise the count with the best median of its last `WINDOW` calls runs, and
+    now and then another count is probed once: right after a probe wins, the gap
+    to the next probe is `PROBE_EVERY` calls; each losing probe doubles it (up to
+    `PROBE_MAX`), so a machine that stays busy pays for almost no probes.
+    """
+
+    def __init__(self, cores=None):
+        self.cores = cores or available_cores()
+        choices = {1, self.cores}
+        if self.cores > 3:
+            choices.add(self.cores // 2)
+        self.choices = sorted(choices)
+        self.samples = {c: collections.deque(maxlen=WINDOW) for c in self.choices}
+        self.current = self.choices[-1]
+        self.calls = 0
+        self.gap = PROBE_EVERY
+        self.next_probe = PROBE_EVERY
+        self._turn = 0
+
+    def pick(self):
+        """The thread count of the next call."""
+        if _fixed[0]:
+            return max(_fixed[0], 1)
+        if self.cores == 1:
+            return 1
+        self.calls += 1
+        free = free_cores(self.cores)
+        fits = [c for c in self.choices if c <= free]
+        for c in fits:  # first calls: samples of every count
+            if len(self.samples[c]) < 2:
+                return c
+        current = max(c for c in fits if c <= self.current) if self.current > free else self.current
+        if self.calls >= self.next_probe and len(fits) > 1:
+            others = [c for c in fits if c != current]
+            self._turn = (self._turn + 1) % len(others)
+            return others[self._turn]
+        return current
+
+    def record(self, threads, seconds):
+        samples = self.samples.get(threads)
+        if samples is None:
+            return
+        if threads != self.current and self.calls >= self.next_probe:
+            # a probe: it wins outright or the next one waits twice as long
+            won = bool(self.samples[self.current]) and seconds < _median(self.samples[self.current])
+            self.gap = PROBE_EVERY if won else min(2 * self.gap, PROBE_MAX)
+            self.next_probe = self.calls + self.gap
+            samples.append(seconds)
+            if won:
+                self.current = threads
+            return
+        samples.append(seconds)
+        self.current = min(
+            (c for c in self.choices if self.samples[c]),
+            key=lambda c: _median(self.samples[c]),
+        )
+
+    def begin(self):
+        return self.pick(), time.perf_counter()
+
+    def end(self, threads, start):
+        self.record(threads, time.perf_counter() - start)
+
+
+__all__ = [
+    "available_cores",
+    "free_cores",
+    "matmul",
+    "GemmPool",
+    "cgroup_cpu_limit",
+    "blas",
+    "set_blas_threads",
+    "gemm_threads",
+    "StepThreads",
+    "SMALL_GEMM_FLOPS",
+]

@@ -1,0 +1,215 @@
+"""fflow.threads: cores from affinity and cgroup quotas, the GEMM pool (numbers vs
+NumPy), the per-step thread choice (driven by given wall times, never measured),
+and BLAS ownership through threadpoolctl."""
+
+import os
+
+import numpy as np
+import pytest
+
+import fflow
+from fflow import threads
+
+
+def _cgroup_tree(tmp_path, proc_line, files):
+    proc = tmp_path / "cgroup"
+    proc.write_text(proc_line + "\n")
+    root = tmp_path / "fs"
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(proc), str(root)
+
+
+def test_cgroup_v2_quota_smallest_ancestor_wins(tmp_path):
+    proc, root = _cgroup_tree(
+        tmp_path,
+        "0::/a/b",
+        {"a/cpu.max": "150000 100000\n", "a/b/cpu.max": "max 100000\n", "cpu.max": "max\n"},
+    )
+    assert threads.cgroup_cpu_limit(proc, root) == pytest.approx(1.5)
+
+
+def test_cgroup_v2_without_quota(tmp_path):
+    proc, root = _cgroup_tree(tmp_path, "0::/x", {"x/cpu.max": "max 100000\n"})
+    assert threads.cgroup_cpu_limit(proc, root) is None
+
+
+def test_cgroup_v1_cfs_quota(tmp_path):
+    proc, root = _cgroup_tree(
+        tmp_path,
+        "4:cpu,cpuacct:/job",
+        {
+            "cpu,cpuacct/job/cpu.cfs_quota_us": "300000\n",
+            "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
+        },
+    )
+    assert threads.cgroup_cpu_limit(proc, root) == pytest.approx(3.0)
+
+
+def test_cgroup_missing_files(tmp_path):
+    assert threads.cgroup_cpu_limit(str(tmp_path / "none"), str(tmp_path)) is None
+
+
+def test_available_cores_within_affinity(monkeypatch):
+    n = threads.available_cores()
+    assert 1 <= n <= len(os.sched_getaffinity(0))
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 0.5)
+    assert threads.available_cores() == 1  # a fractional quota rounds down, at least 1
+
+
+def test_free_cores_is_bounded():
+    assert 1 <= threads.free_cores(4) <= 4
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize(
+    "shape_a, shape_b, ta, tb",
+    [
+        ((64, 40), (40, 200), False, False),  # columns cut
+        ((300, 40), (40, 24), False, False),  # rows cut
+        ((40, 96), (40, 33), True, False),  # transposed views
+        ((96, 40), (33, 40), False, True),
+        ((7, 20, 12), (7, 12, 18), False, False),  # batch cut
+        ((1, 20, 12), (1, 12, 18), False, False),
+    ],
+)
+def test_pool_matmul_matches_numpy(n_threads, shape_a, shape_b, ta, tb):
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=shape_a).astype(np.float32)
+    b = rng.normal(size=shape_b).astype(np.float32)
+    a = a.T if ta else a
+    b = b.T if tb else b
+    out = np.empty(np.matmul(a, b).shape, np.float32)
+    got = threads.matmul(a, b, out, n_threads)
+    assert got is out
+    np.testing.assert_allclose(
+        got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_pool_matmul_raises_the_workers_error():
+    pool = threads.GemmPool(2)
+
+    def fn(k):
+        if k == 3:
+            raise ValueError("chunk 3")
+
+    with pytest.raises(ValueError, match="chunk 3"):
+        pool.run(fn, 6, 3)
+    done = []
+    pool.run(done.append, 5, 3)  # the pool still works afterwards
+    assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+class _Clockless(threads.StepThreads):
+    """StepThreads with a given number of free cores (no /proc reads)."""
+
+    def __init__(self, cores, free):
+        super().__init__(cores)
+        self.free = free
+
+    def pick(self):
+        old = threads.free_cores
+        threads.free_cores = lambda cores: min(cores, self.free)
+        try:
+            return super().pick()
+        finally:
+            threads.free_cores = old
+
+
+def _drive(policy, cost, calls):
+    picks = []
+    for _ in range(calls):
+        n = policy.pick()
+        picks.append(n)
+        policy.record(n, cost(n))
+    return picks
+
+
+def test_step_threads_prefers_the_faster_count():
+    fast_multi = _Clockless(2, free=2)
+    picks = _drive(fast_multi, lambda n: 1.0 / n, 40)
+    assert picks[-10:].count(2) >= 9
+    slow_multi = _Clockless(2, free=2)
+    picks = _drive(slow_multi, lambda n: float(n), 200)
+    assert picks[-100:].count(1) >= 95  # probes of 2 threads back off
+
+
+def test_step_threads_backs_off_exponentially():
+    policy = _Clockless(2, free=2)
+    picks = _drive(policy, lambda n: 5.0 if n == 2 else 1.0, 2000)
+    probes = [k for k, n in enumerate(picks) if n == 2][2:]  # after the first samples
+    gaps = np.diff(probes)
+    assert len(probes) <= 12 and all(g2 >= g1 for g1, g2 in zip(gaps, gaps[1:]))
+
+
+def test_step_threads_goes_back_up_when_the_machine_frees():
+    policy = _Clockless(2, free=2)
+    _drive(policy, lambda n: 5.0 if n == 2 else 1.0, 300)  # busy: 2 threads lose
+    assert policy.current == 1
+    picks = _drive(policy, lambda n: 0.5 if n == 2 else 1.0, 2000)  # free: 2 threads win
+    assert picks[-20:] == [2] * 20
+
+
+def test_step_threads_never_exceeds_free_cores():
+    policy = _Clockless(4, free=1)
+    assert set(_drive(policy, lambda n: 1.0 / n, 50)) == {1}
+
+
+def test_blas_runs_on_one_thread_after_a_gemm():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    f = fflow.jit(lambda a, b: a @ b)
+    x = np.ones((4, 4), np.float32)
+    np.testing.assert_allclose(np.asarray(f(x, x)), x @ x)
+    infos = threadpoolctl.threadpool_info()
+    assert all(i["num_threads"] == 1 for i in infos if i["user_api"] == "blas")
+
+
+@pytest.mark.parametrize("fixed", [0, 2])
+@pytest.mark.parametrize(
+    "spec, shape_a, shape_b",
+    [
+        ("ij,jk->ik", (96, 256), (256, 384)),  # 19 MFLOP: the pool path
+        ("ji,jk->ik", (256, 96), (256, 384)),
+        ("ij,kj->ik", (96, 256), (384, 256)),
+        ("bij,bjk->bik", (8, 64, 128), (8, 128, 160)),
+        ("bhsd,bhtd->bhst", (2, 4, 64, 32), (2, 4, 64, 32)),
+        ("bshd,bthd->bhst", (2, 64, 4, 32), (2, 64, 4, 32)),  # batch dims not leading
+        ("bsd,de->bse", (4, 32, 64), (64, 48)),
+        ("ijk,jkl->il", (16, 8, 12), (8, 12, 20)),  # two contracted dims
+    ],
+)
+def test_jit_dot_general_layouts_match_numpy(fixed, spec, shape_a, shape_b):
+    import fflow.numpy as jnp
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=shape_a).astype(np.float32)
+    b = rng.normal(size=shape_b).astype(np.float32)
+    fflow.config.update("blas_threads", fixed)
+    try:
+        f = fflow.jit(lambda x, y: jnp.einsum(spec, x, y))
+        got = np.asarray(f(a, b))
+        source = f.lower(a, b).source
+    finally:
+        fflow.config.update("blas_threads", 0)
+    want = np.einsum(spec, a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    assert "impl_dot_general" not in source  # lowered to matmul over views
+
+
+def test_grad_of_jitted_mlp_with_pool_matches_numpy():
+    import fflow.numpy as jnp
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(128, 256)).astype(np.float32)
+    w = (rng.normal(size=(256, 384)) * 0.05).astype(np.float32)
+    fflow.config.update("blas_threads", 2)
+    try:
+        g = fflow.jit(fflow.grad(lambda w: jnp.sum(jnp.tanh(x @ w))))(w)
+    finally:
+        fflow.config.update("blas_threads", 0)
+    h = np.tanh(x.astype(np.float64) @ w)
+    want = x.T.astype(np.float64) @ (1 - h * h)
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-3, atol=1e-3)
