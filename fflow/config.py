@@ -27,6 +27,8 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
 
 import os
 
+from fflow import threads
+
 _DEFAULTS = {
     "debug_nans": False,
     "debug_infs": False,
@@ -99,8 +101,6 @@ config = Config()
 
 
 def _blas_threads_hook(value):
-    from fflow import threads
-
     threads.set_fixed(value)
 
 

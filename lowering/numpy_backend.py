@@ -28,6 +28,7 @@ from fflow.lowering import passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback
 from fflow.lowering.passes import FusionGroup
 
+from fflow import threads
 from fflow.array import Array
 from fflow.core import Literal, Var
 
@@ -501,8 +502,6 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
             emit_eqn(ctx, step, i)
     if ctx.gemm_pool:
         # the thread count of this call's large GEMMs, adapted from past calls' wall times
-        from fflow import threads
-
         ctx.globals["_steps"] = threads.StepThreads()
         ctx.lines.insert(0, "    _nt, _t0 = _steps.begin()")
         ctx.emit("_steps.end(_nt, _t0)")
@@ -527,7 +526,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
             outs.append(f"Array({src}{weak})")
     ctx.emit(f"return [{', '.join(outs)}]")
     if ctx.native_pending:
-        from fflow.lowering import native as native_mod
+        from fflow.lowering import native as native_mod  # the C compiler path
 
         if not native_mod.build_library(ctx):  # no working compiler: NumPy groups
             return compile_program(program, donate, name=name, raw=raw, native=False)

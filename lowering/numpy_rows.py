@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 from fflow.primitives.indexing import scatter_into
 
+from fflow import threads
 from fflow.core import Literal
 
 
@@ -69,8 +70,6 @@ def emit_dot(ctx, eqn, i):
         and type(rhs) is not Literal
     ):
         return emit_fallback(ctx, eqn, i)
-    from fflow import threads
-
     threads.blas()  # fflow owns BLAS threading from the first compiled GEMM on
     lf, rf = _free(la.ndim, lc, lb), _free(ra.ndim, rc, rb)
     bshape = tuple(la.shape[d] for d in lb)
