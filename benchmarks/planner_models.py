@@ -7,11 +7,22 @@ weights as Megatron-LM does (wq/wk/wv/w1 column-split S(1), wo/w2 row-split S(0)
 `hand_megatron` is the same step with every activation SBP forced by `with_sbp`.
 """
 
+import types
+
 import numpy as np
 
 import fflow
-import fflow.numpy as jnp
+import fflow.numpy as fnp
 from fflow.sharding import B, S
+
+# the library the model is written in: fflow here, JAX in bench_planner.py
+FFLOW = types.SimpleNamespace(
+    np=fnp,
+    rsqrt=fflow.lax.rsqrt,
+    softmax=fflow.nn.softmax,
+    gelu=fflow.nn.gelu,
+    value_and_grad=fflow.value_and_grad,
+)
 
 LAYER_KEYS = ("g1", "b1", "wq", "wk", "wv", "wo", "g2", "b2", "w1", "w2")
 MEGATRON = {"wq": S(1), "wk": S(1), "wv": S(1), "wo": S(0), "w1": S(1), "w2": S(0)}
@@ -49,20 +60,32 @@ def data(b, t, d, seed=1):
     return x, y
 
 
-def _ln(x, g, b):
+def _ln(lib, x, g, b):
+    jnp = lib.np
     mu = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
-    return (x - mu) * fflow.lax.rsqrt(var + 1e-5) * g + b
+    return (x - mu) * lib.rsqrt(var + 1e-5) * g + b
 
 
 def _hint(x, sbp, hints):
-    return fflow.with_sbp(x, sbp) if hints else x
+    """`hints` (the hand plan): None, or a function from the model-axis SBP to the
+    value's N-D SBP (1-D: itself; 2-D data x model: (S(0), sbp))."""
+    return fflow.with_sbp(x, hints(sbp)) if hints else x
 
 
-def layer(p, x, heads, hints=False):
+def one_d(sbp):
+    return sbp
+
+
+def data_model(sbp):
+    return (S(0), sbp)
+
+
+def layer(p, x, heads, hints=None, lib=FFLOW):
+    jnp = lib.np
     bsz, t, d = x.shape
     dh = d // heads
-    h = _ln(x, p["g1"], p["b1"])
+    h = _ln(lib, x, p["g1"], p["b1"])
 
     def split_heads(z):
         z = _hint(z, S(2), hints)
@@ -70,25 +93,26 @@ def layer(p, x, heads, hints=False):
 
     q, k, v = (split_heads(h @ p[n]) for n in ("wq", "wk", "wv"))
     logits = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(np.sqrt(dh))
-    probs = fflow.nn.softmax(logits, axis=-1)
+    probs = lib.softmax(logits, axis=-1)
     a = jnp.einsum("bhqk,bhkd->bhqd", probs, v)
     a = jnp.reshape(jnp.transpose(a, (0, 2, 1, 3)), (bsz, t, d))
     a = _hint(a, S(2), hints)
     x = x + _hint(a @ p["wo"], B, hints)
-    h = _ln(x, p["g2"], p["b2"])
-    m = _hint(fflow.nn.gelu(h @ p["w1"]), S(2), hints)
+    h = _ln(lib, x, p["g2"], p["b2"])
+    m = _hint(lib.gelu(h @ p["w1"]), S(2), hints)
     return x + _hint(m @ p["w2"], B, hints)
 
 
-def loss(params, x, y, heads=4, hints=False):
+def loss(params, x, y, heads=4, hints=None, lib=FFLOW):
     for p in params:
-        x = layer(p, x, heads, hints)
-    return jnp.mean(jnp.square(x - y))
+        x = layer(p, x, heads, hints, lib)
+    return lib.np.mean(lib.np.square(x - y))
 
 
-def train_step(params, opt, x, y, heads=4, hints=False, lr=1e-3):
+def train_step(params, opt, x, y, heads=4, hints=None, lr=1e-3, lib=FFLOW):
     """One Adam step (bias correction folded into lr): returns (loss, params, opt)."""
-    value, grads = fflow.value_and_grad(loss)(params, x, y, heads, hints)
+    jnp = lib.np
+    value, grads = lib.value_and_grad(loss)(params, x, y, heads, hints, lib)
     b1, b2, eps = 0.9, 0.999, 1e-8
     new_p, new_o = [], []
     for p, (m, v), g in zip(params, opt, grads):
@@ -106,26 +130,40 @@ def adam_init(params):
     return [({k: np.zeros_like(a) for k, a in p.items()},) * 2 for p in params]
 
 
-def megatron_sbp(params, batch=B):
-    """in_sbp for train_step(params, opt, x, y): Megatron weights, their Adam state alike."""
-    w = [{k: MEGATRON.get(k, B) for k in p} for p in params]
+def megatron_sbp(params, mesh2d=False):
+    """in_sbp for train_step(params, opt, x, y): Megatron weights, their Adam state alike;
+    on a 2-D mesh, mesh axis 0 splits the batch and axis 1 the model."""
+    if mesh2d:
+        w = [{k: (B, MEGATRON.get(k, B)) for k in p} for p in params]
+        batch = (S(0), B)
+    else:
+        w = [{k: MEGATRON.get(k, B) for k in p} for p in params]
+        batch = B
     return (w, [(wi, wi) for wi in w], batch, batch)
 
 
-def step_fn(heads, hints=False, adam=True):
+def step_fn(heads, hints=None, adam=True):
     if adam:
         return lambda params, opt, x, y: train_step(params, opt, x, y, heads, hints)
     return lambda params, x, y: fflow.value_and_grad(loss)(params, x, y, heads, hints)
 
 
 def megatron_sharded(pl, n_layers, b, t, d, heads=4, hints=False, adam=True, **opts):
-    """(Sharded step, args) with Megatron weight annotations (hints: the hand plan)."""
+    """(Sharded step, args) with Megatron weight annotations (hints=True: the hand plan,
+    every activation's SBP forced by with_sbp)."""
     params = init(n_layers, d)
     x, y = data(b, t, d)
-    fn = step_fn(heads, hints, adam)
-    sbp = megatron_sbp(params)
+    mesh2d = pl.ndim == 2
+    if hints:
+        hints = data_model if mesh2d else one_d
+    fn = step_fn(heads, hints or None, adam)
+    sbp = megatron_sbp(params, mesh2d)
     if adam:
-        out = (B, sbp[0], sbp[1])  # the next step gets params and state as this one did
+        # the next step gets params and state as this one did
+        out = ((B,) * pl.ndim, sbp[0], sbp[1])
         step = fflow.shard(fn, pl, in_sbp=sbp, out_sbp=out, **opts)
         return step, (params, adam_init(params), x, y)
-    return fflow.shard(fn, pl, in_sbp=(sbp[0], B, B), out_sbp=(B, sbp[0]), **opts), (params, x, y)
+    step = fflow.shard(
+        fn, pl, in_sbp=(sbp[0], sbp[2], sbp[3]), out_sbp=((B,) * pl.ndim, sbp[0]), **opts
+    )
+    return step, (params, x, y)

@@ -35,14 +35,17 @@ from fflow.sharding import B
 EXHAUSTIVE_MAX_EQNS = 12
 SEARCH_NODE_LIMIT = 4000
 REFINE_ROUNDS = 6
-# a tie-breaker of the forward pass: holding a partial sum costs this share of the
-# all-reduce that would finish it (sums are finished early unless that costs more)
-PARTIAL_PENALTY = 0.1
+REFINE_STARTS = 2
+# tie-breakers of the forward pass, one run each: holding a partial sum costs this
+# share of the all-reduce that would finish it (0.1: finish late when it ties, the
+# right call in backward passes; 1: finish early, Megatron's forward)
+PARTIAL_PENALTIES = (0.1, 1.0)
 INF = float("inf")
 
 # N-D SBP tuples <-> small ints, shared by every plan
 _NDS = []
 _CODES = {}
+_KEY = 1 << 20  # codes stay below this
 
 
 def _code(nd):
@@ -137,16 +140,16 @@ class _Problem:
             for v in eqn.outputs:
                 self.vid[v] = new_var(v.aval, None)
                 outs.append(self.vid[v])
-            flops = eqn_flops(eqn)
-            cin, cout, comp = [], [], []
-            for sig in cands:
-                c = codes_of.get(id(sig))
-                if c is None:
-                    c = (tuple(_code(x) for x in sig.ins), tuple(_code(x) for x in sig.outs))
-                    codes_of[id(sig)] = c
-                cin.append(c[0])
-                cout.append(c[1])
-                comp.append(compute_time(eqn, sig, self.h, self.profile, flops))
+            # signatures() returns one list per (primitive, avals, params): the same
+            # equation in every layer shares its codes and compute times
+            hit = codes_of.get(id(cands))
+            if hit is None:
+                flops = eqn_flops(eqn)
+                cin = [tuple(_code(x) for x in sig.ins) for sig in cands]
+                cout = [tuple(_code(x) for x in sig.outs) for sig in cands]
+                comp = [compute_time(eqn, sig, self.h, self.profile, flops) for sig in cands]
+                hit = codes_of[id(cands)] = (cands, cin, cout, comp)
+            _, cin, cout, comp = hit
             self.eqn_ins.append(ins)
             self.eqn_outs.append(outs)
             self.cands.append(cands)
@@ -169,6 +172,9 @@ class _Problem:
             self.out_req_codes.append(r)
             self.out_reqs[i].append(r)
         self.akey = [(a.shape, a.dtype) for a in self.avals]
+        akids = {}
+        # one int per (shape, dtype): conversion prices are cached under int keys
+        self.akid = [akids.setdefault(k, len(akids)) * _KEY * _KEY for k in self.akey]
         self._bt = {}
         self._fin = {}
 
@@ -177,10 +183,10 @@ class _Problem:
         """Seconds to convert var i from code `have` to `want`."""
         if have == want:
             return 0.0
-        key = (self.akey[i], have, want)
+        key = self.akid[i] + have * _KEY + want
         t = self._bt.get(key)
         if t is None:
-            shape, dtype = key[0]
+            shape, dtype = self.akey[i]
             bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
             t = boxing_time(bp, self.h, self.profile)
             if not t and bp.steps:
@@ -204,14 +210,18 @@ class _Problem:
         return have if self.allow_partial_out else self.finish(have)
 
     def var_cost(self, i, have, wants):
-        """Seconds to give var i (held as `have`) to every distinct SBP in `wants` and to
-        the program outputs it is."""
+        """Seconds to give var i (held as `have`) to every distinct SBP in `wants` (codes,
+        or a dict code -> number of consumers) and to the program outputs it is."""
         t = 0.0
         seen = ()
+        if type(wants) is dict:
+            wants = [w for w, n in wants.items() if n > 0]
         for w in wants:
             if w != have and w not in seen:
                 t += self.bt(i, have, w)
                 seen += (w,)
+        if not self.out_reqs[i]:
+            return t
         for r in self.out_reqs[i]:
             w = self.out_want(i, r, have)
             if w != have and w not in seen:
@@ -261,13 +271,16 @@ def plan_program(
     prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile)
     found = [_greedy(prob)]
     if search:
-        fwd = _forward(prob, PARTIAL_PENALTY)
-        found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
+        for pp in PARTIAL_PENALTIES:
+            fwd = _forward(prob, pp)
+            found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
         if len(program.eqns) <= EXHAUSTIVE_MAX_EQNS:
             exact = _search(prob, min(prob.total(s) for s in found))
             if exact is not None:
                 found.append(exact)
-        found = [_refine(prob, s) for s in found]
+        # refine the most promising starts (refinement is most of the planner's time)
+        found.sort(key=prob.total)
+        found = [_refine(prob, s) for s in found[:REFINE_STARTS]]
     return Plan(prob, min(found, key=prob.total))
 
 
@@ -383,16 +396,17 @@ def _lookahead(prob, fwd):
             recv = [receive(i, w) for i, w in zip(ins, want)]
             base.append((c + sum(recv), recv))
         for j, i in enumerate(ins):
-            if i >= len(togo) or not togo[i] and rel[i] is None:
+            if not togo[i]:
                 continue
-            for lab in list(togo[i]):
-                m = INF
-                for s, want in enumerate(prob.cin[k]):
-                    c, recv = base[s]
-                    c = c - recv[j] + prob.bt(i, lab, want[j])
-                    if c < m:
-                        m = c
-                togo[i][lab] += m
+            by_want = {}  # the cheapest candidate per SBP it wants operand j in
+            for s, want in enumerate(prob.cin[k]):
+                c, recv = base[s]
+                c -= recv[j]
+                if c < by_want.get(want[j], INF):
+                    by_want[want[j]] = c
+            t = togo[i]
+            for lab in t:
+                t[lab] += min(c + prob.bt(i, lab, w) for w, c in by_want.items())
     have = list(prob.init)
     boxed = set()
     sig_idx = []
@@ -507,9 +521,13 @@ class _State:
         for k, s in enumerate(sig_idx):
             for i, w in zip(prob.eqn_ins[k], prob.cin[k][s]):
                 self.wants[i][w] = self.wants[i].get(w, 0) + 1
+        self.vc = [None] * len(prob.avals)  # current conversion cost per var (lazy)
 
-    def _vcost(self, i, have, wants):
-        return self.prob.var_cost(i, have, [w for w, n in wants.items() if n > 0])
+    def _cur(self, i):
+        c = self.vc[i]
+        if c is None:
+            c = self.vc[i] = self.prob.var_cost(i, self.have[i], self.wants[i])
+        return c
 
     def delta(self, k, s):
         """Exact change of the plan's total if equation k took candidate s."""
@@ -529,12 +547,10 @@ class _State:
                 if u == i:
                     w_new[a] -= 1
                     w_new[b] = w_new.get(b, 0) + 1
-            have = self.have[i]
-            d += self._vcost(i, have, w_new) - self._vcost(i, have, w_old)
+            d += prob.var_cost(i, self.have[i], w_new) - self._cur(i)
         for i, a, b in zip(prob.eqn_outs[k], prob.cout[k][old], prob.cout[k][s]):
             if a != b:
-                w = self.wants[i]
-                d += self._vcost(i, b, w) - self._vcost(i, a, w)
+                d += prob.var_cost(i, b, self.wants[i]) - self._cur(i)
         return d
 
     def apply(self, k, s):
@@ -543,8 +559,10 @@ class _State:
         for i, a, b in zip(prob.eqn_ins[k], prob.cin[k][old], prob.cin[k][s]):
             self.wants[i][a] -= 1
             self.wants[i][b] = self.wants[i].get(b, 0) + 1
+            self.vc[i] = None
         for i, b in zip(prob.eqn_outs[k], prob.cout[k][s]):
             self.have[i] = b
+            self.vc[i] = None
         self.sig[k] = s
 
     def neighbours(self, k):
@@ -564,8 +582,16 @@ class _State:
 def _refine(prob, sig_idx):
     st = _State(prob, sig_idx)
     st.producer = {i: k for k, outs in enumerate(prob.eqn_outs) for i in outs}
-    n = len(prob.cands)
-    todo = [k for k in reversed(range(n)) if len(prob.cands[k]) > 1]
+    _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1])
+    if _cone_moves(st):
+        _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1])
+    return st.sig
+
+
+def _sweep(st, todo):
+    """Each equation in turn takes its best signature given the rest; neighbours of a
+    change are looked at again, until nothing improves."""
+    prob = st.prob
     for _ in range(REFINE_ROUNDS):
         changed = set()
         for k in todo:
@@ -581,9 +607,93 @@ def _refine(prob, sig_idx):
                 changed.add(k)
                 changed.update(st.neighbours(k))
         if not changed:
-            break
+            return
         todo = sorted((k for k in changed if len(prob.cands[k]) > 1), reverse=True)
-    return st.sig
+
+
+CONE_LIMIT = 48
+
+
+def _cone_moves(st):
+    """Moves one equation at a time cannot make: give var i to all its consumers as L
+    (finish a partial sum once instead of in every consumer's chain, or serve every
+    consumer by the one conversion), then let the changed region re-choose in program
+    order. Kept when the whole move lowers the total."""
+    prob = st.prob
+    tried = set()
+    improved = False
+    for i in range(len(prob.avals)):
+        have = st.have[i]
+        if have is None or not prob.consumers[i]:
+            continue
+        targets = {w for w, n in st.wants[i].items() if n > 0 and w != have}
+        f = prob.finish(have)
+        if f != have:
+            targets.add(f)
+        for lab in targets:
+            if (i, lab) in tried:
+                continue
+            tried.add((i, lab))
+            if _cone_move(st, i, lab):
+                improved = True
+    return improved
+
+
+def _cone_move(st, i, lab):
+    prob = st.prob
+    journal = []
+    total = 0.0
+    moved = set()  # vars whose SBP this move changed: consumers follow them
+    queue = set()
+
+    def take(k, s, d):
+        nonlocal total
+        journal.append((k, st.sig[k]))
+        before = prob.cout[k][st.sig[k]]
+        st.apply(k, s)
+        total += d
+        for o, a, b in zip(prob.eqn_outs[k], before, prob.cout[k][s]):
+            if a != b:
+                moved.add(o)
+                queue.update(c for c, _ in prob.consumers[o])
+
+    for k, j in prob.consumers[i]:
+        if prob.cin[k][st.sig[k]][j] == lab:
+            continue
+        best, best_d = _best(st, k, lambda want, j=j: want[j] == lab)
+        if best is None:
+            break
+        take(k, best, best_d)
+    steps = 0
+    while queue and steps < CONE_LIMIT:
+        k = min(queue)
+        queue.discard(k)
+        steps += 1
+        ins = prob.eqn_ins[k]
+
+        def follows(want, ins=ins):
+            return all(w == st.have[u] for u, w in zip(ins, want) if u in moved)
+
+        best, best_d = _best(st, k, follows)
+        if best is not None and best != st.sig[k]:
+            take(k, best, best_d)
+    if total < -1e-12:
+        return True
+    for k, s in reversed(journal):
+        st.apply(k, s)
+    return False
+
+
+def _best(st, k, ok):
+    """(candidate, delta) of equation k with the lowest delta among those `ok` accepts."""
+    prob = st.prob
+    best, best_d = None, INF
+    for s, want in enumerate(prob.cin[k]):
+        if ok(want):
+            d = 0.0 if s == st.sig[k] else st.delta(k, s)
+            if d < best_d:
+                best, best_d = s, d
+    return best, best_d
 
 
 def alternatives(plan, k, n=2):

@@ -1,0 +1,174 @@
+"""shard planner: transformer training steps (pre-LN attention + GELU MLP, Adam) with the
+weights annotated Megatron-style and everything else left to the planner, against the
+hand Megatron plan (every activation forced with with_sbp) and, where installed, JAX's
+partitioner on the same program (collectives read from the compiled HLO).
+
+Columns: plan bytes / hand bytes (communication summed over devices), modelled step
+time per device (profile: H200 NVLink unless --profile cpu), all-reduces of a
+(b, t, d) activation, matmuls run replicated, planning seconds.
+"""
+
+import os
+import re
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import numpy as np  # noqa: E402
+from common import load_jax, parse_args  # noqa: E402
+from fflow.transforms.shard_cost import work_share  # noqa: E402
+
+import fflow  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import planner_models as pm  # noqa: E402
+
+FULL = dict(
+    layers=(1, 4, 12, 24), sizes=((2, 16, 64), (4, 128, 256), (8, 512, 512), (8, 512, 1024))
+)
+FULL["meshes"] = ((4,), (8,), (2, 2), (2, 4))
+QUICK = dict(layers=(1, 4), sizes=((2, 16, 64), (4, 128, 256)), meshes=((4,), (2, 2)))
+TINY = dict(layers=(1,), sizes=((2, 16, 64),), meshes=((4,),))
+
+
+def placement(mesh):
+    n = int(np.prod(mesh))
+    ranks = list(range(n)) if len(mesh) == 1 else np.arange(n).reshape(mesh).tolist()
+    return fflow.placement("cpu", ranks)
+
+
+def measure(sp, act_shape):
+    h = sp.placement.hierarchy
+    big_ar = sum(
+        bp.collectives().count("all_reduce")
+        for _, v, _, _, bp in sp.boxings()
+        if bp.bytes and v.aval.shape == act_shape
+    )
+    replicated = sum(
+        1
+        for e, sig in zip(sp.exec_program.eqns, sp.plan.eqn_sigs)
+        if e.primitive.name == "dot_general" and work_share(e, sig, h) == 1.0
+    )
+    return big_ar, replicated
+
+
+# ----------------------------------------------------------------------------
+# JAX's partitioner on the same program
+
+HLO_COLLECTIVE = re.compile(
+    r"=\s*(\(?[a-z0-9]+\[[^\]]*\][^=]*?)\s+(all-reduce|all-gather|reduce-scatter|all-to-all)"
+    r"(?:-start)?\("
+)
+SHAPE = re.compile(r"([a-z]+[0-9]*)\[([0-9,]*)\]")
+ITEM = {"f32": 4, "f16": 2, "bf16": 2, "s32": 4, "f64": 8, "pred": 1}
+
+
+def jax_collectives(jax, mesh, n_layers, b, t, d, heads):
+    """(counts by collective, bytes by our cost convention) of JAX's compiled step."""
+    import types
+
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as Ps
+
+    lib = types.SimpleNamespace(
+        np=jax.numpy,
+        rsqrt=jax.lax.rsqrt,
+        softmax=jax.nn.softmax,
+        gelu=jax.nn.gelu,
+        value_and_grad=jax.value_and_grad,
+    )
+    n = int(np.prod(mesh))
+    devs = np.array(jax.devices()[:n]).reshape(mesh)
+    axes = ("model",) if len(mesh) == 1 else ("data", "model")
+    jm = Mesh(devs, axes)
+    spec = {"wq": Ps(None, "model"), "wk": Ps(None, "model"), "wv": Ps(None, "model")}
+    spec.update({"w1": Ps(None, "model"), "wo": Ps("model", None), "w2": Ps("model", None)})
+    params = pm.init(n_layers, d)
+    x, y = pm.data(b, t, d)
+    opt = pm.adam_init(params)
+
+    def sh(p):
+        return NamedSharding(jm, p)
+
+    w_sh = [{k: sh(spec.get(k, Ps())) for k in p} for p in params]
+    data_sh = sh(Ps("data") if len(mesh) == 2 else Ps())
+    in_sh = (w_sh, [(w, w) for w in w_sh], data_sh, data_sh)
+    out_sh = (sh(Ps()), w_sh, [(w, w) for w in w_sh])
+
+    def step(params, opt, x, y):
+        return pm.train_step(params, opt, x, y, heads, None, lib=lib)
+
+    fn = jax.jit(step, in_shardings=in_sh, out_shardings=out_sh)
+    text = fn.lower(params, opt, x, y).compile().as_text()
+    counts, total = {}, 0
+    for m in HLO_COLLECTIVE.finditer(text):
+        shapes, op = m.group(1), m.group(2)
+        nbytes = 0
+        for dt, dims in SHAPE.findall(shapes):
+            size = int(np.prod([int(s) for s in dims.split(",") if s])) if dims else 1
+            nbytes += size * ITEM.get(dt, 4)
+        groups = re.search(r"replica_groups=\{\{([0-9,]*)\}", text[m.end() : m.end() + 2000])
+        p = len(groups.group(1).split(",")) if groups else n
+        g = n // p  # groups working side by side
+        # this file's convention (transforms/shard_boxing.py): bytes summed over devices
+        # (HLO shapes are per device: an all-gather's result is the whole group piece, a
+        # reduce-scatter's one of p pieces)
+        per = {"all-reduce": 2 * (p - 1), "all-gather": p - 1, "reduce-scatter": (p - 1) * p}
+        total += g * per.get(op, p - 1) * nbytes
+        counts[op] = counts.get(op, 0) + 1
+    return counts, int(total)
+
+
+def main():
+    # --quick (1 and 4 layers, two sizes) and --profile=cpu on top of the common flags
+    argv = [a for a in sys.argv[1:] if a not in ("--quick", "--profile=cpu")]
+    quick = "--quick" in sys.argv
+    prof = fflow.sharding.CPU if "--profile=cpu" in sys.argv else fflow.sharding.H200
+    sys.argv = sys.argv[:1] + argv
+    args = parse_args(__doc__)
+    grid = TINY if args.tiny else QUICK if quick else FULL
+    jax = load_jax() if (args.only is None or "jax" in args.only) else None
+    print(f"## shard planner: Megatron-annotated transformer training steps ({prof.name})\n")
+    print(
+        "| workload | mesh | eqns | plan bytes | hand bytes | ratio | plan time | hand time "
+        "| act. all-reduces plan/hand | replicated matmuls | planning s | JAX collectives | "
+        "JAX bytes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mesh in grid["meshes"]:
+        pl = placement(mesh)
+        heads = max(4, mesh[-1])
+        for n_layers in grid["layers"]:
+            for b, t, d in grid["sizes"]:
+                if d % (heads * mesh[-1]) or (len(mesh) == 2 and b % mesh[0]):
+                    continue
+                f, fargs = pm.megatron_sharded(pl, n_layers, b, t, d, heads, profile=prof)
+                hand, _ = pm.megatron_sharded(
+                    pl, n_layers, b, t, d, heads, hints=True, profile=prof
+                )
+                t0 = time.perf_counter()
+                sp = f.plan(*fargs)
+                t_plan = time.perf_counter() - t0
+                sh = hand.plan(*fargs)
+                ar, rep = measure(sp, (b, t, d))
+                ar_h, _ = measure(sh, (b, t, d))
+                jc, jb = "n/a", "n/a"
+                if jax is not None:
+                    try:
+                        counts, jb = jax_collectives(jax, mesh, n_layers, b, t, d, heads)
+                        jc = ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "-"
+                    except Exception as e:  # noqa: BLE001  (a JAX version without this API)
+                        jc = f"error: {type(e).__name__}"
+                name = f"{n_layers} layers, b,t,d={b},{t},{d}"
+                print(
+                    f"| {name} | {'x'.join(map(str, mesh))} | {len(sp.exec_program.eqns)} "
+                    f"| {sp.bytes / 1e6:.2f} MB | {sh.bytes / 1e6:.2f} MB "
+                    f"| {sp.bytes / max(sh.bytes, 1):.2f} | {sp.plan.time * 1e3:.3f} ms "
+                    f"| {sh.plan.time * 1e3:.3f} ms | {ar}/{ar_h} | {rep} | {t_plan:.2f} "
+                    f"| {jc} | {jb if isinstance(jb, str) else f'{jb / 1e6:.2f} MB'} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
