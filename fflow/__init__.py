@@ -54,6 +54,7 @@ _LAZY = {
     "placement": ("fflow.sharding", "placement"),
     "to_global": ("fflow.sharding", "to_global"),
     "sbp": ("fflow.sharding", "sbp"),
+    "pipeline": ("fflow.pipelining", "pipeline"),
     "amp": ("fflow.transforms.amp", "amp"),
     "devices": ("fflow.device", "devices"),
     "device_put": ("fflow.device", "device_put"),

@@ -12,6 +12,7 @@ from fflow.primitives import (  # noqa: F401
     indexing,
     linalg,
     named_axis,
+    pipeline_call,
     random_bits,
     reduction,
     shape,

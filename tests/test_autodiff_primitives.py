@@ -529,6 +529,9 @@ NOT_GRAD_CHECKED = {
     },
     "fft": "complex-valued outputs: its JVP and transposes are checked against finite "
     "differences through real parts in tests/test_numpy_fft.py",
+    "pipeline_call": "a pipelined loss over placements; its gradients are checked against "
+    "the un-pipelined model in tests/test_pipeline.py",
+    "pipeline_call_lin": "the linear tangent map of pipeline_call, checked with it",
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
     **{

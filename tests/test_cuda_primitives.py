@@ -500,6 +500,8 @@ HOST_ON_PURPOSE = {
     "lgamma": "scipy.special on the host (no CUDA kernel yet)",
     "digamma": "scipy.special on the host (no CUDA kernel yet)",
     "polygamma": "scipy.special on the host (no CUDA kernel yet)",
+    "pipeline_call": "runs a micro-batch schedule on the host; its stages are sharded programs",
+    "pipeline_call_lin": "the pipeline's gradient contraction, evaluated on the host",
 }
 CONTROL_FLOW_AND_COLLECTIVES = ("cond", "while", "scan", "all_", "reduce_scatter", "psum",
                                 "pmax", "pmin", "ppermute", "axis_index", "custom_", "remat",
