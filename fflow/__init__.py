@@ -19,6 +19,7 @@ array_methods.install(Tracer)
 
 from fflow import debug, lax, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
+from fflow.transforms import shard_transfer as _transfer  # noqa: E402,F401  (to_global across placements)
 from fflow.transforms.ad_api import (  # noqa: E402
     grad,
     hessian,

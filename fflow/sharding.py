@@ -583,6 +583,12 @@ def is_global(x):
     return type(x) is Array and x._sharding is not None
 
 
+# Moving a global array to other devices: transforms/shard_transfer.py installs its
+# point-to-point boxing here when fflow is imported (a hook, so this module does not
+# import it back).
+placement_movers = []
+
+
 def to_global(x, placement=None, sbp=None):
     """Make (or re-box) a global array, as OneFlow's `tensor.to_global`.
 
@@ -625,9 +631,7 @@ def to_global(x, placement=None, sbp=None):
         if pl != src.placement:
             # other devices or mesh: point-to-point sends (transforms/shard_transfer.py)
             check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
-            from fflow.transforms.shard_transfer import transfer
-
-            return transfer(x, pl, target)
+            return placement_movers[0](x, pl, target)
         if pl == src.placement and target == src.sbp:
             return x
         check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")

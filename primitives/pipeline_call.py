@@ -20,6 +20,7 @@ from fflow.transforms import vmap as _vmap
 from fflow.transforms.autodiff import Zero, jvp_rules, transpose_rules
 from fflow.transforms.shard_rules import def_broadcast_only
 
+from fflow import lax
 from fflow.core import Primitive, ShapedArray, Tracer
 from fflow.errors import user_error
 
@@ -89,8 +90,6 @@ def _lin_jvp(primals, tangents):
 
 
 def _zeros_like(x):
-    from fflow import lax
-
     return lax.full(x.shape, 0, x.dtype)
 
 
@@ -109,8 +108,6 @@ def _scale(g, ct):
         return g  # the usual case, grad of the loss: hand the gradient back as it is
     if not isinstance(ct, Tracer):
         return g * float(np.asarray(ct))
-    from fflow import lax
-
     return g * lax.broadcast_in_dim(ct, g.shape, ())
 
 

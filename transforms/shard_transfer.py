@@ -25,6 +25,7 @@ import math
 import numpy as np
 from fflow.transforms.shard_boxing import boxing_bytes
 
+from fflow import sharding
 from fflow.sharding import (
     B,
     Split,
@@ -224,3 +225,7 @@ _tag_counter = itertools.count()
 def transfer(x, dst_pl, dst_sbp):
     """Move global array `x` onto (dst_pl, dst_sbp) and wait for it (eager to_global)."""
     return start_transfer(x, dst_pl, dst_sbp, tag=next(_tag_counter) % 30000).wait()
+
+
+if transfer not in sharding.placement_movers:
+    sharding.placement_movers.insert(0, transfer)
