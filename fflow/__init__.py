@@ -56,6 +56,7 @@ _LAZY = {
     "to_global": ("fflow.sharding", "to_global"),
     "sbp": ("fflow.sharding", "sbp"),
     "pipeline": ("fflow.pipelining", "pipeline"),
+    "accumulate_gradients": ("fflow.grad_accum", "accumulate_gradients"),
     "amp": ("fflow.transforms.amp", "amp"),
     "devices": ("fflow.device", "devices"),
     "device_put": ("fflow.device", "device_put"),

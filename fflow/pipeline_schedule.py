@@ -197,6 +197,20 @@ class Schedule:
         """The textbook bubble: (p-1)/(m+p-1), or (p-1)/(v*m+p-1) interleaved."""
         return (self.p - 1) / (self.v * self.m + self.p - 1)
 
+    def replay(self, durations):
+        """(makespan, bubble) of this order when op (kind, stage, mb) takes
+        `durations[(kind, stage, mb)]` seconds (e.g. measured), sends taking no time."""
+        done = {}
+        free = [0.0] * self.p
+        for op in self.ops_in_order():  # tick order respects every dependency
+            start = max([free[op.device]] + [done[k] for k in self._deps(op)])
+            end = start + durations[(op.kind, op.stage, op.mb)]
+            done[(op.kind, op.stage, op.mb)] = end
+            free[op.device] = end
+        makespan = max(free)
+        busy = sum(durations[(o.kind, o.stage, o.mb)] for d in self.device_ops for o in d)
+        return makespan, 1.0 - busy / (self.p * makespan)
+
     def peak_in_flight(self):
         """Per stage: the most micro-batches whose forward ran and backward did not yet."""
         peaks = []

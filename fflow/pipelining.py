@@ -18,6 +18,8 @@ Parameter gradients stay partial across micro-batches and are reduced once per
 step (the data-parallel all-reduce happens once, not once per micro-batch).
 """
 
+import time
+
 import numpy as np
 
 from fflow import array as array_mod
@@ -29,6 +31,7 @@ from fflow.sharding import (
     B,
     is_global,
     local_shape,
+    make_global,
     placement,
     runtime,
     to_global,
@@ -69,13 +72,39 @@ class _Stage:
         self.out_avals = [v.aval for v in plan.program.outvars]
         self.out_sbps = list(plan.out_sbps)
         self.out_float = [_is_float(a.dtype) for a in self.out_avals]
+        # run the planned program directly (its inputs arrive in their SBPs already)
+        n_in = len(p_avals) + len(x_avals)
+        self.fwd_sp = plan if len(plan.program.invars) == n_in else None
+        self.x_bytes = sum(
+            _local_bytes(a, nd, pl) for a, nd in zip(x_avals, x_sbps)
+        )  # what a device of this stage keeps per micro-batch between F and B
         self._bwd = None
         self._p_avals, self._x_avals = p_avals, x_avals
+        self._ct = {}
 
-    def backward(self):
+    def forward(self, p_vals, x):
+        if self.fwd_sp is not None:
+            return self.fwd_sp.run_global(list(p_vals) + list(x))
+        return self.fwd(p_vals, x)
+
+    def backward(self, p_vals, xf, xo, ct):
         if self._bwd is None:
             self._bwd = self._make_backward()
-        return self._bwd
+        sharded, sp = self._bwd
+        n_p = len(p_vals)
+        if sp is not None:
+            outs = sp.run_global(list(p_vals) + list(xf) + list(xo) + list(ct))
+            return outs[:n_p], outs[n_p:]
+        return sharded(p_vals, xf, xo, ct)
+
+    def loss_cotangent(self, scale):
+        """The cotangent of the last stage's loss, a global scalar on this placement."""
+        ct = self._ct.get(scale)
+        if ct is None:
+            aval = self.out_avals[0]
+            ct = to_global(np.asarray(scale, aval.dtype), self.pl, self.out_sbps[0])
+            self._ct[scale] = ct
+        return ct
 
     def _make_backward(self):
         x_float, out_float, fwd = self.x_float, self.out_float, self.fwd_fn
@@ -105,7 +134,17 @@ class _Stage:
         first = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp).lower(*args)
         natural = [first.sbp_of(v) for v in first.program.outvars]
         n_p = len(self.p_sbps)
-        return shard_mod.shard(bwd, self.pl, in_sbp=in_sbp, out_sbp=(natural[:n_p], natural[n_p:]))
+        sharded = shard_mod.shard(
+            bwd, self.pl, in_sbp=in_sbp, out_sbp=(natural[:n_p], natural[n_p:])
+        )
+        sp = sharded.lower(*args)
+        n_in = sum(len(a) for a in args)
+        return sharded, (sp if len(sp.program.invars) == n_in else None)
+
+
+def _local_bytes(aval, nd, pl):
+    shape = local_shape(aval.shape, nd, pl.hierarchy, pl.coords(0))
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
 def _dummy(aval):
@@ -255,15 +294,21 @@ class _Step:
         rt = runtime()
         before = rt.bytes_moved
         self._stage0_inputs()
+        durations = {}  # seconds of each operation this process ran (its devices' share)
+        start = time.perf_counter()
         for op in sched.ops_in_order():
+            self._t0 = time.perf_counter()  # reset after the op's inputs arrived
             if op.kind == "F":
                 self._forward(op.stage, op.mb)
             else:
                 self._backward(op.stage, op.mb)
+            durations[(op.kind, op.stage, op.mb)] = time.perf_counter() - self._t0
         loss = self._finish_loss()
         pipe.stats = {
             "peak_activation_bytes": list(self.peak),
             "bytes_moved": rt.bytes_moved - before,
+            "op_seconds": durations,
+            "step_seconds": time.perf_counter() - start,
         }
         if not self.train:
             return loss, None
@@ -287,7 +332,9 @@ class _Step:
 
     def _take(self, key):
         items = self.inbox.pop(key)
-        return [x.wait() if hasattr(x, "wait") else x for x in items]
+        out = [x.wait() if hasattr(x, "wait") else x for x in items]
+        self._t0 = time.perf_counter()  # waiting for inputs is idle time, not compute
+        return out
 
     def _send(self, values, dst_pl, dst_sbps, key):
         pending = []
@@ -301,10 +348,10 @@ class _Step:
         x = self._take(("F", s, k))
         x_tree = self.b_tree if s == 0 else self.stages[s - 1].out_tree
         st = self._stage_for(s, x_tree, x)
-        y = st.fwd(st.p_vals, x)
+        y = st.forward(st.p_vals, x)
         if self.train:
             self.saved[(s, k)] = x
-            self.alive[s] += _bytes_on_first_device(x, st.pl)
+            self.alive[s] += st.x_bytes
             self.peak[s] = max(self.peak[s], self.alive[s])
         if s == n - 1:
             if len(y) != 1 or y[0].shape != ():
@@ -330,16 +377,16 @@ class _Step:
         n = len(self.pipe.stages)
         st = self.stages[s]
         x = self.saved.pop((s, k))
-        self.alive[s] -= _bytes_on_first_device(x, st.pl)
+        self.alive[s] -= st.x_bytes
         if s == n - 1:
-            ct = [np.asarray(1.0 / self.pipe.m, st.out_avals[0].dtype)]
+            ct = [st.loss_cotangent(1.0 / self.pipe.m)]
         else:
             ct = self._take(("B", s, k))
         xf = [v for v, f in zip(x, st.x_float) if f]
         xo = [v for v, f in zip(x, st.x_float) if not f]
-        gp, gx = st.backward()(st.p_vals, xf, xo, ct)
+        gp, gx = st.backward(st.p_vals, xf, xo, ct)
         acc = self.grads[s]
-        self.grads[s] = list(gp) if acc is None else [a + g for a, g in zip(acc, gp)]
+        self.grads[s] = list(gp) if acc is None else [_add(a, g) for a, g in zip(acc, gp)]
         if s > 0:
             prev = self.stages[s - 1]
             dst = [nd for nd, f in zip(prev.out_sbps, prev.out_float) if f]
@@ -386,12 +433,13 @@ def _grad_sbp(nd):
     return tuple(B if s.is_partial() else s for s in nd)
 
 
-def _bytes_on_first_device(values, pl):
-    total = 0
-    for v in values:
-        shape = local_shape(v.shape, v.sbp, pl.hierarchy, pl.coords(0))
-        total += int(np.prod(shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
-    return total
+def _add(a, b):
+    """a + b of two global arrays with one sharding: shard by shard (no boxing)."""
+    if a._sharding != b._sharding or any(s.is_partial() and s.op != "sum" for s in a._sharding.sbp):
+        return a + b
+    shards = {i: np.add(v, b._value.shards[i]) for i, v in a._value.shards.items()}
+    sh = a._sharding
+    return make_global(a.shape, a.dtype, sh.placement, sh.sbp, shards)
 
 
 def _to_every_rank(x):

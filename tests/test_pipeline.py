@@ -235,7 +235,9 @@ def test_errors_name_the_fix():
         fflow.jit(fflow.grad(f))(make_params(), data(9))
 
 
-@pytest.mark.parametrize("name", ["fflow.pipelining", "fflow.pipeline_schedule"])
+@pytest.mark.parametrize(
+    "name", ["fflow.pipelining", "fflow.pipeline_schedule", "fflow.grad_accum"]
+)
 def test_docstring_examples_run(name):
     import doctest
     import importlib

@@ -1,0 +1,162 @@
+"""Pipeline parallelism: bubble fractions, activation memory and step time.
+
+    python benchmarks/bench_pipeline.py                          # 4 simulated devices
+    python -m fflow.launch -n 4 benchmarks/bench_pipeline.py     # 4 MPI ranks
+
+A 4-layer MLP over 4 stages (one layer each), m in {4, 8, 16} micro-batches:
+
+1. bubble fraction per schedule: measured on the executed schedule (idle ticks / all
+   ticks), next to the theory (p-1)/(m+p-1) (GPipe, 1F1B) and (p-1)/(v*m+p-1)
+   (interleaved, v=2, 8 stages); "timed" replays the order with the measured
+   seconds of every F and B (B recomputes its stage's forward, so it costs ~2-3 F);
+   under MPI "wall" is 1 - (compute seconds / step seconds) averaged over ranks;
+2. peak activation bytes per stage, 1F1B vs GPipe (bound: 1F1B <= p/m of GPipe
+   on stage 0);
+3. seconds per training step, pipelined vs the same model's jitted
+   value_and_grad on one process (medians).
+"""
+
+import numpy as np
+from common import interleaved_times, parse_args
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import runtime
+
+
+def layer(p, x):
+    return jnp.tanh(x @ p["w"] + p["b"])
+
+
+def mid(p, xy):
+    x, y = xy
+    return layer(p, x), y
+
+
+def last(p, xy):
+    x, y = xy
+    return jnp.mean((layer(p, x) - y) ** 2)
+
+
+def make(n_stages, width, seed=0):
+    rng = np.random.default_rng(seed)
+    w = lambda: (rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32)
+    return [{"w": w(), "b": np.zeros(width, np.float32)} for _ in range(n_stages)]
+
+
+def plain(params, xy):
+    for p in params[:-1]:
+        xy = mid(p, xy)
+    return last(params[-1], xy)
+
+
+def mean_over_ranks(x):
+    rt = runtime()
+    if hasattr(rt, "comm"):
+        return rt.comm.allreduce(x) / rt.comm.Get_size()
+    return x
+
+
+def wall_bubble(stats, pipe, rank):
+    """1 - this rank's compute seconds / step seconds (MPI only: ranks run at once)."""
+    mine = 0.0
+    for (_kind, stage, _mb), sec in stats["op_seconds"].items():
+        if rank in pipe.placement_of(stage).ranks:
+            mine += sec
+    return 1.0 - mine / stats["step_seconds"]
+
+
+def table(title, header, rows):
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    print("\n".join(lines) + "\n", flush=True)
+
+
+def main():
+    args = parse_args(__doc__.split("\n")[0])
+    rt = runtime()
+    mpi = hasattr(rt, "comm")
+    rank0 = rt.rank == 0
+    width, rows_per_mb = (16, 4) if args.tiny else (256, 32)
+    reps = args.reps or (1 if args.tiny else 5)
+    p = 4
+    pls = [fflow.placement("cpu", [i]) for i in range(p)]
+    ms = (4, 8) if args.tiny else (4, 8, 16)
+
+    bubble_rows, memory_rows, time_rows = [], [], []
+    for m in ms:
+        rng = np.random.default_rng(m)
+        n = m * rows_per_mb
+        batch = (
+            rng.normal(size=(n, width)).astype(np.float32),
+            rng.normal(size=(n, width)).astype(np.float32),
+        )
+        peaks = {}
+        steps = {}
+        for kind, n_stages in (("gpipe", p), ("1f1b", p), ("interleaved", 2 * p)):
+            f = fflow.pipeline([mid] * (n_stages - 1) + [last], pls, m, schedule=kind)
+            params = make(n_stages, width)
+            vg = fflow.value_and_grad(f)
+            steps[kind] = lambda vg=vg, params=params, batch=batch: vg(params, batch)
+            vg(params, batch)  # compile the stages
+            vg(params, batch)
+            stats = f.stats
+            s = f.schedule
+            _, timed = s.replay(stats["op_seconds"]) if not mpi else (None, None)
+            wall = mean_over_ranks(wall_bubble(stats, f.pipe, rt.rank)) if mpi else None
+            bubble_rows.append(
+                [
+                    f"{kind} m={m}" + (" v=2" if kind == "interleaved" else ""),
+                    f"{s.bubble_fraction():.3f}",
+                    f"{s.theory():.3f}",
+                    f"{abs(s.bubble_fraction() - s.theory()) / s.theory():.1%}",
+                    "n/a" if timed is None else f"{timed:.3f}",
+                    "n/a" if wall is None else f"{wall:.3f}",
+                ]
+            )
+            peaks[kind] = stats["peak_activation_bytes"]
+        ratio = peaks["1f1b"][0] / peaks["gpipe"][0]
+        memory_rows.append(
+            [
+                f"m={m}",
+                peaks["gpipe"],
+                peaks["1f1b"],
+                f"{ratio:.3f}",
+                f"{p / m:.3f}",
+                "yes" if ratio <= p / m + 1e-9 else "NO",
+            ]
+        )
+        params = make(p, width)
+        ref = fflow.jit(fflow.value_and_grad(plain))
+        fns = {
+            "no pipeline (jit, 1 process)": lambda ref=ref, params=params, batch=batch: ref(
+                params, batch
+            )
+        }
+        fns.update({f"pipeline {k}": v for k, v in steps.items()})
+        times = interleaved_times(fns, reps, warmup=1)
+        base = times["no pipeline (jit, 1 process)"]
+        for name, t in times.items():
+            time_rows.append([f"{name} m={m}", f"{t * 1e3:.2f} ms", f"{t / base:.2f}x"])
+
+    if rank0:
+        where = rt.describe()
+        table(
+            f"Bubble fraction, p={p} ({where})",
+            ["workload", "measured (ticks)", "theory", "rel. diff", "timed replay", "wall (MPI)"],
+            bubble_rows,
+        )
+        table(
+            "Peak activation bytes per stage (saved stage inputs)",
+            ["workload", "GPipe", "1F1B", "1F1B/GPipe stage 0", "bound p/m", "holds"],
+            memory_rows,
+        )
+        table(
+            f"Seconds per training step ({where}; medians of {reps})",
+            ["workload", "time", "vs no pipeline"],
+            time_rows,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Run by tests/test_pipeline_mpi.py under `python -m fflow.launch -n 4` and on 4
+simulated devices: moves between placements and pipelined training steps; prints
+the numbers both runtimes must agree on as JSON (rank 0 only)."""
+
+import json
+import sys
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import B, P, S, partial_max, runtime
+
+
+def stage(params, xy):
+    x, y = xy
+    return jnp.tanh(x @ params["w"] + params["b"]), y
+
+
+def last(params, xy):
+    x, y = xy
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def make(n_stages, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(n_stages):
+        d_out = 1 if s == n_stages - 1 else 8
+        d_in = 3 if s == 0 else 8
+        w = (rng.normal(size=(d_in, d_out)) / np.sqrt(d_in)).astype(np.float32)
+        out.append({"w": w, "b": np.zeros(d_out, np.float32)})
+    return out
+
+
+def main():
+    rt = runtime()
+    out = {}
+    a, b = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [2, 3])
+    x = np.arange(30.0, dtype=np.float32).reshape(5, 6) / 7
+    for src in [S(0), S(1), B, P, partial_max]:
+        for dst in [S(0), S(1), B, P]:
+            g = fflow.to_global(x, a, src)
+            out[f"move_{src}_{dst}"] = fflow.to_global(g, b, dst) * 1.0
+    mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+    out["move_to_mesh"] = fflow.to_global(fflow.to_global(x, a, S(0)), mesh, (S(1), P))
+
+    rng = np.random.default_rng(1)
+    bx = rng.normal(size=(8, 3)).astype(np.float32)
+    by = rng.normal(size=(8, 1)).astype(np.float32)
+    one = [fflow.placement("cpu", [i]) for i in range(4)]
+    runs = {
+        "1f1b": (fflow.pipeline([stage] * 3 + [last], one, 4), 4),
+        "gpipe": (fflow.pipeline([stage] * 3 + [last], one, 2, schedule="gpipe"), 4),
+        "interleaved": (fflow.pipeline([stage] * 3 + [last], one[:2], 4, "interleaved"), 4),
+        "dp_pp": (
+            fflow.pipeline([stage, last], [a, b], 2, in_sbp=[(B, (S(0), S(0)))] * 2),
+            2,
+        ),
+    }
+    for name, (f, n) in runs.items():
+        params = make(n)
+        for _ in range(2):  # two SGD steps: parameters stay on their stages
+            loss, grads = fflow.value_and_grad(f)(params, (bx, by))
+            params = fflow.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+        out[f"{name}_loss"] = loss
+        for s, p in enumerate(params):
+            out[f"{name}_w{s}"] = p["w"]
+    result = {k: np.asarray(v).tolist() for k, v in out.items()}
+    sent = rt.bytes_moved
+    if hasattr(rt, "comm"):
+        sent = rt.comm.allreduce(sent)
+    result["bytes"] = int(sent)
+    result["runtime"] = rt.describe()
+    if rt.rank == 0:
+        print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()

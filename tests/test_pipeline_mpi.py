@@ -1,0 +1,82 @@
+"""Pipelines and moves between placements on 4 MPI ranks (`python -m fflow.launch -n 4`)
+give the simulated runtime's numbers bit for bit, with the same bytes moved, and the
+un-pipelined model's numbers. One launch runs every case (launches are slow)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "pipeline_mpi_script.py")
+
+pytest.importorskip("mpi4py")
+
+
+def _mpiexec_ok():
+    from fflow.launch import find_mpiexec
+
+    try:
+        find_mpiexec()
+    except SystemExit:
+        return False
+    return True
+
+
+def run(n=None, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
+    env["FFLOW_NUM_CPU_DEVICES"] = "4"
+    cmd = [sys.executable] + (["-m", "fflow.launch", "-n", str(n)] if n else []) + [SCRIPT]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def plain_two_steps(n_stages):
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        import pipeline_mpi_script as script
+    finally:
+        sys.path.pop(0)
+    import fflow
+
+    rng = np.random.default_rng(1)
+    bx = rng.normal(size=(8, 3)).astype(np.float32)
+    by = rng.normal(size=(8, 1)).astype(np.float32)
+
+    def loss(params, batch):
+        xy = batch
+        for p in params[:-1]:
+            xy = script.stage(p, xy)
+        return script.last(params[-1], xy)
+
+    params = script.make(n_stages)
+    for _ in range(2):
+        value, grads = fflow.value_and_grad(loss)(params, (bx, by))
+        params = fflow.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+    return float(value), [np.asarray(p["w"]) for p in params]
+
+
+@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+def test_mpi_equals_simulated_and_plain():
+    mpi = run(n=4)
+    sim = run()
+    assert mpi.pop("runtime") == "4 MPI ranks"
+    assert sim.pop("runtime") == "4 simulated CPU devices"
+    assert mpi.keys() == sim.keys()
+    for key in sim:
+        assert mpi[key] == sim[key], key  # bit for bit, bytes included
+    x = np.arange(30.0, dtype=np.float32).reshape(5, 6) / 7
+    for key in sim:
+        if key.startswith("move_"):
+            np.testing.assert_allclose(np.asarray(sim[key]), x, rtol=1e-6, atol=1e-6)
+    for name, n in [("1f1b", 4), ("gpipe", 4), ("interleaved", 4), ("dp_pp", 2)]:
+        loss, ws = plain_two_steps(n)
+        np.testing.assert_allclose(sim[f"{name}_loss"], loss, rtol=1e-5, atol=1e-6)
+        for s, w in enumerate(ws):
+            np.testing.assert_allclose(np.asarray(sim[f"{name}_w{s}"]), w, rtol=1e-4, atol=1e-5)
+    assert sim["bytes"] > 0
