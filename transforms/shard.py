@@ -39,6 +39,7 @@ from fflow.transforms.autodiff import (
     transpose_rules,
 )
 from fflow.transforms.shard_exec import ShardedProgram
+from fflow.transforms.shard_memory import fit_budget
 from fflow.transforms.shard_rules import freeze
 from fflow.transforms.staging import (
     StagingTracer,
@@ -194,21 +195,27 @@ class Sharded:
         self.plan_options = {}
         if profile is not None:
             self.plan_options["profile"] = profile
-        if memory_limit is not None:
-            self.plan_options["memory_limit"] = memory_limit
+        self.memory_limit = memory_limit
         self.cache = {}
         self.trace_count = 0
 
-    def _in_sbps(self, args, leaves):
+    def _in_sbps(self, args, leaves, free=None):
+        """The input SBPs; `free` (a list) gets, per leaf, its positional argument where
+        neither the user nor a global array fixed its SBP, else None."""
         pl = self.placement
         specs = _sbp_prefix(self.in_sbp, tuple(args), pl.ndim, "in_sbp")
+        arg_of = [a for a, x in enumerate(args) for _ in tree_flatten(x)[0]]
         out = []
-        for spec, x in zip(specs, leaves):
+        for k, (spec, x) in enumerate(zip(specs, leaves)):
+            fixed = spec is not None
             if spec is None:
                 if is_global(x) and x.placement == pl:
                     spec = x.sbp
+                    fixed = True
                 else:
                     spec = (B,) * pl.ndim
+            if free is not None:
+                free.append(None if fixed else arg_of[k])
             aval = core.aval_of_value(x)
             check_sbp_fits(aval.shape, spec, pl.hierarchy, "in_sbp")
             out.append(tuple(spec))
@@ -223,7 +230,8 @@ class Sharded:
     def _entry(self, args):
         leaves, in_tree = tree_flatten((tuple(args), {}))
         leaves = [x if is_global(x) else as_value(x) for x in leaves]
-        in_sbps = self._in_sbps(args, leaves)
+        free = []
+        in_sbps = self._in_sbps(args, leaves, free)
         avals = [core.aval_of_value(x).strip_weak_type() for x in leaves]
         key = (in_tree, tuple(avals), tuple(in_sbps))
         entry = self.cache.get(key)
@@ -242,10 +250,19 @@ class Sharded:
         out_tree = store.value
         program, lifted, lifted_sbps = _lift_closed_over(program, self.placement)
         out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
-        sp = ShardedProgram(
-            program, self.placement, lifted_sbps + in_sbps, out_specs,
-            plan_options=self.plan_options,
-        )  # fmt: skip
+
+        def make(ins, outs):
+            return ShardedProgram(
+                program, self.placement, lifted_sbps + ins, outs, plan_options=self.plan_options
+            )
+
+        if self.memory_limit is None:
+            sp = make(in_sbps, out_specs)
+        else:
+            sp = fit_budget(
+                make, _split_state, in_sbps, out_specs, avals, [v.aval for v in program.outvars],
+                [s is None for s in out_specs], free, self.memory_limit, self.placement,
+            )  # fmt: skip
         if lifted:
             # values of other traces (or global arrays) closed over by `f`: passed as
             # inputs, and traced again next call since they change from call to call
@@ -257,6 +274,16 @@ class Sharded:
         sp, out_tree, leaves = self._entry(args)
         outs = bind_call(sp, leaves)
         return tree_unflatten(out_tree, list(outs))
+
+
+def _split_state(shape, hierarchy):
+    """How state is stored split under a memory budget: along mesh axis 0, on its first
+    dim that axis divides evenly (None if there is none)."""
+    p = hierarchy[0]
+    for d, n in enumerate(shape):
+        if n >= p and n % p == 0:
+            return (Split(d),) + (B,) * (len(hierarchy) - 1)
+    return None
 
 
 def _lift_closed_over(program, pl):

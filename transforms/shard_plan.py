@@ -113,6 +113,7 @@ class _Problem:
             self.vid[v] = new_var(v.aval, _code(tuple(s)))
         for v in program.constvars:
             self.vid[v] = new_var(v.aval, self.bcode)
+        self.n_inputs = len(self.avals)  # var ids below: held by the caller all call long
         self.eqn_ins, self.eqn_outs, self.cands, self.cin, self.cout, self.comp = (
             [],
             [],
@@ -177,6 +178,9 @@ class _Problem:
         self.akid = [akids.setdefault(k, len(akids)) * _KEY * _KEY for k in self.akey]
         self._bt = {}
         self._fin = {}
+
+    def nd_of(self, code):
+        return _NDS[code]
 
     # -- costs -------------------------------------------------------------------
     def bt(self, i, have, want):
