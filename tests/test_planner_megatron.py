@@ -7,14 +7,14 @@ import sys
 
 import numpy as np
 import pytest
-
-import fflow
-import fflow.numpy as jnp
-from fflow.sharding import B, H200, P, DeviceProfile, S
 from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import boxing_time, compute_time, work_share
 from fflow.transforms.shard_rules import Sig
 from fflow.transforms.staging import trace_to_program
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import H200, B, DeviceProfile, P, S
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
 import planner_models as pm  # noqa: E402
