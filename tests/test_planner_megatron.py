@@ -66,7 +66,9 @@ def _dot_shares(sp):
 
 
 def _big_collectives(sp, shape):
-    return [bp.collectives() for _, v, _, _, bp in sp.boxings() if bp.bytes and v.aval.shape == shape]
+    return [
+        bp.collectives() for _, v, _, _, bp in sp.boxings() if bp.bytes and v.aval.shape == shape
+    ]
 
 
 @pytest.mark.parametrize("layers", [1, 2])
