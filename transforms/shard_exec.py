@@ -56,6 +56,7 @@ class ShardedProgram:
                 profile=self.plan_options.get("profile"),
             )  # fmt: skip
         self.out_sbps = self.plan.out_sbps
+        self.requested_out = [None if s is None else tuple(s) for s in out_sbps]
         self.name = name
         self._locals = {}
         self._boxings = None
@@ -108,6 +109,19 @@ class ShardedProgram:
 
     def count(self, name):
         return sum(1 for n in self.collectives() if n == name)
+
+    def explain(self, every=True):
+        """The plan explained: totals, what annotations forced, per equation the chosen
+        signature and its two best alternatives with costs (transforms/shard_print.py)."""
+        from fflow.transforms.shard_print import explain
+
+        return explain(self, every)
+
+    def compare(self, other):
+        """Where this plan and `other` (of the same program) differ, and their totals."""
+        from fflow.transforms.shard_print import compare
+
+        return compare(self, other)
 
     def __str__(self):
         from fflow.transforms.shard_print import pp_sharded

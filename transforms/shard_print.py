@@ -93,3 +93,138 @@ def _op_text(step):
 
     ops = "+".join(_ops_1d_names(step.src, step.dst)) or "relabel"
     return f"{ops}[mesh_axes={step.axes} {step.src}->{step.dst}]"
+
+
+# ----------------------------------------------------------------------------
+# Plans explained: per equation the choice, its two best alternatives, and totals
+
+
+def _nd_text(nd):
+    return ",".join(repr(s) for s in nd)
+
+
+def _sig_text(sig):
+    ins = " ".join(_nd_text(s) for s in sig.ins)
+    outs = " ".join(_nd_text(s) for s in sig.outs)
+    return f"{ins} -> {outs}"
+
+
+def _t(seconds):
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds * 1e6:.4g} us"
+
+
+def _b(nbytes):
+    if abs(nbytes) >= 1e6:
+        return f"{nbytes / 1e6:.2f} MB"
+    if abs(nbytes) >= 1e3:
+        return f"{nbytes / 1e3:.2f} kB"
+    return f"{int(nbytes)} B"
+
+
+def _incoming(prob, have, k, s):
+    """(seconds, bytes) of converting equation k's inputs for candidate s (unshared)."""
+    t = nbytes = 0
+    for i, w in zip(prob.eqn_ins[k], prob.cin[k][s]):
+        if w != have[i]:
+            t += prob.bt(i, have[i], w)
+            nbytes += prob.bbytes(i, have[i], w)
+    return t, nbytes
+
+
+def _out_memory(prob, k, s):
+    from fflow.transforms.shard_memory import _local_bytes
+
+    return sum(
+        _local_bytes(prob.avals[i], prob.nd_of(c), prob.h)
+        for i, c in zip(prob.eqn_outs[k], prob.cout[k][s])
+    )
+
+
+def explain(sp, every=True):
+    """The plan as text: totals, what the annotations forced, and per equation the chosen
+    signature with its cost and its two best alternatives (the change each would make to
+    the step's time, and its own compute, incoming bytes and output memory)."""
+    from fflow.transforms.shard_memory import peak_memory
+    from fflow.transforms.shard_plan import _State
+
+    plan = sp.plan
+    prob = plan.problem
+    have = prob.labels_of(plan.sig_index)
+    peak = peak_memory(prob, plan.sig_index)[0]
+    st = _State(prob, plan.sig_index)
+    lines = [
+        f"plan on {sp.placement} with profile {plan.profile.name}: {_t(plan.time)} per step "
+        f"(compute {_t(plan.compute_time)}, communication {_t(plan.comm_time)}), "
+        f"{_b(plan.bytes)} moved, peak {_b(peak)} per device",
+    ]
+    lines.append("forced by annotations:")
+    for n, (v, s) in enumerate(zip(sp.exec_program.invars, sp.in_sbps)):
+        if any(not x.is_broadcast() for x in s):
+            lines.append(f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}")
+    for k, eqn in enumerate(sp.exec_program.eqns):
+        if eqn.primitive.name == "sbp_constraint":
+            where = eqn.source_info.short() if eqn.source_info else "?"
+            lines.append(f"  with_sbp at {where}: eqn {k} = {_nd_text(eqn.params['sbp'])}")
+    for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
+        if req is not None:
+            lines.append(f"  out_sbp: output {n} {v.aval.str_short()} = {_nd_text(req)}")
+    lines.append("equations (chosen: compute, incoming conversions | two best alternatives):")
+    for k, eqn in enumerate(sp.exec_program.eqns):
+        s = plan.sig_index[k]
+        t_in, b_in = _incoming(prob, have, k, s)
+        if not every and not b_in:
+            continue
+        where = f" {eqn.source_info.short()}" if eqn.source_info else ""
+        head = (
+            f"  {k:4d} {eqn.primitive.name}{where}: {_sig_text(prob.cands[k][s])} "
+            f"[{_t(prob.comp[k][s])}, {_b(b_in)}]"
+        )
+        alts = []
+        others = [(st.delta(k, a), a) for a in range(len(prob.cands[k])) if a != s]
+        for d, a in sorted(others)[:2]:
+            _, ab = _incoming(prob, have, k, a)
+            alts.append(
+                f"{_sig_text(prob.cands[k][a])} ({'+' if d >= 0 else ''}{_t(d)}, "
+                f"compute {_t(prob.comp[k][a])}, {_b(ab)} in, {_b(_out_memory(prob, k, a))} out)"
+            )
+        lines.append(head + (" | " + "; ".join(alts) if alts else " | only choice"))
+    outs = []
+    for n, want in enumerate(sp.out_sbps):
+        i = prob.out_ids[n]
+        if prob.nd_of(have[i]) != tuple(want):
+            w = _code_of(want)
+            text = f"output {n} {_nd_text(prob.nd_of(have[i]))} -> {_nd_text(want)}"
+            outs.append(f"{text} [{_t(prob.bt(i, have[i], w))}, {_b(prob.bbytes(i, have[i], w))}]")
+    lines.append("outputs: " + ("; ".join(outs) if outs else "as computed"))
+    return "\n".join(lines)
+
+
+def _code_of(nd):
+    from fflow.transforms.shard_plan import _code
+
+    return _code(tuple(nd))
+
+
+def compare(a, b):
+    """Where two plans of one program differ (signatures per equation) and their totals."""
+    pa, pb = a.plan, b.plan
+    lines = [
+        f"time {_t(pa.time)} vs {_t(pb.time)} ({pb.time / max(pa.time, 1e-30):.2f}x), "
+        f"bytes {_b(pa.bytes)} vs {_b(pb.bytes)}, "
+        f"collectives {len(a.collectives())} vs {len(b.collectives())}",
+    ]
+    ea, eb = a.exec_program.eqns, b.exec_program.eqns
+    if len(ea) != len(eb) or any(x.primitive is not y.primitive for x, y in zip(ea, eb)):
+        lines.append("(different programs: equations not compared)")
+        return "\n".join(lines)
+    for k, (x, sa, sb) in enumerate(zip(ea, pa.eqn_sigs, pb.eqn_sigs)):
+        if sa.ins != sb.ins or sa.outs != sb.outs:
+            where = f" {x.source_info.short()}" if x.source_info else ""
+            lines.append(
+                f"  {k:4d} {x.primitive.name}{where}: {_sig_text(sa)}  vs  {_sig_text(sb)}"
+            )
+    if len(lines) == 1:
+        lines.append("  same signatures everywhere")
+    return "\n".join(lines)

@@ -1,0 +1,49 @@
+"""Plans explained: golden text of `.plan(...).explain()` and `.compare()` (fixed profile,
+so the numbers are the cost model's and do not depend on this machine)."""
+
+import os
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import B, DeviceProfile, S
+
+PROFILE = DeviceProfile("golden", flops=1e9, mem_bandwidth=1e10, latency=1e-5, bandwidth=1e9)
+PL2 = fflow.placement("cpu", [0, 1])
+
+
+def mlp(x, w1, w2):
+    return jnp.tanh(x @ w1) @ w2
+
+
+ARGS = (np.ones((8, 4), np.float32), np.ones((4, 16), np.float32), np.ones((16, 4), np.float32))
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def _golden(name):
+    with open(os.path.join(GOLDEN, name)) as f:
+        return f.read()
+
+
+def test_explain_megatron_mlp_golden():
+    f = fflow.shard(mlp, PL2, in_sbp=(B, S(1), S(0)), out_sbp=B, profile=PROFILE)
+    assert f.plan(*ARGS).explain() == _golden("planner_explain_megatron.txt")
+
+
+def test_compare_megatron_with_data_parallel_golden():
+    f = fflow.shard(mlp, PL2, in_sbp=(B, S(1), S(0)), out_sbp=B, profile=PROFILE)
+    g = fflow.shard(mlp, PL2, in_sbp=(S(0), B, B), out_sbp=B, profile=PROFILE)
+    assert f.plan(*ARGS).compare(g.plan(*ARGS)) == _golden("planner_compare.txt")
+
+
+def test_explain_lists_with_sbp_constraints_and_only_communicating_equations():
+    def hinted(x, w1, w2):
+        return fflow.with_sbp(jnp.tanh(x @ w1), S(1)) @ w2
+
+    f = fflow.shard(hinted, PL2, in_sbp=(B, B, S(0)), out_sbp=B, profile=PROFILE)
+    text = f.plan(*ARGS).explain(every=False)
+    assert "with_sbp at test_planner_print.py:" in text and "= S(1)" in text
+    body = text.split("alternatives):\n")[1].splitlines()
+    assert all("0 B]" not in line for line in body if line.startswith("  "))
