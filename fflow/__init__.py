@@ -19,6 +19,7 @@ array_methods.install(Tracer)
 
 from fflow import debug, lax, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
+from fflow import sharding as _sharding  # noqa: E402,F401  (Array.to_global and friends)
 from fflow.transforms import shard_transfer as _transfer  # noqa: E402,F401  (to_global across placements)
 from fflow.transforms.ad_api import (  # noqa: E402
     grad,
@@ -54,6 +55,7 @@ _LAZY = {
     "with_sbp": ("fflow.transforms.shard", "with_sbp"),
     "placement": ("fflow.sharding", "placement"),
     "to_global": ("fflow.sharding", "to_global"),
+    "sbp": ("fflow.sbp", None),
     "sbp": ("fflow.sharding", "sbp"),
     "pipeline": ("fflow.pipelining", "pipeline"),
     "accumulate_gradients": ("fflow.grad_accum", "accumulate_gradients"),

@@ -136,24 +136,7 @@ class Array:
             return _rebuild_global(type(gv)(gv.shape, gv.dtype, gv.sharding, shards), self._weak)
         return Array(np.array(np.asarray(self)), self._weak)
 
-    # -- global arrays (fflow/sharding.py) ------------------------------------------
-    def to_global(self, placement=None, sbp=None):
-        """This array as a global array on `placement` with `sbp` (boxing if global)."""
-        from fflow.sharding import to_global
-
-        return to_global(self, placement, sbp)
-
-    def to_local(self):
-        """This process' shard of a global array (the array itself if local)."""
-        from fflow.sharding import to_local
-
-        return to_local(self)
-
-    def to_local_shards(self):
-        """Every simulated device's shard of a global array, in placement order."""
-        from fflow.sharding import to_local_shards
-
-        return to_local_shards(self)
+    # to_global / to_local / to_local_shards: added by fflow/sharding.py (above this module)
 
     def delete(self):
         self._deleted = True

@@ -21,152 +21,46 @@ Example:
     ((B,), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
 """
 
-import functools
 import os
 
 import numpy as np
 
+# The SBP values and shard layout live in fflow/sbp.py (below the primitives); they
+# are re-exported here for older import paths: import them from fflow.sbp.
+from fflow import core, sbp  # noqa: F401
+from fflow.api_util import as_value
+from fflow.array import Array
+from fflow.config import config
 from fflow.device_profile import CPU, H200, DeviceProfile, best_time, default_profile  # noqa: F401
-from fflow.errors import ShapeError, user_error
-
-# ----------------------------------------------------------------------------
-# SBP values
-
-
-class SbpParallel:
-    """One mesh axis' distribution of a logical array (base of Split/Broadcast/Partial)."""
-
-    __slots__ = ()
-
-    def is_split(self):
-        return False
-
-    def is_broadcast(self):
-        return False
-
-    def is_partial(self):
-        return False
-
-
-class Split(SbpParallel):
-    __slots__ = ("axis", "_hash")
-
-    def __init__(self, axis):
-        if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-            raise user_error(TypeError, f"split needs an integer axis, got {axis!r}")
-        self.axis = int(axis)
-        self._hash = hash(("S", self.axis))
-
-    def is_split(self):
-        return True
-
-    def __eq__(self, other):
-        return type(other) is Split and other.axis == self.axis
-
-    def __hash__(self):
-        return self._hash
-
-    def __repr__(self):
-        return f"S({self.axis})"
-
-    def __reduce__(self):  # the hash is per process (string hashing): rebuild it
-        return (Split, (self.axis,))
-
-
-class Broadcast(SbpParallel):
-    __slots__ = ()
-
-    def is_broadcast(self):
-        return True
-
-    def __eq__(self, other):
-        return type(other) is Broadcast
-
-    def __hash__(self):
-        return hash("B")
-
-    def __repr__(self):
-        return "B"
-
-
-class Partial(SbpParallel):
-    __slots__ = ("op", "_hash")
-
-    def __init__(self, op="sum"):
-        if op not in ("sum", "max", "min"):
-            raise ValueError(f"partial op must be sum, max or min, not {op!r}")
-        self.op = op
-        self._hash = hash(("P", op))
-
-    def is_partial(self):
-        return True
-
-    def __eq__(self, other):
-        return type(other) is Partial and other.op == self.op
-
-    def __hash__(self):
-        return self._hash
-
-    def __repr__(self):
-        return "P" if self.op == "sum" else f"P({self.op})"
-
-    def __reduce__(self):
-        return (Partial, (self.op,))
-
-
-def split(axis=None, *, dim=None):
-    """SBP: a balanced split of the logical array along `axis` (OneFlow's `dim`)."""
-    if axis is None:
-        axis = dim
-    if axis is None:
-        raise user_error(TypeError, "split needs an axis: fflow.sbp.split(0)")
-    return Split(axis)
-
-
-S = split
-broadcast = B = Broadcast()
-partial_sum = P = Partial("sum")
-partial_max = Partial("max")
-partial_min = Partial("min")
-
-
-class _SbpNamespace:
-    """`fflow.sbp`: the SBP constructors, named as in OneFlow (`flow.sbp.split(0)`)."""
-
-    split = staticmethod(split)
-    S = staticmethod(split)
-    broadcast = B = broadcast
-    partial_sum = P = partial_sum
-    partial_max = partial_max
-    partial_min = partial_min
-    Split = Split
-    Broadcast = Broadcast
-    Partial = Partial
-
-    def __repr__(self):
-        return "fflow.sbp"
-
-
-sbp = _SbpNamespace()
-
-
-def reduce_fn(op):
-    """The NumPy binary reduction of a partial op."""
-    return {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
-
-
-def partial_identity(op, dtype):
-    """The value a device holds for "no contribution" under P(op)."""
-    dtype = np.dtype(dtype)
-    if op == "sum":
-        return dtype.type(0)
-    if dtype.kind == "f" or dtype.name == "bfloat16":
-        return dtype.type(-np.inf if op == "max" else np.inf)
-    if dtype.kind == "b":
-        return dtype.type(op == "min")
-    info = np.iinfo(dtype)
-    return dtype.type(info.min if op == "max" else info.max)
-
+from fflow.errors import user_error
+from fflow.sbp import (  # noqa: F401
+    B,
+    Broadcast,
+    P,
+    Partial,
+    S,
+    SbpParallel,
+    Split,
+    _fits,
+    as_nd_sbp,
+    assemble,
+    balanced,
+    broadcast,
+    canonical,
+    check_sbp_fits,
+    group_coord,
+    local_box,
+    local_shape,
+    partial_identity,
+    partial_keeper,
+    partial_max,
+    partial_min,
+    partial_sum,
+    piece_bounds,
+    reduce_fn,
+    scatter_global,
+    split,
+)
 
 # ----------------------------------------------------------------------------
 # Placement
@@ -178,8 +72,6 @@ def num_cpu_devices():
     env = os.environ.get("FFLOW_NUM_CPU_DEVICES")
     if env:
         return int(env)
-    from fflow.config import config
-
     return int(config.cpu_devices)
 
 
@@ -263,205 +155,6 @@ class placement:  # noqa: N801  (named as in OneFlow: flow.placement)
 
 def device_count():
     return runtime().device_count()
-
-
-# ----------------------------------------------------------------------------
-# N-D SBP: normalisation, canonical form and the layout of shards
-
-
-def as_nd_sbp(value, ndim, what="sbp"):
-    """Normalise a user SBP (one SbpParallel or a tuple per mesh axis) to a tuple."""
-    if isinstance(value, SbpParallel):
-        if ndim != 1:
-            raise user_error(
-                ValueError,
-                f"{what}: a placement with a {ndim}-D hierarchy needs one SBP per mesh axis, "
-                f"e.g. (fflow.sbp.split(0), fflow.sbp.broadcast).",
-            )
-        return (value,)
-    if isinstance(value, (tuple, list)) and all(isinstance(v, SbpParallel) for v in value):
-        if len(value) != ndim:
-            raise user_error(
-                ValueError,
-                f"{what}: got {len(value)} SBP entries {tuple(value)} for a placement with "
-                f"{ndim} mesh axes; give one per mesh axis.",
-            )
-        return tuple(value)
-    raise user_error(
-        TypeError,
-        f"{what}: expected fflow.sbp.split(k) / broadcast / partial_sum (or a tuple of "
-        f"them per mesh axis), got {value!r}",
-    )
-
-
-def check_sbp_fits(shape, nd_sbp, hierarchy, what="sbp"):
-    """Raise a user error if `nd_sbp` cannot describe an array of `shape`."""
-    if _fits(tuple(shape), tuple(nd_sbp), tuple(hierarchy)):
-        return
-    _raise_unfit(shape, nd_sbp, hierarchy, what)
-
-
-@functools.lru_cache(maxsize=65536)
-def _fits(shape, nd_sbp, hierarchy):
-    for s in nd_sbp:
-        if s.is_split() and not 0 <= s.axis < len(shape):
-            return False
-    for axis in range(len(shape)):
-        pieces = 1
-        for h, s in zip(hierarchy, nd_sbp):
-            if s.is_split() and s.axis == axis:
-                pieces *= h
-        if pieces > 1 and shape[axis] < pieces:
-            return False
-    return True
-
-
-def _raise_unfit(shape, nd_sbp, hierarchy, what):
-    for s in nd_sbp:
-        if s.is_split() and not 0 <= s.axis < len(shape):
-            raise user_error(
-                ShapeError,
-                f"{what}: split({s.axis}) is out of range for an array of shape "
-                f"{tuple(shape)} (rank {len(shape)}). Fix: split an axis in "
-                f"0..{len(shape) - 1}, or use broadcast.",
-            )
-    for axis in range(len(shape)):
-        pieces = int(np.prod([h for h, s in zip(hierarchy, nd_sbp) if s == Split(axis)] or [1]))
-        if pieces > 1 and shape[axis] < pieces:
-            raise user_error(
-                ShapeError,
-                f"{what}: split({axis}) cuts dimension {axis} of shape {tuple(shape)} "
-                f"(size {shape[axis]}) into {pieces} pieces, so some devices would get "
-                f"nothing. Fix: use fewer devices on that axis, or broadcast.",
-            )
-
-
-@functools.lru_cache(maxsize=65536)
-def canonical(hierarchy, nd_sbp):
-    """Drop size-1 mesh axes and merge neighbouring axes with equal SBP.
-
-    Returns (hierarchy, sbp, groups) where `groups[i]` lists the original mesh axes
-    merged into canonical axis i. Lookups (signatures, boxing) use this form, and
-    the layout of shards is defined on it.
-    """
-    hier, sbps, groups = [], [], []
-    for axis, (h, s) in enumerate(zip(hierarchy, nd_sbp)):
-        if h == 1:
-            continue
-        if sbps and sbps[-1] == s and groups[-1][-1] == _last_kept(hierarchy, axis):
-            hier[-1] *= h
-            groups[-1].append(axis)
-        else:
-            hier.append(h)
-            sbps.append(s)
-            groups.append([axis])
-    return tuple(hier), tuple(sbps), tuple(tuple(g) for g in groups)
-
-
-def _last_kept(hierarchy, axis):
-    for a in range(axis - 1, -1, -1):
-        if hierarchy[a] != 1:
-            return a
-    return -1
-
-
-def balanced(n, p):
-    """Sizes of `n` split into `p` balanced pieces (the first n mod p get one more)."""
-    q, r = divmod(int(n), int(p))
-    return [q + (1 if i < r else 0) for i in range(p)]
-
-
-def piece_bounds(n, p, i):
-    q, r = divmod(int(n), int(p))
-    start = i * q + min(i, r)
-    return start, start + q + (1 if i < r else 0)
-
-
-def group_coord(coords, groups, hierarchy):
-    """The coordinate of a device along each canonical axis (row-major within a group)."""
-    out = []
-    for g in groups:
-        c = 0
-        for a in g:
-            c = c * hierarchy[a] + coords[a]
-        out.append(c)
-    return out
-
-
-def local_box(shape, nd_sbp, hierarchy, coords):
-    """The (start, stop) per dim of the logical array held by the device at `coords`."""
-    return _local_box(tuple(shape), tuple(nd_sbp), tuple(hierarchy), tuple(coords))
-
-
-@functools.lru_cache(maxsize=262144)
-def _local_box(shape, nd_sbp, hierarchy, coords):
-    hier, sbps, groups = canonical(hierarchy, nd_sbp)
-    gc = group_coord(coords, groups, hierarchy)
-    box = [[0, d] for d in shape]
-    for h, s, c in zip(hier, sbps, gc):
-        if s.is_split():
-            lo, hi = box[s.axis]
-            a, b = piece_bounds(hi - lo, h, c)
-            box[s.axis] = [lo + a, lo + b]
-    return tuple((a, b) for a, b in box)
-
-
-def local_shape(shape, nd_sbp, hierarchy, coords):
-    return tuple(b - a for a, b in local_box(shape, nd_sbp, hierarchy, coords))
-
-
-def partial_keeper(nd_sbp, hierarchy, coords):
-    """True if this device holds the data (not the identity) when scattering onto P axes."""
-    for s, c in zip(nd_sbp, coords):
-        if s.is_partial() and s.op == "sum" and c != 0:
-            return False
-    return True
-
-
-def scatter_global(value, nd_sbp, pl):
-    """Per-device local arrays of a logical NumPy `value` (P: the data on coordinate 0)."""
-    out = []
-    for i in range(pl.size):
-        coords = pl.coords(i)
-        box = local_box(value.shape, nd_sbp, pl.hierarchy, coords)
-        piece = value[tuple(slice(a, b) for a, b in box)]
-        if partial_keeper(nd_sbp, pl.hierarchy, coords):
-            out.append(np.array(piece))
-        else:
-            out.append(np.zeros_like(piece))
-    return out
-
-
-def assemble(shards, shape, nd_sbp, pl):
-    """The logical array from per-device shards (dict or list by flat index)."""
-    dtype = shards[0].dtype
-    result = np.zeros(shape, dtype)
-    groups = {}
-    for i in range(pl.size):
-        coords = pl.coords(i)
-        key = tuple(0 if s.is_partial() else c for s, c in zip(nd_sbp, coords))
-        groups.setdefault(key, []).append((coords, shards[i]))
-    for key, members in groups.items():
-        box = local_box(shape, nd_sbp, pl.hierarchy, key)
-        result[tuple(slice(a, b) for a, b in box)] = _reduce_partials(members, nd_sbp)
-    return result
-
-
-def _reduce_partials(members, nd_sbp):
-    """Reduce device values over the P mesh axes, innermost axis first."""
-    values = {tuple(c): v for c, v in members}
-    for m in reversed(range(len(nd_sbp))):
-        s = nd_sbp[m]
-        if not s.is_partial():
-            continue
-        fn = reduce_fn(s.op)
-        merged = {}
-        for c in sorted(values):
-            key = c[:m] + (0,) + c[m + 1 :]
-            merged[key] = values[c] if key not in merged else fn(merged[key], values[c])
-        values = merged
-    (value,) = values.values()
-    return value
 
 
 # ----------------------------------------------------------------------------
@@ -569,8 +262,6 @@ class GlobalValue:
 
 
 def make_global(shape, dtype, pl, nd_sbp, shards, weak_type=False):
-    from fflow.array import Array
-
     sharding = Sharding(pl, nd_sbp)
     out = Array(GlobalValue(shape, dtype, sharding, shards), weak_type)
     out._sharding = sharding
@@ -578,8 +269,6 @@ def make_global(shape, dtype, pl, nd_sbp, shards, weak_type=False):
 
 
 def is_global(x):
-    from fflow.array import Array
-
     return type(x) is Array and x._sharding is not None
 
 
@@ -608,8 +297,6 @@ def to_global(x, placement=None, sbp=None):
         >>> x.shape, x.to_local_shards()[0].shape
         ((4, 2), (2, 2))
     """
-    from fflow import core
-    from fflow.api_util import as_value
     from fflow.transforms import shard as _shard  # noqa: F401  (eager global dispatch)
 
     if isinstance(x, core.Tracer):
@@ -655,14 +342,10 @@ def to_local(x):
     """
     if not is_global(x):
         return x
-    from fflow.array import Array
-
     return Array(runtime().local_of(x._value))
 
 
 def to_local_shards(x):
-    from fflow.array import Array
-
     return [Array(v) for _, v in sorted(x._value.shards.items())]
 
 
@@ -722,3 +405,27 @@ def profile_devices(pl=None, small=256, large=1 << 20):
     per_device = 2 * (p - 1) / p * large  # ring all-reduce bytes one device sends
     bw = per_device / max(t_large - t_small, 1e-9)
     return DeviceProfile(f"measured {pl}", flops, mem, latency=t_small, bandwidth=bw)
+
+
+# -- the global-array methods of Array (OneFlow's tensor.to_global...) --------------
+# fflow.array sits below this module, so the methods are added from here.
+
+
+def _to_global_method(self, placement=None, sbp=None):
+    """This array as a global array on `placement` with `sbp` (boxing if global)."""
+    return to_global(self, placement, sbp)
+
+
+def _to_local_method(self):
+    """This process' shard of a global array (the array itself if local)."""
+    return to_local(self)
+
+
+def _to_local_shards_method(self):
+    """Every simulated device's shard of a global array, in placement order."""
+    return to_local_shards(self)
+
+
+Array.to_global = _to_global_method
+Array.to_local = _to_local_method
+Array.to_local_shards = _to_local_shards_method

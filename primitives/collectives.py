@@ -28,7 +28,7 @@ from fflow.transforms.autodiff import Zero, deflinear, instantiate, jvp_rules, t
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import FflowError
-from fflow.sharding import balanced, partial_identity, reduce_fn
+from fflow.sbp import balanced, partial_identity, reduce_fn
 
 collective_phases = {}  # prim -> list of Phase
 batch_axis_params = {}  # prim -> names of params holding tensor axes (shifted by batching)

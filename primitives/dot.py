@@ -11,7 +11,7 @@ from fflow.transforms.shard_rules import Sig, def_sbp
 from fflow import dtypes, lax, threads
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
-from fflow.sharding import B, P, S
+from fflow.sbp import B, P, S
 
 dot_general_p = Primitive("dot_general")
 dot_general_p.amp_class = "low"

@@ -113,7 +113,7 @@ def _register_rules():
 
     from fflow.transforms.shard_rules import Sig, def_sbp
 
-    from fflow.sharding import S
+    from fflow.sbp import S
 
     def sbp_rule(in_avals, out_avals, *, fft_type, fft_lengths):
         nb = in_avals[0].ndim - len(fft_lengths)

@@ -19,7 +19,7 @@ from fflow.transforms.shard_rules import Sig, def_sbp
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
-from fflow.sharding import B, P, S
+from fflow.sbp import B, P, S
 
 
 def _prim(name):

@@ -322,7 +322,7 @@ _register_batch_rules()
 def _register_sbp_rules():
     from fflow.transforms.shard_rules import Sig, def_sbp
 
-    from fflow.sharding import S
+    from fflow.sbp import S
 
     def batch_split_rule(in_avals, out_avals, **params):
         nb = in_avals[0].ndim - 2

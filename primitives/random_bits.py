@@ -33,7 +33,7 @@ from fflow.transforms.shard_rules import Sig, def_sbp
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
-from fflow.sharding import B, S
+from fflow.sbp import B, S
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)

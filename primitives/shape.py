@@ -8,7 +8,7 @@ from fflow.transforms.shard_rules import Sig, def_sbp, passthrough_partials
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
-from fflow.sharding import B, P, S
+from fflow.sbp import B, P, S
 
 
 def _shape_prim(name):

@@ -7,7 +7,7 @@ from fflow.transforms.shard_rules import Sig, def_sbp
 from fflow import lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
-from fflow.sharding import S
+from fflow.sbp import S
 
 sort_p = Primitive("sort", multiple_results=True)
 sort_p.amp_class = "follow"

@@ -23,7 +23,7 @@ import math
 import numpy as np
 from fflow.primitives import collectives as coll
 
-from fflow.sharding import B, Broadcast, Partial, Split, balanced, canonical, local_box
+from fflow.sbp import B, Broadcast, Partial, Split, balanced, canonical, local_box
 
 
 class Step:

@@ -30,7 +30,7 @@ from fflow.transforms.shard_cost import boxing_time, compute_time, default_profi
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.core import Literal
-from fflow.sharding import B
+from fflow.sbp import B
 
 EXHAUSTIVE_MAX_EQNS = 12
 SEARCH_NODE_LIMIT = 4000

@@ -21,7 +21,7 @@ import numpy as np
 
 from fflow import core
 from fflow.core import ShapedArray
-from fflow.sharding import B, P, Partial, Split, local_box, partial_max, partial_min
+from fflow.sbp import B, P, Partial, Split, local_box, partial_max, partial_min
 
 sbp_rules = {}
 # primitives with no signature beyond all-broadcast, on purpose (with the reason)

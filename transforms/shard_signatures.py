@@ -17,7 +17,7 @@ from fflow.transforms.shard_rules import (
 )
 
 from fflow import core
-from fflow.sharding import Split
+from fflow.sbp import Split
 
 # stacked-matrix primitives (NumPy's convention): every input and output has the same
 # leading batch dims, then two matrix dims (or fewer for outputs such as slogdet's)
