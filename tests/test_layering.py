@@ -114,7 +114,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.primitives.sort": 2,
     "fflow.primitives.unary": 2,
     "fflow.random": 6,
-    "fflow.runtime_mpi": 3,
     "fflow.runtime_sim": 1,
     "fflow.scipy.special": 3,
     "fflow.sharding": 5,
