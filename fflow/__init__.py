@@ -56,7 +56,6 @@ _LAZY = {
     "placement": ("fflow.sharding", "placement"),
     "to_global": ("fflow.sharding", "to_global"),
     "sbp": ("fflow.sbp", None),
-    "sbp": ("fflow.sharding", "sbp"),
     "pipeline": ("fflow.pipelining", "pipeline"),
     "accumulate_gradients": ("fflow.grad_accum", "accumulate_gradients"),
     "amp": ("fflow.transforms.amp", "amp"),

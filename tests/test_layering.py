@@ -69,7 +69,6 @@ KNOWN_CYCLES = [
         "fflow.transforms.shard_exec",
         "fflow.transforms.shard_plan",
         "fflow.transforms.shard_print",
-        "fflow.transforms.shard_transfer",
     ],
     ["fflow.explain", "fflow.transforms.jit", "fflow.transforms.lowered"],
 ]
@@ -116,7 +115,7 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.random": 6,
     "fflow.runtime_sim": 1,
     "fflow.scipy.special": 3,
-    "fflow.sharding": 5,
+    "fflow.sharding": 4,
     "fflow.test_util": 3,
     "fflow.transforms.ad_api": 8,
     "fflow.transforms.amp": 7,
