@@ -14,6 +14,7 @@ import numpy as np
 from fflow.primitives.collectives import collective_phases
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
 from fflow.transforms.shard_plan import fixed_plan, plan_program
+from fflow.transforms.shard_print import compare, explain, pp_sharded
 from fflow.transforms.shard_rules import LocalCtx, apply_local
 from fflow.transforms.staging import trace_to_program
 
@@ -113,19 +114,13 @@ class ShardedProgram:
     def explain(self, every=True):
         """The plan explained: totals, what annotations forced, per equation the chosen
         signature and its two best alternatives with costs (transforms/shard_print.py)."""
-        from fflow.transforms.shard_print import explain
-
         return explain(self, every)
 
     def compare(self, other):
         """Where this plan and `other` (of the same program) differ, and their totals."""
-        from fflow.transforms.shard_print import compare
-
         return compare(self, other)
 
     def __str__(self):
-        from fflow.transforms.shard_print import pp_sharded
-
         return pp_sharded(self)
 
     __repr__ = __str__

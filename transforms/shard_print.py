@@ -8,6 +8,9 @@ its bytes, and the total bytes moved per call.
       in (d) }
 """
 
+from fflow.transforms.shard_memory import _local_bytes, peak_memory
+from fflow.transforms.shard_plan import _code, _State
+
 from fflow.core import Literal
 from fflow.printing import _Names, _pp_param
 
@@ -134,8 +137,6 @@ def _incoming(prob, have, k, s):
 
 
 def _out_memory(prob, k, s):
-    from fflow.transforms.shard_memory import _local_bytes
-
     return sum(
         _local_bytes(prob.avals[i], prob.nd_of(c), prob.h)
         for i, c in zip(prob.eqn_outs[k], prob.cout[k][s])
@@ -146,9 +147,6 @@ def explain(sp, every=True):
     """The plan as text: totals, what the annotations forced, and per equation the chosen
     signature with its cost and its two best alternatives (the change each would make to
     the step's time, and its own compute, incoming bytes and output memory)."""
-    from fflow.transforms.shard_memory import peak_memory
-    from fflow.transforms.shard_plan import _State
-
     plan = sp.plan
     prob = plan.problem
     have = prob.labels_of(plan.sig_index)
@@ -202,8 +200,6 @@ def explain(sp, every=True):
 
 
 def _code_of(nd):
-    from fflow.transforms.shard_plan import _code
-
     return _code(tuple(nd))
 
 
