@@ -109,11 +109,12 @@ class _Ctx(threading.local):
 _ctx = _Ctx()
 
 
-def with_sbp(x, sbp):
+def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
     """Constrain the SBP of `x` inside a sharded function (as JAX's sharding constraints).
 
-    Outside `shard`, a global array is boxed to `sbp` right away and a local array is
-    returned unchanged.
+    Outside `shard`, a global array is boxed to `sbp` right away (moved onto
+    `placement` if one is given, by point-to-point sends) and a local array is
+    returned unchanged (or placed on `placement`).
 
     Example:
         >>> import fflow, fflow.numpy as jnp
@@ -121,14 +122,27 @@ def with_sbp(x, sbp):
         >>> f = fflow.shard(lambda x: fflow.with_sbp(x * 2, fflow.sbp.split(0)), pl)
         >>> f(jnp.arange(4.0)).sbp
         (S(0),)
+        >>> y = fflow.with_sbp(f(jnp.arange(4.0)), fflow.sbp.broadcast, fflow.placement("cpu", [2]))
+        >>> y.placement.ranks, y.tolist()
+        ((2,), [0.0, 2.0, 4.0, 6.0])
     """
     if _ctx.stack:
         pl = _ctx.stack[-1]
+        if placement is not None and placement != pl:
+            raise user_error(
+                ValueError,
+                f"with_sbp(..., placement={placement}) inside a function sharded on {pl}: one "
+                "sharded program runs on one placement. Fix: return the value from the "
+                "sharded function and move it with fflow.to_global(y, placement, sbp), or "
+                "put the parts on their devices as stages of fflow.pipeline.",
+            )
         nd = as_nd_sbp(sbp, pl.ndim, "with_sbp")
         check_sbp_fits(
             np.shape(x) if not hasattr(x, "shape") else x.shape, nd, pl.hierarchy, "with_sbp"
         )
         return sbp_constraint_p.bind(x, sbp=nd)
+    if placement is not None and not isinstance(x, core.Tracer):
+        return to_global(x, placement, sbp)
     if is_global(x):
         return to_global(x, sbp=sbp)
     return x
