@@ -7,14 +7,17 @@ A 4-layer MLP over 4 stages (one layer each), m in {4, 8, 16} micro-batches:
 
 1. bubble fraction per schedule: measured on the executed schedule (idle ticks / all
    ticks), next to the theory (p-1)/(m+p-1) (GPipe, 1F1B) and (p-1)/(v*m+p-1)
-   (interleaved, v=2, 8 stages); "timed" replays the order with the measured
-   seconds of every F and B (B recomputes its stage's forward, so it costs ~2-3 F);
+   (interleaved, v=2, 8 stages); "timed replay" replays the order with the measured
+   seconds of each stage's F and B (medians; B recomputes the stage's forward, so it
+   costs ~2-3 F);
    under MPI "wall" is 1 - (compute seconds / step seconds) averaged over ranks;
 2. peak activation bytes per stage, 1F1B vs GPipe (bound: 1F1B <= p/m of GPipe
    on stage 0);
 3. seconds per training step, pipelined vs the same model's jitted
    value_and_grad on one process (medians).
 """
+
+import statistics
 
 import numpy as np
 from common import interleaved_times, parse_args
@@ -55,6 +58,16 @@ def mean_over_ranks(x):
     if hasattr(rt, "comm"):
         return rt.comm.allreduce(x) / rt.comm.Get_size()
     return x
+
+
+def typical(op_seconds):
+    """Each op's seconds replaced by the median of its (kind, stage): one slow outlier
+    (a GC pause, another process) would otherwise dominate the replay."""
+    groups = {}
+    for (kind, stage, _mb), sec in op_seconds.items():
+        groups.setdefault((kind, stage), []).append(sec)
+    med = {k: statistics.median(v) for k, v in groups.items()}
+    return {key: med[key[:2]] for key in op_seconds}
 
 
 def wall_bubble(stats, pipe, rank):
@@ -102,7 +115,7 @@ def main():
             vg(params, batch)
             stats = f.stats
             s = f.schedule
-            _, timed = s.replay(stats["op_seconds"]) if not mpi else (None, None)
+            _, timed = s.replay(typical(stats["op_seconds"])) if not mpi else (None, None)
             wall = mean_over_ranks(wall_bubble(stats, f.pipe, rt.rank)) if mpi else None
             bubble_rows.append(
                 [
@@ -137,7 +150,8 @@ def main():
         times = interleaved_times(fns, reps, warmup=1)
         base = times["no pipeline (jit, 1 process)"]
         for name, t in times.items():
-            time_rows.append([f"{name} m={m}", f"{t * 1e3:.2f} ms", f"{t / base:.2f}x"])
+            label = f"{name} (8 layers)" if name.endswith("interleaved") else name
+            time_rows.append([f"{label} m={m}", f"{t * 1e3:.2f} ms", f"{t / base:.2f}x"])
 
     if rank0:
         where = rt.describe()

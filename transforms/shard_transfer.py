@@ -224,7 +224,8 @@ _tag_counter = itertools.count()
 
 def transfer(x, dst_pl, dst_sbp):
     """Move global array `x` onto (dst_pl, dst_sbp) and wait for it (eager to_global)."""
-    return start_transfer(x, dst_pl, dst_sbp, tag=next(_tag_counter) % 30000).wait()
+    # tags 20000.. (fflow.pipeline's transfers in flight use the ones below)
+    return start_transfer(x, dst_pl, dst_sbp, tag=20000 + next(_tag_counter) % 10000).wait()
 
 
 if transfer not in sharding.placement_movers:
