@@ -42,15 +42,52 @@ def _free(ndim, contract, batch):
     return [d for d in range(ndim) if d not in contract and d not in batch]
 
 
-def _view(ctx, name, shape, perm, target):
-    """`name` permuted by `perm` and reshaped to `target`, as views where NumPy can."""
-    expr = name
-    if list(perm) != list(range(len(perm))):
-        expr = f"np.transpose({expr}, {tuple(perm)})"
-    permuted = tuple(shape[d] for d in perm)
-    if permuted != tuple(target):
-        expr = f"{expr}.reshape({tuple(target)})"
+def _view(name, shape, groups):
+    """`name` as an array whose axes are `groups` (lists of source dims, each merged
+    into one axis), as a view where NumPy can make one.
+
+    When every group is a run of consecutive source dims, the source is reshaped
+    first (a view of a contiguous array) and the merged axes transposed after, e.g.
+    a weight gradient contracting (batch, seq) of a (b, s, f) activation is the view
+    `x.reshape(b*s, f).T`, not a copy made by reshaping a transposed array.
+    """
+    target = tuple(int(np.prod([shape[d] for d in g], dtype=np.int64)) for g in groups)
+    runs = all(list(g) == list(range(g[0], g[0] + len(g))) for g in groups if g)
+    if runs:
+        order = sorted((k for k, g in enumerate(groups) if g), key=lambda k: groups[k][0])
+        order += [k for k, g in enumerate(groups) if not g]  # size-1 axes at the end
+        merged = tuple(target[k] for k in order)
+        expr = name if merged == tuple(shape) else f"{name}.reshape({merged})"
+        perm = tuple(order.index(k) for k in range(len(groups)))
+        if perm != tuple(range(len(groups))):
+            expr = f"np.transpose({expr}, {perm})"
+        return expr
+    perm = [d for g in groups for d in g]
+    expr = f"np.transpose({name}, {tuple(perm)})"
+    if tuple(shape[d] for d in perm) != target:
+        expr = f"{expr}.reshape({target})"
     return expr
+
+
+def _only_transposed(ctx, v):
+    """Whether every use of 2-D `v` is `transpose(v, (1, 0))` (and v is no output)."""
+    uses = getattr(ctx, "_uses", None)
+    if uses is None:
+        uses = {}
+        for step in ctx.steps:
+            for e in getattr(step, "eqns", None) or [step]:
+                for u in e.inputs:
+                    uses.setdefault(u, []).append(e)
+        ctx._uses = uses
+    found = uses.get(v, [])
+    return (
+        bool(found)
+        and v not in ctx.outset
+        and all(
+            e.primitive.name == "transpose" and tuple(e.params["permutation"]) == (1, 0)
+            for e in found
+        )
+    )
 
 
 def emit_dot(ctx, eqn, i):
@@ -76,12 +113,17 @@ def emit_dot(ctx, eqn, i):
     m = int(np.prod([la.shape[d] for d in lf], dtype=np.int64))
     n = int(np.prod([ra.shape[d] for d in rf], dtype=np.int64))
     k = int(np.prod([la.shape[d] for d in lc], dtype=np.int64))
-    a = _view(ctx, ctx.name(lhs), la.shape, list(lb) + lf + list(lc), bshape + (m, k))
-    b = _view(ctx, ctx.name(rhs), ra.shape, list(rb) + list(rc) + rf, bshape + (k, n))
+    a = _view(ctx.name(lhs), la.shape, [[d] for d in lb] + [lf, list(lc)])
+    b = _view(ctx.name(rhs), ra.shape, [[d] for d in rb] + [list(rc), rf])
     out = eqn.outputs[0]
     name = ctx.name(out)
     mshape = bshape + (m, n)
     flops = 2 * m * n * k * int(np.prod(bshape, dtype=np.int64))
+    swapped = not bshape and len(lf) == len(rf) == 1 and _only_transposed(ctx, out)
+    if swapped:
+        # the product is only read transposed (weight gradients): compute it in that
+        # layout, (a @ b).T = b.T @ a.T, so the transpose is a contiguous array
+        a, b, mshape = f"np.transpose({b})", f"np.transpose({a})", (n, m)
     if flops >= threads.SMALL_GEMM_FLOPS and m * n * k:
         ctx.globals["_mm"] = threads.matmul
         ctx.gemm_pool = True
@@ -89,7 +131,9 @@ def emit_dot(ctx, eqn, i):
         ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
     else:
         ctx.emit(f"{name} = np.matmul({a}, {b})")
-    if mshape != tuple(out.aval.shape):
+    if swapped:
+        ctx.emit(f"{name} = np.transpose({name})")
+    elif mshape != tuple(out.aval.shape):
         ctx.emit(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
     ctx.fresh.add(out)
 

@@ -213,3 +213,14 @@ def test_grad_of_jitted_mlp_with_pool_matches_numpy():
     h = np.tanh(x.astype(np.float64) @ w)
     want = x.T.astype(np.float64) @ (1 - h * h)
     np.testing.assert_allclose(np.asarray(g), want, rtol=1e-3, atol=1e-3)
+
+
+def test_product_read_transposed_is_computed_in_that_layout():
+    import fflow.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(64, 48)).astype(np.float32)
+    b = rng.normal(size=(64, 80)).astype(np.float32)
+    w = rng.normal(size=(80, 48)).astype(np.float32)
+    f = fflow.jit(lambda a, b, w: w - 0.5 * jnp.transpose(a.T @ b))  # a weight-gradient shape
+    np.testing.assert_allclose(np.asarray(f(a, b, w)), w - 0.5 * (a.T @ b).T, rtol=1e-5, atol=1e-5)
