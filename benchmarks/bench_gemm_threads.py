@@ -1,4 +1,4 @@
-"""float32 GEMM on 1 thread vs all available cores (fflow's pool over one-thread BLAS
+"""float32 GEMM on 1 thread vs all available cores (fflow's C pool over one-thread BLAS
 calls, and OpenBLAS's own threads), per size:
 where a second thread starts to pay (fflow.threads.SMALL_GEMM_FLOPS) and the
 machine's sgemm limit in GFLOP/s (what the MLP step is compared with)."""
@@ -24,6 +24,8 @@ def gflops(m, k, n, seconds):
 
 def main():
     args = parse_args(__doc__)
+    from fflow.lowering import cpu_gemm
+
     from fflow import threads
 
     cores = threads.available_cores()
@@ -34,7 +36,7 @@ def main():
     lines = [
         "## float32 GEMM: one thread vs all cores",
         "",
-        f"| workload | MFLOP | 1 thread | {cores} threads (fflow pool) | {cores} OpenBLAS "
+        f"| workload | MFLOP | 1 thread | {cores} threads (fflow C pool) | {cores} OpenBLAS "
         f"threads | 1 thread GFLOP/s | {cores} threads GFLOP/s | pool speed-up |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -45,7 +47,7 @@ def main():
         out = np.empty((m, n), np.float32)
 
         def on(t, a=a, b=b, out=out):
-            return lambda: threads.matmul(a, b, out, t)
+            return lambda: cpu_gemm.matmul(a, b, out, t)
 
         def openblas(a=a, b=b, out=out):
             threads.set_blas_threads(cores)

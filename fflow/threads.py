@@ -220,39 +220,85 @@ def gemm_threads(flops, pool):
 
 
 class _Job:
-    __slots__ = ("fn", "n", "claim", "lock", "done_count", "done", "error")
+    """The chunks of one GEMM: `views(k)` gives chunk k's (a, b, out) views."""
 
-    def __init__(self, fn, n):
-        self.fn = fn
+    __slots__ = ("views", "n", "claim", "lock", "finished", "left", "done", "error")
+
+    def __init__(self, views, n):
+        self.views = views
         self.n = n
         self.claim = itertools.count()  # next(...) is atomic under the GIL
         self.lock = threading.Lock()
-        self.done_count = 0
+        self.finished = [False] * n
+        self.left = n
         self.done = threading.Event()
         self.error = None
 
+    def _finish(self, k, result=None, error=None):
+        with self.lock:
+            if self.finished[k]:
+                return  # the caller's backup (or the worker) was first: drop this copy
+            if error is not None:
+                self.error = error
+            elif result is not None:
+                self.views(k)[2][...] = result
+            self.finished[k] = True
+            self.left -= 1
+            if self.left == 0:
+                self.done.set()
+
     def work(self):
-        """Run chunks until none is left unclaimed."""
+        """A worker: compute unclaimed chunks into its own buffers, publish each once."""
         while True:
             k = next(self.claim)
             if k >= self.n:
                 return
             try:
-                self.fn(k)
+                a, b, _ = self.views(k)
+                self._finish(k, np.matmul(a, b))
             except BaseException as e:  # re-raised by the caller's thread
-                self.error = e
-            with self.lock:
-                self.done_count += 1
-                if self.done_count == self.n:
-                    self.done.set()
+                self._finish(k, error=e)
+
+    def lead(self):
+        """The caller: its chunks straight into the output, then backups of late ones.
+
+        A worker the OS descheduled in the middle of a chunk would stall the GEMM
+        until it runs again; after waiting twice its own chunk time, the caller
+        computes every unfinished chunk itself (the first result to arrive is kept;
+        results are the same bits).
+        """
+        t0 = time.perf_counter()
+        mine = 0
+        while True:
+            k = next(self.claim)
+            if k >= self.n:
+                break
+            a, b, out = self.views(k)
+            try:
+                np.matmul(a, b, out=out)
+            except BaseException as e:
+                self._finish(k, error=e)
+                continue
+            mine += 1
+            self._finish(k)
+        per_chunk = (time.perf_counter() - t0) / mine if mine else 1e-3
+        if not self.done.wait(timeout=max(2 * per_chunk, 1e-4)):
+            for k in range(self.n):
+                if not self.finished[k]:
+                    a, b, _ = self.views(k)
+                    self._finish(k, np.matmul(a, b))
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
 
 
 class GemmPool:
     """Worker threads that share the chunks of large GEMMs with the calling thread.
 
-    The caller works too and takes every chunk no worker has started, so a worker
-    the OS has not scheduled delays nothing: the worst case is one chunk's time
-    over running alone. Idle workers block on a queue (no busy-waiting).
+    The caller works too: it takes every chunk no worker has started, and backs up
+    chunks a descheduled worker holds (`_Job.lead`), so another process taking the
+    cores costs little more than running alone. Idle workers block on a queue (no
+    busy-waiting).
     """
 
     def __init__(self, workers):
@@ -275,17 +321,15 @@ class GemmPool:
         while True:
             q.get().work()
 
-    def run(self, fn, n, threads):
-        """Call fn(0), ..., fn(n-1), on up to `threads` threads (this one included)."""
+    def run(self, views, n, threads):
+        """out_k[...] = a_k @ b_k for (a_k, b_k, out_k) = views(k), k < n, on up to
+        `threads` threads (this one included)."""
         if self._pid != os.getpid():  # first use, or a forked child: threads are gone
             self._start()
-        job = _Job(fn, n)
+        job = _Job(views, n)
         for q in self._queues[: threads - 1]:
             q.put(job)
-        job.work()
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
+        job.lead()
 
 
 _pool = None
@@ -320,25 +364,25 @@ def matmul(a, b, out, threads):
             return np.matmul(a, b, out=out)
         parts = _chunks(out.shape[0], 2 * threads, align=1)
 
-        def fn(k):
+        def views(k):
             s, e = parts[k]
-            np.matmul(a[s:e], b[s:e], out=out[s:e])
+            return a[s:e], b[s:e], out[s:e]
 
     elif out.shape[1] >= out.shape[0]:
         parts = _chunks(out.shape[1], 2 * threads)
 
-        def fn(k):
+        def views(k):
             s, e = parts[k]
-            np.matmul(a, b[:, s:e], out=out[:, s:e])
+            return a, b[:, s:e], out[:, s:e]
 
     else:
         parts = _chunks(out.shape[0], 2 * threads)
 
-        def fn(k):
+        def views(k):
             s, e = parts[k]
-            np.matmul(a[s:e], b, out=out[s:e])
+            return a[s:e], b, out[s:e]
 
-    _pool.run(fn, len(parts), threads)
+    _pool.run(views, len(parts), threads)
     return out
 
 
@@ -352,7 +396,11 @@ def _median(xs):
 
 
 def free_cores(cores):
-    """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1."""
+    """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1.
+
+    Waking a worker while every core is busy costs more than it brings: the woken
+    worker may preempt the caller, which then waits for a core to finish the step.
+    """
     text = _read("/proc/loadavg")
     try:
         running = int(text.split()[3].split("/")[0])
@@ -397,7 +445,7 @@ class StepThreads:
         for c in fits:  # first calls: samples of every count
             if len(self.samples[c]) < 2:
                 return c
-        current = max(c for c in fits if c <= self.current) if self.current > free else self.current
+        current = max(c for c in fits if c <= self.current)
         if self.calls >= self.next_probe and len(fits) > 1:
             others = [c for c in fits if c != current]
             self._turn = (self._turn + 1) % len(others)

@@ -11,6 +11,7 @@ import functools
 import weakref
 
 import numpy as np
+from fflow.lowering import cpu_gemm
 from fflow.primitives.indexing import scatter_into
 
 from fflow import threads
@@ -93,7 +94,7 @@ def _only_transposed(ctx, v):
 def emit_dot(ctx, eqn, i):
     """dot_general as one matmul over views: transposes become BLAS flags, batch dims
     stay as matmul's batch dims (any layout NumPy's BLAS path accepts, no copies);
-    large products run on fflow's GEMM pool (fflow/threads.py) into a fresh buffer."""
+    large products run on fflow's GEMM pool (lowering/cpu_gemm.py) into a fresh buffer."""
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
     lhs, rhs = eqn.inputs
     pet = eqn.params.get("preferred_element_type")
@@ -125,7 +126,7 @@ def emit_dot(ctx, eqn, i):
         # layout, (a @ b).T = b.T @ a.T, so the transpose is a contiguous array
         a, b, mshape = f"np.transpose({b})", f"np.transpose({a})", (n, m)
     if flops >= threads.SMALL_GEMM_FLOPS and m * n * k:
-        ctx.globals["_mm"] = threads.matmul
+        ctx.globals["_mm"] = cpu_gemm.matmul
         ctx.gemm_pool = True
         ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(out.aval.dtype, 'dt')})")
         ctx.emit(f"_mm({a}, {b}, {name}, _nt)")

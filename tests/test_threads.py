@@ -59,10 +59,6 @@ def test_available_cores_within_affinity(monkeypatch):
     assert threads.available_cores() == 1  # a fractional quota rounds down, at least 1
 
 
-def test_free_cores_is_bounded():
-    assert 1 <= threads.free_cores(4) <= 4
-
-
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 @pytest.mark.parametrize(
     "shape_a, shape_b, ta, tb",
@@ -89,26 +85,56 @@ def test_pool_matmul_matches_numpy(n_threads, shape_a, shape_b, ta, tb):
     )
 
 
-def test_pool_matmul_raises_the_workers_error():
+def test_pool_raises_a_chunks_error_and_keeps_working():
     pool = threads.GemmPool(2)
+    a = np.ones((4, 3), np.float32)
+    outs = [np.empty((4, 2), np.float32) for _ in range(6)]
 
-    def fn(k):
-        if k == 3:
-            raise ValueError("chunk 3")
+    def views(k):
+        return a, np.ones((3 if k != 3 else 5, 2), np.float32), outs[k]
 
-    with pytest.raises(ValueError, match="chunk 3"):
-        pool.run(fn, 6, 3)
-    done = []
-    pool.run(done.append, 5, 3)  # the pool still works afterwards
-    assert sorted(done) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError):
+        pool.run(views, 6, 3)
+    pool.run(lambda k: (a, np.full((3, 2), k, np.float32), outs[k]), 6, 3)
+    for k, out in enumerate(outs):
+        np.testing.assert_array_equal(out, np.full((4, 2), 3.0 * k))
+
+
+def test_pool_backs_up_a_descheduled_worker():
+    # a worker that never runs: the caller computes its chunks itself
+    pool = threads.GemmPool(1)
+    pool._pid = os.getpid()
+    stalled = []
+    pool._queues = [type("Stalled", (), {"put": lambda self, job: stalled.append(job)})()]
+    a = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
+    b = np.random.default_rng(1).normal(size=(32, 96)).astype(np.float32)
+    out = np.empty((64, 96), np.float32)
+    parts = threads._chunks(96, 4)
+    job_views = lambda k: (a, b[:, parts[k][0] : parts[k][1]], out[:, parts[k][0] : parts[k][1]])
+    stalled_claim = []
+
+    original = threads._Job.lead
+
+    def lead(job):
+        stalled_claim.append(next(job.claim))  # the worker claimed a chunk, then stalled
+        original(job)
+
+    threads._Job.lead = lead
+    try:
+        pool.run(job_views, len(parts), 2)
+    finally:
+        threads._Job.lead = original
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    stalled[0].work()  # the worker wakes up late: nothing left; its result is dropped
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 
 class _Clockless(threads.StepThreads):
     """StepThreads with a given number of free cores (no /proc reads)."""
 
-    def __init__(self, cores, free):
+    def __init__(self, cores, free=None):
         super().__init__(cores)
-        self.free = free
+        self.free = cores if free is None else free
 
     def pick(self):
         old = threads.free_cores
@@ -153,9 +179,22 @@ def test_step_threads_goes_back_up_when_the_machine_frees():
     assert picks[-20:] == [2] * 20
 
 
+def test_free_cores_is_bounded():
+    assert 1 <= threads.free_cores(4) <= 4
+
+
 def test_step_threads_never_exceeds_free_cores():
     policy = _Clockless(4, free=1)
     assert set(_drive(policy, lambda n: 1.0 / n, 50)) == {1}
+    policy.free = 4  # the machine frees up: more threads are tried again
+    assert 4 in _drive(policy, lambda n: 1.0 / n, 50)
+
+
+def test_step_threads_on_more_cores_tries_half_of_them():
+    policy = _Clockless(8)
+    assert policy.choices == [1, 4, 8]
+    picks = _drive(policy, lambda n: {1: 3.0, 4: 1.0, 8: 2.0}[n], 200)
+    assert picks[-50:].count(4) >= 45
 
 
 def test_blas_runs_on_one_thread_after_a_gemm():
@@ -224,3 +263,28 @@ def test_product_read_transposed_is_computed_in_that_layout():
     w = rng.normal(size=(80, 48)).astype(np.float32)
     f = fflow.jit(lambda a, b, w: w - 0.5 * jnp.transpose(a.T @ b))  # a weight-gradient shape
     np.testing.assert_allclose(np.asarray(f(a, b, w)), w - 0.5 * (a.T @ b).T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_c_pool_matches_numpy_for_every_layout(n_threads):
+    from fflow.lowering import cpu_gemm
+
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(96, 70)).astype(np.float32)
+    b = rng.normal(size=(70, 130)).astype(np.float32)
+    q = rng.normal(size=(2, 40, 3, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    cases = [
+        (a, b),
+        (a.T.copy().T, b),
+        (b.T, a.T),  # both transposed
+        (a[:, :50], b[:50]),  # leading dimensions larger than the matrix
+        (a[:, ::2], b[::2]),  # not BLAS-able: the Python pool path
+        (a[:1], b),
+        (q, np.swapaxes(q, -1, -2)),  # two batch dims, attention layout
+        (a.astype(np.float64), b.astype(np.float64)),
+    ]
+    for x, y in cases:
+        out = np.empty(np.matmul(x, y).shape, x.dtype)
+        assert cpu_gemm.matmul(x, y, out, n_threads) is out
+        want = x.astype(np.float64) @ y.astype(np.float64)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

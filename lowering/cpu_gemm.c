@@ -1,0 +1,283 @@
+/* fflow's GEMM pool in C: large GEMMs cut into chunks of the output, each chunk one
+ * single-threaded cblas call; workers are pthreads that block on a condition variable
+ * between jobs (no spinning between GEMMs, no Python GIL). The caller computes chunks
+ * too and, after spinning at most twice its own chunk time for the workers, computes
+ * every chunk a worker still holds into scratch and publishes it itself (the first
+ * copy to arrive wins, the same bits), so a worker the OS descheduled cannot stall
+ * the step.
+ *
+ * Late workers may still read A and B after fflow_gemm returns: the caller keeps the
+ * operands alive until fflow_gemm_busy(job) says the job was released.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXCH 64
+#define MAXW 64
+
+typedef void (*sgemm64_t)(int, int, int, long, long, long, float, const float *, long,
+                          const float *, long, float, float *, long);
+typedef void (*dgemm64_t)(int, int, int, long, long, long, double, const double *, long,
+                          const double *, long, double, double *, long);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, int,
+                          const float *, int, float, float *, int);
+typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
+                          const double *, int, double, double *, int);
+
+static void *g_sgemm, *g_dgemm;
+static int g_ilp64;
+
+typedef struct job {
+  int isz, ta, tb;                 /* item size; 111 no transpose, 112 transpose */
+  long M, N, K, lda, ldb, ldc;
+  const char *A, *B;
+  char *C;
+  long nb0, nb1;                   /* batch shape (1, 1 for none) */
+  long sa0, sa1, sb0, sb1, sc0, sc1; /* batch strides in bytes */
+  int axis;                        /* 0 batch, 1 rows of C, 2 columns of C */
+  int n;
+  long bounds[MAXCH + 1];
+  int next, left, refs, max_workers, joined, error;
+  unsigned char finished[MAXCH];
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} job_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
+static job_t *g_job;
+static long g_gen;
+static int g_workers;
+
+static void gemm(const job_t *j, long M, long N, const char *A, const char *B, char *C, long ldc) {
+  if (j->isz == 4) {
+    if (g_ilp64)
+      ((sgemm64_t)g_sgemm)(101, j->ta, j->tb, M, N, j->K, 1.0f, (const float *)A, j->lda,
+                           (const float *)B, j->ldb, 0.0f, (float *)C, ldc);
+    else
+      ((sgemm32_t)g_sgemm)(101, j->ta, j->tb, (int)M, (int)N, (int)j->K, 1.0f, (const float *)A,
+                           (int)j->lda, (const float *)B, (int)j->ldb, 0.0f, (float *)C, (int)ldc);
+  } else {
+    if (g_ilp64)
+      ((dgemm64_t)g_dgemm)(101, j->ta, j->tb, M, N, j->K, 1.0, (const double *)A, j->lda,
+                           (const double *)B, j->ldb, 0.0, (double *)C, ldc);
+    else
+      ((dgemm32_t)g_dgemm)(101, j->ta, j->tb, (int)M, (int)N, (int)j->K, 1.0, (const double *)A,
+                           (int)j->lda, (const double *)B, (int)j->ldb, 0.0, (double *)C, (int)ldc);
+  }
+}
+
+/* Chunk k into `dst` (NULL: straight into C). Returns the bytes of a scratch chunk. */
+static long chunk_bytes(const job_t *j, int k) {
+  long s = j->bounds[k], e = j->bounds[k + 1];
+  if (j->axis == 0) return (e - s) * j->M * j->N * j->isz;
+  if (j->axis == 1) return (e - s) * j->N * j->isz;
+  return j->M * (e - s) * j->isz;
+}
+
+static void run_chunk(const job_t *j, int k, char *dst) {
+  long s = j->bounds[k], e = j->bounds[k + 1];
+  long isz = j->isz;
+  if (j->axis == 0) {
+    for (long b = s; b < e; b++) {
+      long b0 = b / j->nb1, b1 = b % j->nb1;
+      const char *A = j->A + b0 * j->sa0 + b1 * j->sa1;
+      const char *B = j->B + b0 * j->sb0 + b1 * j->sb1;
+      char *C = dst ? dst + (b - s) * j->M * j->N * isz : j->C + b0 * j->sc0 + b1 * j->sc1;
+      gemm(j, j->M, j->N, A, B, C, dst ? j->N : j->ldc);
+    }
+  } else if (j->axis == 1) { /* rows s..e of C: rows of A (or its columns when transposed) */
+    const char *A = j->A + (j->ta == 111 ? s * j->lda : s) * isz;
+    char *C = dst ? dst : j->C + s * j->ldc * isz;
+    gemm(j, e - s, j->N, A, j->B, C, dst ? j->N : j->ldc);
+  } else { /* columns s..e of C */
+    const char *B = j->B + (j->tb == 111 ? s : s * j->ldb) * isz;
+    char *C = dst ? dst : j->C + s * isz;
+    gemm(j, j->M, e - s, j->A, B, C, dst ? e - s : j->ldc);
+  }
+}
+
+static void publish(job_t *j, int k, const char *scratch) {
+  pthread_mutex_lock(&j->lock);
+  if (!j->finished[k]) {
+    if (scratch) {
+      long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
+      if (j->axis == 0) {
+        long mn = j->M * j->N * isz;
+        for (long b = s; b < e; b++) {
+          long b0 = b / j->nb1, b1 = b % j->nb1;
+          char *C = j->C + b0 * j->sc0 + b1 * j->sc1;
+          for (long r = 0; r < j->M; r++)
+            memcpy(C + r * j->ldc * isz, scratch + (b - s) * mn + r * j->N * isz, j->N * isz);
+        }
+      } else if (j->axis == 1) {
+        for (long r = s; r < e; r++)
+          memcpy(j->C + r * j->ldc * isz, scratch + (r - s) * j->N * isz, j->N * isz);
+      } else {
+        long w = (e - s) * isz;
+        for (long r = 0; r < j->M; r++) memcpy(j->C + (r * j->ldc + s) * isz, scratch + r * w, w);
+      }
+    }
+    j->finished[k] = 1;
+    if (--j->left == 0) pthread_cond_broadcast(&j->cond);
+  }
+  pthread_mutex_unlock(&j->lock);
+}
+
+static void release(job_t *j) {
+  pthread_mutex_lock(&j->lock);
+  int last = --j->refs == 0;
+  pthread_mutex_unlock(&j->lock);
+  if (last) {
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->cond);
+    free(j);
+  }
+}
+
+static void *worker(void *arg) {
+  (void)arg;
+  long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&g_lock);
+    while (g_gen == seen) pthread_cond_wait(&g_wake, &g_lock);
+    seen = g_gen;
+    job_t *j = g_job;
+    int join = 0;
+    if (j) {
+      pthread_mutex_lock(&j->lock);
+      if (j->joined < j->max_workers && j->left > 0) {
+        j->joined++;
+        j->refs++;
+        join = 1;
+      }
+      pthread_mutex_unlock(&j->lock);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!join) continue;
+    for (;;) {
+      int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_SEQ_CST);
+      if (k >= j->n) break;
+      char *scratch = malloc(chunk_bytes(j, k));
+      if (!scratch) {
+        j->error = 1;
+        publish(j, k, NULL);
+        continue;
+      }
+      run_chunk(j, k, scratch);
+      publish(j, k, scratch);
+      free(scratch);
+    }
+    release(j);
+  }
+  return NULL;
+}
+
+int fflow_gemm_init(int workers, void *sgemm, void *dgemm, int ilp64) {
+  g_sgemm = sgemm;
+  g_dgemm = dgemm;
+  g_ilp64 = ilp64;
+  if (workers > MAXW) workers = MAXW;
+  for (int w = g_workers; w < workers; w++) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, worker, NULL) != 0) break;
+    pthread_attr_destroy(&attr);
+    g_workers = w + 1;
+  }
+  return g_workers;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* C = A @ B on up to `threads` threads. Returns the job handle (for fflow_gemm_busy),
+ * or 0 with *error set. */
+long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
+                const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
+                long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error) {
+  job_t *j = calloc(1, sizeof(job_t));
+  if (!j) {
+    *error = 1;
+    return 0;
+  }
+  j->isz = isz; j->ta = ta; j->tb = tb;
+  j->M = M; j->N = N; j->K = K; j->lda = lda; j->ldb = ldb; j->ldc = ldc;
+  j->A = A; j->B = B; j->C = C;
+  j->nb0 = nb0; j->nb1 = nb1;
+  j->sa0 = sa0; j->sa1 = sa1; j->sb0 = sb0; j->sb1 = sb1; j->sc0 = sc0; j->sc1 = sc1;
+  long nb = nb0 * nb1, extent, align = 16;
+  int parts = 2 * threads;
+  if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
+  else if (N >= M) { j->axis = 2; extent = N; }
+  else { j->axis = 1; extent = M; }
+  if (parts > MAXCH) parts = MAXCH;
+  long step = (extent + parts - 1) / parts;
+  step = (step + align - 1) / align * align;
+  if (step < 1) step = 1;
+  int n = 0;
+  for (long s = 0; s < extent; s += step) j->bounds[n++] = s;
+  j->bounds[n] = extent;
+  j->n = j->left = n;
+  j->refs = 1;
+  j->max_workers = threads - 1;
+  pthread_mutex_init(&j->lock, NULL);
+  pthread_cond_init(&j->cond, NULL);
+
+  pthread_mutex_lock(&g_lock);
+  g_job = j;
+  g_gen++;
+  pthread_cond_broadcast(&g_wake);
+  pthread_mutex_unlock(&g_lock);
+
+  double t0 = now();
+  int mine = 0;
+  for (;;) {
+    int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_SEQ_CST);
+    if (k >= j->n) break;
+    run_chunk(j, k, NULL);
+    mine++;
+    publish(j, k, NULL);
+  }
+  /* Wait for the workers' chunks by spinning, at most twice our own chunk time:
+   * sleeping here would hand the core to another process, and on a busy machine
+   * getting it back takes longer than computing the chunks ourselves. */
+  double per_chunk = mine ? (now() - t0) / mine : 1e-3;
+  double deadline = now() + (2 * per_chunk < 1e-4 ? 1e-4 : 2 * per_chunk);
+  int left;
+  while ((left = __atomic_load_n(&j->left, __ATOMIC_SEQ_CST)) > 0 && now() < deadline)
+    __builtin_ia32_pause();
+  if (left > 0) { /* back up every chunk a (descheduled) worker still holds */
+    for (int k = 0; k < j->n; k++) {
+      if (__atomic_load_n(&j->finished[k], __ATOMIC_SEQ_CST)) continue;
+      char *scratch = malloc(chunk_bytes(j, k));
+      if (!scratch) { j->error = 1; publish(j, k, NULL); continue; }
+      run_chunk(j, k, scratch);
+      publish(j, k, scratch);
+      free(scratch);
+    }
+  }
+  pthread_mutex_lock(&g_lock);
+  if (g_job == j) g_job = NULL; /* late workers skip it */
+  pthread_mutex_unlock(&g_lock);
+  *error = j->error;
+  return (long)j;
+}
+
+/* Whether a worker still holds the job (its operands must stay alive). */
+int fflow_gemm_busy(long handle) {
+  job_t *j = (job_t *)handle;
+  pthread_mutex_lock(&j->lock);
+  int busy = j->refs > 1;
+  pthread_mutex_unlock(&j->lock);
+  return busy;
+}
+
+void fflow_gemm_release(long handle) { release((job_t *)handle); }

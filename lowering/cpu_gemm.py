@@ -1,0 +1,163 @@
+"""Large GEMMs on fflow's C thread pool (lowering/cpu_gemm.c, built by gcc once and
+cached like the native loops): pthreads that block between jobs and never hold the
+Python GIL, calling NumPy's own OpenBLAS (single-threaded) through its cblas entry.
+
+`matmul(a, b, out, threads)` is what the generated code of a jitted program calls for
+every product above `fflow.threads.SMALL_GEMM_FLOPS`. Without a C compiler, or for
+layouts BLAS cannot take, it falls back to fflow's Python pool (`fflow.threads.matmul`).
+"""
+
+import ctypes
+import os
+
+import numpy as np
+
+from fflow import threads
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_gemm.c")
+_lib = None  # the loaded library, or False when unavailable
+_pending = []  # (job, a, b): operands a late worker may still read
+_NO_TRANS, _TRANS = 111, 112
+
+
+def _cblas(name):
+    """Address of NumPy's cblas_<name> and whether it takes 64-bit ints, or (None, 0)."""
+    for info in threads.blas().info:
+        if info["api"] != "openblas":
+            continue
+        lib = ctypes.CDLL(info["path"])
+        for prefix in ("scipy_", ""):
+            for suffix, ilp64 in (("64_", 1), ("", 0)):
+                fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
+                if fn is not None:
+                    return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
+    return None, 0
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    _lib = False
+    from fflow.lowering import native  # the C compiler path
+
+    if not native.enabled():
+        return _lib
+    sgemm, ilp64 = _cblas("sgemm")
+    dgemm, ilp64_d = _cblas("dgemm")
+    if sgemm is None or dgemm is None or ilp64 != ilp64_d:
+        return _lib
+    with open(_SOURCE) as f:
+        lib = native.load_library(f.read())
+    if lib is None:
+        return _lib
+    lib.fflow_gemm_init.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.fflow_gemm.restype = ctypes.c_long
+    lib.fflow_gemm.argtypes = (
+        [ctypes.c_int] * 3
+        + [ctypes.c_long] * 3
+        + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long]
+        + [ctypes.c_void_p, ctypes.c_long]
+        + [ctypes.c_long] * 8
+        + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    )
+    lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
+    lib.fflow_gemm_release.argtypes = [ctypes.c_long]
+    workers = max(0, threads.available_cores() - 1)
+    if lib.fflow_gemm_init(workers, sgemm, dgemm, ilp64) < workers:
+        return _lib
+    _lib = lib
+    return _lib
+
+
+def _layout(x, rows, cols):
+    """(transpose flag, leading dimension) of the matrix view x[..., rows, cols], or None."""
+    i = x.itemsize
+    s0, s1 = x.strides[-2:]
+    if rows == 1:
+        s0 = max(cols, 1) * i
+    if cols == 1:
+        s1 = i
+    if s1 == i and s0 > 0 and s0 % i == 0 and s0 // i >= max(cols, 1):
+        return _NO_TRANS, s0 // i
+    if s0 == i and s1 > 0 and s1 % i == 0 and s1 // i >= max(rows, 1):
+        return _TRANS, s1 // i
+    return None
+
+
+def _collect():
+    keep = []
+    for job, a, b in _pending:
+        if _lib.fflow_gemm_busy(job):
+            keep.append((job, a, b))
+        else:
+            _lib.fflow_gemm_release(job)
+    _pending[:] = keep
+
+
+def matmul(a, b, out, n_threads):
+    """out[...] = a @ b, on `n_threads` threads of the C pool (NumPy matmul semantics
+    for equal batch dims; out C-contiguous)."""
+    if n_threads <= 1:
+        return np.matmul(a, b, out=out)
+    lib = _lib if _lib is not None else _load()
+    batch = out.shape[:-2]
+    ok = (
+        lib
+        and len(batch) <= 2
+        and a.dtype == b.dtype == out.dtype
+        and out.dtype in (np.float32, np.float64)
+        and out.flags.c_contiguous
+        and a.shape[:-2] == b.shape[:-2] == batch
+        and all(s >= 0 for s in a.strides[:-2] + b.strides[:-2])
+    )
+    if ok:
+        m, n = out.shape[-2:]
+        k = a.shape[-1]
+        la, lb = _layout(a, m, k), _layout(b, k, n)
+        ok = la is not None and lb is not None and m * n * k > 0
+    if not ok:
+        return threads.matmul(a, b, out, n_threads)
+    nb = (1, 1) if not batch else ((1,) + batch if len(batch) == 1 else batch)
+    sa = (0, 0) if not batch else ((0,) + a.strides[:1] if len(batch) == 1 else a.strides[:2])
+    sb = (0, 0) if not batch else ((0,) + b.strides[:1] if len(batch) == 1 else b.strides[:2])
+    sc = (0, 0) if not batch else ((0,) + out.strides[:1] if len(batch) == 1 else out.strides[:2])
+    error = ctypes.c_int(0)
+    if _pending:
+        _collect()
+    job = lib.fflow_gemm(
+        out.itemsize,
+        la[0],
+        lb[0],
+        m,
+        n,
+        k,
+        a.ctypes.data,
+        la[1],
+        b.ctypes.data,
+        lb[1],
+        out.ctypes.data,
+        n,
+        nb[0],
+        nb[1],
+        sa[0],
+        sa[1],
+        sb[0],
+        sb[1],
+        sc[0],
+        sc[1],
+        n_threads,
+        ctypes.byref(error),
+    )
+    if job == 0:
+        raise MemoryError("fflow GEMM pool: out of memory")
+    if lib.fflow_gemm_busy(job):
+        _pending.append((job, a, b))
+    else:
+        lib.fflow_gemm_release(job)
+    if error.value:
+        raise MemoryError("fflow GEMM pool: out of memory for a chunk")
+    return out
+
+
+__all__ = ["matmul"]
