@@ -17,11 +17,11 @@ BUDGET = {
     "fflow/core.py": 300,
     "transforms/staging.py": 140,
     "transforms/autodiff.py": 270,
-    "transforms/jit.py": 480,
+    "transforms/jit.py": 540,  # 524 with the argument checks of reliab (issue 16)
     "lowering/passes.py": 300,
     "lowering/schedule.py": 190,
 }
-TOTAL_BUDGET = 1650  # 1507 when the budget was set
+TOTAL_BUDGET = 1700  # 1507 when the budget was set, 1628 with those checks
 
 
 def code_lines(path):
