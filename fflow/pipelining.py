@@ -29,6 +29,7 @@ from fflow.pipeline_schedule import Schedule
 from fflow.primitives.pipeline_call import pipeline_call_p
 from fflow.sharding import (
     B,
+    P,
     is_global,
     local_shape,
     make_global,
@@ -129,14 +130,17 @@ class _Stage:
             [_dummy(a) for a, f in zip(self._x_avals, x_float) if not f],
             [_dummy(a) for a, f in zip(self.out_avals, out_float) if f],
         )
-        # the SBPs the gradients come out in: partial where a data-parallel gradient is
-        # partial, so micro-batches accumulate without communication
-        first = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp).lower(*args)
-        natural = [first.sbp_of(v) for v in first.program.outvars]
-        n_p = len(self.p_sbps)
-        sharded = shard_mod.shard(
-            bwd, self.pl, in_sbp=in_sbp, out_sbp=(natural[:n_p], natural[n_p:])
-        )
+        # gradients come out partial on the data-parallel mesh axes (where the stage's
+        # input is split and the parameter replicated), so micro-batches accumulate
+        # without communication and the step reduces them once; input cotangents come
+        # out in the inputs' SBPs
+        dp_axes = {a for nd in xf_sbps for a, sb in enumerate(nd) if sb.is_split()}
+        gp_sbps = [
+            tuple(P if a in dp_axes and sb.is_broadcast() else sb for a, sb in enumerate(nd))
+            for nd in self.p_sbps
+        ]
+        gx_sbps = [tuple(B if sb.is_partial() else sb for sb in nd) for nd in xf_sbps]
+        sharded = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp, out_sbp=(gp_sbps, gx_sbps))
         sp = sharded.lower(*args)
         n_in = sum(len(a) for a in args)
         return sharded, (sp if len(sp.program.invars) == n_in else None)

@@ -80,3 +80,15 @@ def test_mpi_equals_simulated_and_plain():
         for s, w in enumerate(ws):
             np.testing.assert_allclose(np.asarray(sim[f"{name}_w{s}"]), w, rtol=1e-4, atol=1e-5)
     assert sim["bytes"] > 0
+
+
+@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+def test_example_runs_under_the_launcher():
+    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
+    example = os.path.join(ROOT, "examples", "pipeline_parallel.py")
+    cmd = [sys.executable, "-m", "fflow.launch", "-n", "4", example, "--tiny"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "4 MPI ranks" in proc.stdout
+    assert "bubble fraction 0.429 (theory (p-1)/(m+p-1) = 0.429)" in proc.stdout
+    assert "equals the un-pipelined model" in proc.stdout
