@@ -38,6 +38,8 @@ from fflow.transforms.autodiff import (
     tangent_aval,
     transpose_rules,
 )
+from fflow.transforms.program_transforms import close
+from fflow.transforms.program_transforms import partial_eval_program as pe_program
 from fflow.transforms.shard_exec import ShardedProgram
 from fflow.transforms.shard_memory import fit_budget
 from fflow.transforms.shard_rules import freeze
@@ -500,9 +502,12 @@ def _shard_call_partial_eval(trace, args, params):
     known = [not (isinstance(a, StagingTracer) and a._trace is trace) for a in args]
     key = ("pe", tuple(known))
     hit = _derived(sp).get(key)
+    if hit is None and any(e.primitive.name == "checkpoint" for e in sp.program.eqns):
+        hit = _split_with_remat(sp, known)
+        _derived(sp)[key] = hit
     if hit is None:
-        # split the inlined program: a checkpoint / custom_jvp call mixing known and
-        # unknown inputs would otherwise be staged whole, primal outputs included
+        # split the inlined program: a custom_jvp call mixing known and unknown inputs
+        # would otherwise be staged whole, primal outputs included
         kprog, uprog, out_unknown, res = partial_eval_program(sp.exec_program, known)
         res_sbps = [sp.plan.var_sbp[v] for v in res]
         k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
@@ -525,8 +530,8 @@ def _shard_call_partial_eval(trace, args, params):
         )
         hit = (ksp, usp, out_unknown, len(res))
         _derived(sp)[key] = hit
-    ksp, usp, out_unknown, n_res = hit
-    known_args = [a for a, k in zip(args, known) if k]
+    ksp, usp, out_unknown, n_res, known_consts = hit + ((),) * (5 - len(hit))
+    known_args = list(known_consts) + [a for a, k in zip(args, known) if k]
     with set_current_trace(trace.parent):
         kouts = bind_call(ksp, known_args)
     kouts = list(kouts)
@@ -537,6 +542,33 @@ def _shard_call_partial_eval(trace, args, params):
     uouts = trace.stage(shard_call_p, res_vals + unknown_args, dict(sharded=usp), u_avals)
     k_it, u_it = iter(kouts[:n_known_out]), iter(uouts)
     return [next(u_it) if u else next(k_it) for u in out_unknown]
+
+
+def _split_with_remat(sp, known):
+    """Partial evaluation through the transforms' own rules, so a `checkpoint` inside
+    the sharded function saves only its inputs and the linear program recomputes the
+    rest (the inlined split above would save every intermediate)."""
+    closed, consts = close(sp.program)
+    unknowns = [False] * len(consts) + [not k for k in known]
+    split = pe_program(closed, unknowns, instantiate=False)
+    bcast = (B,) * sp.placement.ndim
+    out_unknown = split.out_unknowns
+    n_res = len(split.residuals)
+    known_in = [bcast] * (len(split.known_consts) + len(consts))
+    known_in += [s for s, k in zip(sp.in_sbps, known) if k]
+    k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
+    ksp = ShardedProgram(
+        split.known, sp.placement, known_in, k_outs + [None] * n_res,
+        allow_partial_out=True, name="known", plan_options=sp.plan_options,
+    )  # fmt: skip
+    res_sbps = ksp.out_sbps[len(k_outs) :]
+    usp = ShardedProgram(
+        split.unknown, sp.placement,
+        list(res_sbps) + [s for s, k in zip(sp.in_sbps, known) if not k],
+        [s for s, u in zip(sp.out_sbps, out_unknown) if u],
+        name="linear", plan_options=sp.plan_options,
+    )  # fmt: skip
+    return (ksp, usp, out_unknown, n_res, list(split.known_consts) + list(consts))
 
 
 partial_eval_rules[shard_call_p] = _shard_call_partial_eval
