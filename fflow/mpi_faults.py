@@ -107,11 +107,23 @@ class Control:
                         return
                 os.sched_yield()  # let a peer on the same core run (oversubscribed nodes)
                 self.poll()
+                if any(r in self.left for r in ranks) and self._completes(reqs):
+                    return  # the peer finished after doing its part of this collective
                 self.check_group(ranks, what)
                 if time.monotonic() - start > timeout:
                     self._timed_out(reqs, ranks, what, timeout)
         finally:
             self.where = "outside any fflow collective"
+
+    def _completes(self, reqs, grace=1.0):
+        """Whether `reqs` complete within `grace` seconds (MPI may need a moment of
+        progress for data a peer sent just before it left)."""
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            if self.MPI.Request.Testall(reqs):
+                return True
+            os.sched_yield()
+        return False
 
     def _timed_out(self, reqs, ranks, what, timeout):
         others = [r for r in ranks if r != self.rank]

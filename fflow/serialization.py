@@ -47,6 +47,7 @@ from fflow.sharding import (
     Split,
     is_global,
     local_box,
+    local_indices,
     make_global,
     runtime,
     to_global,
@@ -163,18 +164,17 @@ def _is_array(x):
     )
 
 
-def _owned(pl):
-    """Flat placement indices whose shards this process holds."""
+def barrier():
+    """Wait until every process got here (MPI: a non-blocking barrier waited on through
+    the runtime's fault-aware loop, so a rank that died ends the wait with its error)."""
     rt = runtime()
-    if hasattr(rt, "comm"):
-        return [pl.ranks.index(rt.rank)] if rt.rank in pl.ranks else []
-    return list(range(pl.size))
-
-
-def _barrier():
-    rt = runtime()
-    if hasattr(rt, "comm"):
-        rt.comm.Barrier()
+    if not hasattr(rt, "comm"):
+        return
+    req = rt.comm.Ibarrier()
+    if hasattr(rt, "wait"):
+        rt.wait([req], list(range(rt.device_count())), "a fflow.save/load barrier")
+    else:
+        req.Wait()
 
 
 def _is_writer():
@@ -280,11 +280,11 @@ def save(path, tree):
         if os.path.exists(tmp):  # left by a save that was killed
             shutil.rmtree(tmp)
         os.makedirs(tmp)
-    _barrier()
+    barrier()
     leaves = []
     structure = _encode(tree, leaves)
     entries = [_leaf_entry(i, x, tmp) for i, x in enumerate(leaves)]
-    _barrier()
+    barrier()
     if _is_writer():
         index = {"format": FORMAT, "version": VERSION, "tree": structure, "leaves": entries}
         with open(os.path.join(tmp, INDEX), "w") as f:
@@ -301,7 +301,7 @@ def save(path, tree):
         _fsync_dir(parent)
         if os.path.exists(old):
             shutil.rmtree(old)
-    _barrier()
+    barrier()
 
 
 # ----------------------------------------------------------------------------
@@ -362,7 +362,7 @@ def _restore_leaf(dirname, entry, like):
 def _restore_global(dirname, entry, shape, dtype, pl, sbp):
     read_sbp = tuple(Broadcast() if isinstance(s, Partial) else s for s in sbp)
     shards = {}
-    for d in _owned(pl):
+    for d in local_indices(pl):
         box = local_box(shape, read_sbp, pl.hierarchy, pl.coords(d))
         shards[d] = _read_box(dirname, entry, [list(b) for b in box], dtype)
     out = make_global(shape, dtype, pl, read_sbp, shards)
@@ -478,7 +478,7 @@ class CheckpointManager:
         if self.max_to_keep is not None and _is_writer():
             for old in self.all_steps()[: -self.max_to_keep]:
                 shutil.rmtree(self.path(old), ignore_errors=True)
-        _barrier()
+        barrier()
         return True
 
     def restore(self, step=None, like=None):

@@ -349,6 +349,15 @@ def to_local_shards(x):
     return [Array(v) for _, v in sorted(x._value.shards.items())]
 
 
+def local_indices(pl):
+    """Flat positions in `pl` of the devices this process holds shards for: all of them
+    on simulated devices, this rank's one (or none) under MPI."""
+    rt = runtime()
+    if hasattr(rt, "comm"):
+        return [pl.ranks.index(rt.rank)] if rt.rank in pl.ranks else []
+    return list(range(pl.size))
+
+
 def global_from_shards(shards, shape, pl, sbp, dtype=None):
     """A global array from explicit per-device local arrays (indexed by flat position)."""
     shards = {i: np.asarray(s) for i, s in enumerate(shards)}
