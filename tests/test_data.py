@@ -93,7 +93,7 @@ def test_prefetch_same_batches_errors_and_early_exit():
 )
 def test_each_mpi_rank_builds_only_its_rows():
     script = (
-        "import numpy as np, fflow\n"
+        "import numpy as np, fflow, fflow.serialization\n"
         "from fflow.data import DataLoader\n"
         "from fflow.sharding import runtime\n"
         "pl = fflow.placement('cpu', [0, 1])\n"
@@ -103,6 +103,7 @@ def test_each_mpi_rank_builds_only_its_rows():
         "assert list(b._value.shards) == [r]\n"
         "assert np.array_equal(np.asarray(fflow.sharding.to_local(b)), x[2 * r : 2 * r + 2])\n"
         "assert np.array_equal(np.asarray(b), x[:4])\n"
+        "fflow.serialization.barrier()\n"
         "print('RESULT ok', r)\n"
     )
     path = os.path.join(ROOT, "tests", "_data_mpi_tmp.py")
