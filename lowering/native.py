@@ -456,7 +456,8 @@ def build_library(ctx):
     for fname, kernel, _, nptr in ctx.native_pending:
         fn = getattr(lib, fname)
         fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * nptr + [ctypes.c_long]
+        # pointers then the element count, or the kernel's own argument types
+        fn.argtypes = [ctypes.c_void_p] * nptr + [ctypes.c_long] if type(nptr) is int else nptr
         ctx.globals[kernel] = fn
     return True
 

@@ -110,6 +110,7 @@ class _Ctx:
         self.native_sources = []  # C sources of fused groups compiled to native loops
         self.native_pending = []  # (function, global name, source, pointers) to build
         self.native_ok = True
+        self.skip = set()  # ids of steps another step's kernel already computed
         self.gemm_pool = False  # a GEMM runs on fflow's pool: the step times itself
 
     def name(self, v):
@@ -496,6 +497,8 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
                 ctx.emit(f"{flag} = _rc({ctx.name(v)}) <= {_SOLE} and _donatable({ctx.name(v)})")
                 ctx.donated[v] = flag
     for i, step in enumerate(steps):
+        if id(step) in ctx.skip:
+            continue
         if type(step) is FusionGroup:
             emit_group(ctx, step, i)
         else:

@@ -149,6 +149,16 @@ def emit_reduce_sum(ctx, eqn, i):
         ctx.fresh.add(out)
 
 
+def emit_reduce_max(ctx, eqn, i):
+    """A softmax starting here becomes one native row kernel; else the reference."""
+    if ctx.native_ok:
+        from fflow.lowering import native_rows  # the C compiler path
+
+        if native_rows.emit_softmax(ctx, eqn, i):
+            return
+    emit_fallback(ctx, eqn, i)
+
+
 def emit_broadcast(ctx, eqn, i):
     x = eqn.inputs[0]
     shape = tuple(eqn.params["shape"])
@@ -318,6 +328,7 @@ ROWS = {
     "scan": emit_scan,
     "dot_general": emit_dot,
     "reduce_sum": emit_reduce_sum,
+    "reduce_max": emit_reduce_max,
     "broadcast_in_dim": emit_broadcast,
     "reshape": emit_reshape,
     "transpose": emit_transpose,

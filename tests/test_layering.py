@@ -28,6 +28,7 @@ HEAVY = (
     "fflow.lowering.nvrtc",
     "fflow.lowering.shim",
     "fflow.lowering.native",
+    "fflow.lowering.native_rows",
     "fflow.runtime_mpi",
 )
 

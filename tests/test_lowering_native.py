@@ -104,3 +104,35 @@ def test_new_scalar_constants_reuse_the_library():
         np.testing.assert_array_equal(f(x), x * np.float32(lr) + x * x)
         seen.append(f.lower(x).as_text().split("native loop")[1])
     assert seen[0] == seen[1]  # constants are run-time arguments of one C source
+
+
+def _softmax64(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_softmax_is_one_native_row_kernel():
+    x = _small(6, 64, 4, 32, 64) * 4  # 2^19 elements: rows of 64
+    x[0, 0, 0, :3] = [np.nan, 1.0, 2.0]  # a NaN row stays NaN
+    x[0, 0, 1, :] = -np.inf  # an all -inf row is NaN, as in NumPy
+    x[0, 0, 2, 5] = np.inf
+    f = fflow.jit(lambda x: fflow.nn.softmax(x * 0.5, axis=-1))
+    text = f.lower(x).as_text()
+    assert "fflow_softmax" in text and "reduce_max" not in f.lower(x).source
+    with np.errstate(all="ignore"):
+        got = np.asarray(f(x))
+        want = _softmax64(x * np.float32(0.5))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_grad_with_the_row_kernel_matches_eager():
+    x = _small(7, 16, 4, 64, 128)
+    w = _small(8, 16, 4, 64, 128)
+    g = fflow.grad(lambda x: jnp.sum(fflow.nn.softmax(x, axis=-1) * w))
+    lowered = fflow.jit(g).lower(x)
+    assert "fflow_softmax" in lowered.as_text()
+    y = _softmax64(x)
+    want = y * (w - np.sum(y * w, axis=-1, keepdims=True))  # softmax's VJP in float64
+    np.testing.assert_allclose(lowered.compile()(x), want, rtol=1e-4, atol=1e-6)
