@@ -43,6 +43,7 @@ from fflow.transforms.program_transforms import partial_eval_program as pe_progr
 from fflow.transforms.shard_exec import ShardedProgram
 from fflow.transforms.shard_memory import fit_budget
 from fflow.transforms.shard_rules import freeze
+from fflow.transforms.shard_unroll import has_unrollable, unroll_scans
 from fflow.transforms.staging import (
     StagingTracer,
     eval_program,
@@ -265,6 +266,9 @@ class Sharded:
         self.trace_count += 1
         out_tree = store.value
         program, lifted, lifted_sbps = _lift_closed_over(program, self.placement)
+        if has_unrollable(program):
+            with set_current_trace(array_mod.root_trace):
+                program = unroll_scans(program)
         out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
 
         def make(ins, outs):

@@ -52,7 +52,9 @@ def register():
         prim = core.primitives.get(name)
         if prim is not None:
             def_broadcast_only(
-                prim, "control flow runs replicated (all-broadcast) inside a sharded program"
+                prim,
+                "control flow runs whole on every device (scans of up to 64 steps are "
+                "unrolled before planning, transforms/shard_unroll.py)",
             )
     for prim in core.primitives.values():
         if "collective" in prim.traits:
