@@ -14,7 +14,13 @@ from fflow.array import Array as ndarray
 from fflow.dtypes import (
     bfloat16_dtype as _bf16,
 )
+from fflow.numpy import creation as _creation
+from fflow.numpy import elementwise as _elementwise
 from fflow.numpy import fft, linalg
+from fflow.numpy import more as _more
+from fflow.numpy import reductions as _reductions
+from fflow.numpy import shapes as _shapes
+from fflow.numpy import statistics as _statistics
 from fflow.numpy.creation import *
 from fflow.numpy.elementwise import *
 from fflow.numpy.elementwise import abs, divmod, pow, round
@@ -174,3 +180,82 @@ def copy(a):
 
 def astype(x, dtype):
     return asarray(x).astype(dtype)
+
+
+# The public names are jax.numpy's: each submodule's `__all__` (what its `import *`
+# gives) and the ones defined or imported here (tests/test_numpy_namespace.py checks
+# them against jax.numpy). `dir(fflow.numpy)` lists these and nothing else.
+__all__ = sorted(
+    set(_creation.__all__)
+    | set(_elementwise.__all__)
+    | set(_more.__all__)
+    | set(_reductions.__all__)
+    | set(_shapes.__all__)
+    | set(_statistics.__all__)
+    | {
+        "allclose",
+        "array_equal",
+        "astype",
+        "bool_",
+        "can_cast",
+        "complex128",
+        "complex64",
+        "complex_",
+        "complexfloating",
+        "copy",
+        "diag",
+        "diagonal",
+        "dot",
+        "double",
+        "dtype",
+        "e",
+        "einsum",
+        "einsum_path",
+        "euler_gamma",
+        "fft",
+        "finfo",
+        "float16",
+        "float32",
+        "float64",
+        "float_",
+        "floating",
+        "iinfo",
+        "inexact",
+        "inf",
+        "inner",
+        "int16",
+        "int32",
+        "int64",
+        "int8",
+        "int_",
+        "integer",
+        "isscalar",
+        "issubdtype",
+        "kron",
+        "linalg",
+        "matmul",
+        "nan",
+        "ndarray",
+        "newaxis",
+        "number",
+        "outer",
+        "pi",
+        "promote_types",
+        "result_type",
+        "signedinteger",
+        "single",
+        "tensordot",
+        "trace",
+        "uint",
+        "uint16",
+        "uint32",
+        "uint64",
+        "uint8",
+        "unsignedinteger",
+        "vdot",
+    }
+)
+
+
+def __dir__():
+    return __all__ + ["bfloat16"]  # bfloat16 loads on first use (ml_dtypes)

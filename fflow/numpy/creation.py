@@ -207,3 +207,25 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
 
 def from_numpy(x):
     return Array(np.asarray(x))
+
+
+# the jax.numpy names this module gives fflow.numpy (its `import *`)
+__all__ = [
+    "arange",
+    "array",
+    "asarray",
+    "empty",
+    "empty_like",
+    "eye",
+    "full",
+    "full_like",
+    "identity",
+    "linspace",
+    "logspace",
+    "meshgrid",
+    "ones",
+    "ones_like",
+    "tri",
+    "zeros",
+    "zeros_like",
+]

@@ -226,3 +226,28 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
 
 def ptp(a, axis=None, keepdims=False):
     return lax.sub(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))
+
+
+# the jax.numpy names this module gives fflow.numpy (its `import *`)
+__all__ = [
+    "all",
+    "amax",
+    "amin",
+    "any",
+    "argmax",
+    "argmin",
+    "average",
+    "count_nonzero",
+    "cumprod",
+    "cumsum",
+    "cumulative_prod",
+    "cumulative_sum",
+    "max",
+    "mean",
+    "min",
+    "prod",
+    "ptp",
+    "std",
+    "sum",
+    "var",
+]
