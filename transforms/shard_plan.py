@@ -33,9 +33,11 @@ from fflow.core import Literal
 from fflow.sbp import B
 
 EXHAUSTIVE_MAX_EQNS = 12
+GREEDY_MAX_EQNS = 1000  # beyond this the message-passing starts always beat greedy
 SEARCH_NODE_LIMIT = 4000
 REFINE_ROUNDS = 6
 REFINE_STARTS = 2
+REFINE_MARGIN = 0.1  # a second start is refined only when it starts this close to the best
 # tie-breakers of the forward pass, one run each: holding a partial sum costs this
 # share of the all-reduce that would finish it (0.1: finish late when it ties, the
 # right call in backward passes; 1: finish early, Megatron's forward)
@@ -269,11 +271,11 @@ def plan_program(
     allow_partial_out=False,
     search=True,
     profile=None,
-    memory_limit=None,
 ):
-    """Plan `program` (global view) on placement `pl`; returns a Plan."""
+    """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
+    handled one level up, transforms/shard_memory.py)."""
     prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile)
-    found = [_greedy(prob)]
+    found = [_greedy(prob)] if not search or len(program.eqns) <= GREEDY_MAX_EQNS else []
     if search:
         for pp in PARTIAL_PENALTIES:
             fwd = _forward(prob, pp)
@@ -283,8 +285,12 @@ def plan_program(
             if exact is not None:
                 found.append(exact)
         # refine the most promising starts (refinement is most of the planner's time)
-        found.sort(key=prob.total)
-        found = [_refine(prob, s) for s in found[:REFINE_STARTS]]
+        scored = sorted(((prob.total(s), n) for n, s in enumerate(found)))
+        best = scored[0][0]
+        starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
+        found = [_refine(prob, found[n]) for n in starts]
+    if len(found) == 1:
+        return Plan(prob, found[0])
     return Plan(prob, min(found, key=prob.total))
 
 
