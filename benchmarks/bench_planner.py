@@ -17,6 +17,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import numpy as np  # noqa: E402
 from common import load_jax, parse_args  # noqa: E402
 from fflow.transforms.shard_cost import work_share  # noqa: E402
+from fflow.transforms.shard_memory import peak_memory  # noqa: E402
 
 import fflow  # noqa: E402
 
@@ -166,6 +167,45 @@ def main():
                     f"| {sp.bytes / max(sh.bytes, 1):.2f} | {sp.plan.time * 1e3:.3f} ms "
                     f"| {sh.plan.time * 1e3:.3f} ms | {ar}/{ar_h} | {rep} | {t_plan:.2f} "
                     f"| {jc} | {jb if isinstance(jb, str) else f'{jb / 1e6:.2f} MB'} |",
+                    flush=True,
+                )
+    memory_table(grid, prof)
+
+
+def memory_table(grid, prof):
+    """Batch annotation only, then a budget 10% below that plan's peak: the planner stores
+    the optimizer state split (ZeRO-1; gradients reduce-scatter into it, ZeRO-2)."""
+    from fflow.sharding import S
+
+    print(f"\n## shard planner: batch annotation only, under a memory budget ({prof.name})\n")
+    print("| workload | devices | DP peak | DP bytes | budget | plan peak | plan bytes | storage |")
+    print("|---|---|---|---|---|---|---|---|")
+    rungs = ("as given", "optimizer state split", "parameters split too")
+    for mesh in [m for m in grid["meshes"] if len(m) == 1]:
+        pl = placement(mesh)
+        for n_layers in grid["layers"][:2]:
+            for b, t, d in grid["sizes"][:2]:
+                b = mesh[0] * max(1, b // mesh[0])  # a batch every device gets a share of
+                params = pm.init(n_layers, d)
+                x, y = pm.data(b, t, d)
+                args = (params, pm.adam_init(params), x, y)
+                fn = pm.step_fn(max(4, mesh[0]))
+                in_sbp = (None, None, S(0), S(0))
+                dp = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof).plan(*args)
+                peak = peak_memory(dp.plan.problem, dp.plan.sig_index)[0]
+                budget = int(0.9 * peak)
+                f = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof, memory_limit=budget)
+                try:
+                    sp = f.plan(*args)
+                    got = (
+                        f"{sp.peak_memory / 1e6:.2f} MB | {sp.bytes / 1e6:.2f} MB "
+                        f"| {rungs[sp.storage_rung]}"
+                    )
+                except ValueError:
+                    got = "no plan fits | - | -"
+                print(
+                    f"| {n_layers} layers, b,t,d={b},{t},{d} | {mesh[0]} | {peak / 1e6:.2f} MB "
+                    f"| {dp.bytes / 1e6:.2f} MB | {budget / 1e6:.2f} MB | {got} |",
                     flush=True,
                 )
 

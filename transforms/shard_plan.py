@@ -324,11 +324,22 @@ def _forward(prob, partial_penalty=0.0):
     rel = [None if c is None else {c: 0.0} for c in prob.init]  # var -> {code: above best}
     best_in = {}
 
+    order = {}  # var -> its (regret, code) pairs, cheapest first
+
     def receive(i, want):
         key = (i, want)
         c = best_in.get(key)
         if c is None:
-            c = min(r + prob.bt(i, s, want) for s, r in rel[i].items())
+            pairs = order.get(i)
+            if pairs is None:
+                pairs = order[i] = sorted((r, s) for s, r in rel[i].items())
+            c = INF
+            for r, s in pairs:
+                if r >= c:
+                    break  # conversions cost >= 0: no later label can win
+                t = r + prob.bt(i, s, want)
+                if t < c:
+                    c = t
             best_in[key] = c
         return c
 
@@ -415,8 +426,14 @@ def _lookahead(prob, fwd):
                 if c < by_want.get(want[j], INF):
                     by_want[want[j]] = c
             t = togo[i]
+            wants = sorted((c, w) for w, c in by_want.items())
             for lab in t:
-                t[lab] += min(c + prob.bt(i, lab, w) for w, c in by_want.items())
+                m = INF
+                for c, w in wants:
+                    if c >= m:
+                        break  # conversions cost >= 0: no later candidate can win
+                    m = min(m, c + prob.bt(i, lab, w))
+                t[lab] += m
     have = list(prob.init)
     boxed = set()
     sig_idx = []
