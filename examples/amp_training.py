@@ -3,40 +3,36 @@
     python examples/amp_training.py             # full run
     python examples/amp_training.py --tiny      # a few steps (used by the tests)
 
-The model and the Adam optimizer are the same for the three runs; only the loss
-function changes: `loss_fn`, `fflow.amp(loss_fn, "bf16")` and
-`fflow.amp(loss_fn, "fp16")`. The parameters (master weights) and the optimizer state
-stay fp32; the rewritten loss computes its matmuls in bf16/fp16 with fp32
+The model (`fflow.nn.MLP`) and the optimizer (`fflow.optim.adam`) are the same for the
+three runs; only the loss function changes: `loss_fn`, `fflow.amp(loss_fn, "bf16")`
+and `fflow.amp(loss_fn, "fp16")`. The parameters (master weights) and the optimizer
+state stay fp32; the rewritten loss computes its matmuls in bf16/fp16 with fp32
 accumulation and its softmax/log/sum in fp32. fp16 training carries a
-`DynamicLossScale` through the loop and skips the steps whose gradients overflow.
+`DynamicLossScale` through the loop, and `fflow.optim.apply_if_finite` skips the
+updates whose gradients overflow.
 """
 
 import argparse
 import time
 
 import numpy as np
-from _common import adam_init, adam_update, load_digits_split
-from _common import init_mlp as init_params
+from _common import load_digits_split
 
 import fflow
 import fflow.numpy as jnp
+from fflow import nn, optim
 
 
-def predict(params, x):
-    for layer in params[:-1]:
-        x = jnp.maximum(x @ layer["w"] + layer["b"], 0.0)
-    return x @ params[-1]["w"] + params[-1]["b"]
+def init_params(sizes, seed):
+    return nn.MLP(sizes[0], sizes[-1], sizes[1], len(sizes) - 2, key=fflow.random.PRNGKey(seed))
 
 
-def log_softmax(logits):
-    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+def loss_fn(model, x, y):
+    logp = nn.log_softmax(model(x))
+    return -jnp.mean(jnp.sum(nn.one_hot(y, 10) * logp, axis=-1))
 
 
-def loss_fn(params, x, y):
-    logp = log_softmax(predict(params, x))
-    one_hot = (y[:, None] == jnp.arange(10)[None, :]).astype(jnp.float32)
-    return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
+TX = optim.apply_if_finite(optim.adam(1e-3), max_consecutive_errors=100)
 
 
 def make_train_step(policy):
@@ -45,20 +41,24 @@ def make_train_step(policy):
     value_and_grad = fflow.amp.scaled_value_and_grad(loss)
 
     @fflow.jit
-    def train_step(params, opt_state, loss_scale, x, y):
-        value, grads, finite = value_and_grad(loss_scale, params, x, y)
-        new_params, new_opt_state = adam_update(params, grads, opt_state)
-        # an overflowing fp16 step changes nothing but the loss scale
-        params = fflow.amp.select_tree(finite, new_params, params)
-        opt_state = fflow.amp.select_tree(finite, new_opt_state, opt_state)
-        return params, opt_state, loss_scale.adjust(finite), value, finite
+    def train_step(model, opt_state, loss_scale, x, y):
+        value, grads, finite = value_and_grad(loss_scale, model, x, y)
+        # an overflowing fp16 step changes nothing but the loss scale (apply_if_finite)
+        updates, opt_state = TX.update(grads, opt_state, model)
+        return (
+            optim.apply_updates(model, updates),
+            opt_state,
+            loss_scale.adjust(finite),
+            value,
+            finite,
+        )
 
     return train_step
 
 
 @fflow.jit
-def accuracy(params, x, y):
-    return jnp.mean((jnp.argmax(predict(params, x), axis=-1) == y).astype(jnp.float32))
+def accuracy(model, x, y):
+    return jnp.mean((jnp.argmax(model(x), axis=-1) == y).astype(jnp.float32))
 
 
 def describe_program(policy, params, x, y):
@@ -79,7 +79,7 @@ def describe_program(policy, params, x, y):
 def train(policy, data, steps, batch_size, hidden, seed, log_every):
     (x_train, y_train), (x_test, y_test) = data
     params = init_params([64, hidden, hidden, 10], seed)
-    opt_state = adam_init(params)
+    opt_state = TX.init(params)
     if policy == "fp16":
         loss_scale = fflow.amp.DynamicLossScale()
     else:  # fp32 and bf16 (fp32's exponent range) need no scaling

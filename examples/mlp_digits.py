@@ -1,70 +1,60 @@
-"""Train a functional MLP on scikit-learn's bundled digits data (no download).
+"""Train an MLP on scikit-learn's bundled digits data (no download).
 
     python examples/mlp_digits.py            # full run (a few seconds)
     python examples/mlp_digits.py --steps 50 # quick run
 
-The model is plain functions over a pytree of parameters; the training step is
-`fflow.jit(fflow.value_and_grad(loss))` with Adam written with `tree_map`. The
-digits loading, the He initialiser and Adam live in examples/_common.py (shared
-with the other examples).
+The model is a `fflow.nn.MLP` (a pytree module: `grad` returns a model of
+gradients), the optimizer `fflow.optim.adam`, and the training step
+`fflow.jit(fflow.value_and_grad(loss))`. Batches come from `fflow.data.DataLoader`
+(shuffled with `fflow.random` keys); the digits loading lives in examples/_common.py.
 """
 
 import argparse
 import time
 
-import numpy as np
-from _common import adam_init, adam_update, init_mlp, load_digits_split
+from _common import load_digits_split
 
 import fflow
 import fflow.numpy as jnp
+from fflow import nn, optim
+from fflow.data import DataLoader
 
 
-def predict(params, x):
-    for layer in params[:-1]:
-        x = jnp.maximum(x @ layer["w"] + layer["b"], 0.0)
-    last = params[-1]
-    return x @ last["w"] + last["b"]
-
-
-def log_softmax(logits):
-    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-
-
-def loss_fn(params, x, y):
-    logp = log_softmax(predict(params, x))
-    one_hot = (y[:, None] == jnp.arange(10)[None, :]).astype(jnp.float32)
-    return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
+def loss_fn(model, x, y):
+    logp = nn.log_softmax(model(x))
+    return -jnp.mean(jnp.sum(nn.one_hot(y, 10) * logp, axis=-1))
 
 
 @fflow.jit
-def train_step(params, opt_state, x, y):
-    loss, grads = fflow.value_and_grad(loss_fn)(params, x, y)
-    params, opt_state = adam_update(params, grads, opt_state)
-    return params, opt_state, loss
+def accuracy(model, x, y):
+    return jnp.mean((jnp.argmax(model(x), axis=-1) == y).astype(jnp.float32))
 
 
-@fflow.jit
-def accuracy(params, x, y):
-    return jnp.mean((jnp.argmax(predict(params, x), axis=-1) == y).astype(jnp.float32))
-
-
-def main(steps=1500, batch_size=128, hidden=256, seed=0, log_every=250):
+def main(steps=1500, batch_size=128, hidden=256, seed=0, log_every=250, lr=1e-3):
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed)
-    params = init_mlp([64, hidden, hidden, 10], seed)
-    opt_state = adam_init(params)
-    rng = np.random.default_rng(seed)
+    key = fflow.random.PRNGKey(seed)
+    model = nn.MLP(64, 10, width_size=hidden, depth=2, activation=nn.relu, key=key)
+    print(nn.summary(model))
+    tx = optim.adam(lr)
+    opt_state = tx.init(model)
+
+    @fflow.jit
+    def train_step(model, opt_state, x, y):
+        loss, grads = fflow.value_and_grad(loss_fn)(model, x, y)
+        updates, opt_state = tx.update(grads, opt_state, model)
+        return optim.apply_updates(model, updates), opt_state, loss
+
+    loader = DataLoader((x_train, y_train), batch_size, key=fflow.random.fold_in(key, 1))
     start = time.perf_counter()
-    for step in range(1, steps + 1):
-        idx = rng.integers(0, len(x_train), batch_size)
-        params, opt_state, loss = train_step(params, opt_state, x_train[idx], y_train[idx])
+    for step, (x, y) in enumerate(loader.steps(steps), 1):
+        model, opt_state, loss = train_step(model, opt_state, x, y)
         if step % log_every == 0 or step == steps:
-            acc = float(accuracy(params, x_test, y_test))
+            acc = float(accuracy(model, x_test, y_test))
             print(
                 f"step {step:5d}  loss {float(loss):.4f}  test accuracy {acc:.3f}  "
                 f"({time.perf_counter() - start:.1f} s)"
             )
-    acc = float(accuracy(params, x_test, y_test))
+    acc = float(accuracy(model, x_test, y_test))
     print(f"final test accuracy: {acc:.3f}")
     return acc
 

@@ -134,3 +134,14 @@ def test_schedules_match_optax(name):
         np.testing.assert_allclose(
             float(ours(jnp.asarray(count, jnp.int32))), float(theirs(count)), rtol=1e-6, atol=1e-7
         )
+
+
+def test_apply_if_finite_matches_optax():
+    params, grads = _params(), _grads()
+    grads[2]["w"][0, 0] = np.inf
+    grads[3]["b"][1] = np.nan
+    got = _run_fflow(optim.apply_if_finite(optim.adam(1e-2), 3), params, grads, jit=True)
+    want = _run_optax(optax.apply_if_finite(optax.adam(1e-2), 3), params, grads)
+    for g, w in zip(got, want):
+        for k in g:
+            np.testing.assert_allclose(g[k], w[k], rtol=1e-6, atol=1e-6)

@@ -205,33 +205,37 @@ def count_params(tree, filter_spec=is_array):
 # SBP annotations
 
 
-def _annotate(node):
-    """`node` with each array leaf replaced by its SBP annotation (None: unannotated)."""
+def _annotate(node, default):
+    """`node` with each array leaf replaced by its SBP annotation (or `default`)."""
     if isinstance(node, Module):
         notes = node.param_sbp()
         values = {}
         for name in _fields(type(node))[0]:
             child = node.__dict__[name]
-            if is_array(child) or child is None:
-                values[name] = notes.get(name) if child is not None else None
+            if child is None:
+                values[name] = None
+            elif is_array(child):
+                note = notes.get(name)
+                values[name] = default if note is None else note
             else:
-                values[name] = _annotate(child)
+                values[name] = _annotate(child, default)
         values.update({n: node.__dict__[n] for n in _fields(type(node))[1]})
         return _new(type(node), values)
     if type(node) in (list, tuple):
-        return type(node)(_annotate(c) for c in node)
+        return type(node)(_annotate(c, default) for c in node)
     if type(node) is dict:
-        return {k: _annotate(v) for k, v in node.items()}
+        return {k: _annotate(v, default) for k, v in node.items()}
     if is_array(node) or isinstance(node, Tracer):
-        return None
+        return default
     leaves, treedef = tree_flatten(node)
-    return tree_unflatten(treedef, [None] * len(leaves))
+    return tree_unflatten(treedef, [_annotate(x, default) for x in leaves])
 
 
-def sbp_of(model):
+def sbp_of(model, default=None):
     """The SBP annotations of `model`'s parameters, as a pytree of its structure to pass
-    as (part of) `in_sbp`/`out_sbp` of `fflow.shard`; None where a parameter has none
-    (broadcast, or the SBP a global array already has).
+    as (part of) `in_sbp`/`out_sbp` of `fflow.shard`. Unannotated parameters get
+    `default`: None (in `in_sbp`: broadcast, or the SBP a global array already has; in
+    `out_sbp`: the planner's choice), or e.g. `fflow.sbp.broadcast` to pin them.
 
     Example:
         >>> import fflow
@@ -242,7 +246,7 @@ def sbp_of(model):
         >>> spec.weight, spec.bias
         (S(1), None)
     """
-    return _annotate(model)
+    return _annotate(model, default)
 
 
 # ----------------------------------------------------------------------------

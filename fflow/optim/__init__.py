@@ -17,7 +17,12 @@ Example:
     1
 """
 
-from fflow.optim.accumulate import MultiSteps, MultiStepsState
+from fflow.optim.accumulate import (
+    ApplyIfFiniteState,
+    MultiSteps,
+    MultiStepsState,
+    apply_if_finite,
+)
 from fflow.optim.alias import adagrad, adam, adamw, lamb, lion, rmsprop, sgd
 from fflow.optim.base import (
     EmptyState,
@@ -68,6 +73,8 @@ from fflow.optim.schedules import (
 from fflow.optim.sharding import state_sbp
 
 __all__ = [
+    "ApplyIfFiniteState",
+    "apply_if_finite",
     "MultiSteps",
     "MultiStepsState",
     "adagrad",

@@ -1,4 +1,5 @@
-"""Gradient accumulation: `MultiSteps` applies the inner optimizer every k steps.
+"""Gradient accumulation (`MultiSteps` applies the inner optimizer every k steps) and
+`apply_if_finite` (skip steps whose gradients overflowed).
 
 Example:
     >>> import fflow.numpy as jnp
@@ -17,7 +18,7 @@ from typing import Any, NamedTuple
 
 import fflow.numpy as jnp
 from fflow.optim.base import GradientTransformation, as_schedule, zeros_like
-from fflow.tree_util import tree_map
+from fflow.tree_util import tree_leaves, tree_map
 
 
 class MultiStepsState(NamedTuple):
@@ -80,3 +81,46 @@ class MultiSteps:
 
     def gradient_transformation(self):
         return GradientTransformation(self.init, self.update)
+
+
+class ApplyIfFiniteState(NamedTuple):
+    notfinite_count: Any
+    last_finite: Any
+    total_notfinite: Any
+    inner_state: Any
+
+
+def apply_if_finite(inner, max_consecutive_errors):
+    """Skip the update (zeros, inner state unchanged) when a gradient is inf/NaN, e.g.
+    an fp16 step whose loss scale overflowed; after `max_consecutive_errors` bad steps
+    in a row the inner update is applied anyway (optax's semantics).
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> from fflow import optim
+        >>> tx = optim.apply_if_finite(optim.sgd(1.0), max_consecutive_errors=3)
+        >>> u, s = tx.update(jnp.array([jnp.inf]), tx.init(jnp.zeros(1)))
+        >>> u.tolist(), int(s.total_notfinite)
+        ([0.0], 1)
+    """
+
+    def init(params):
+        zero = jnp.zeros((), jnp.int32)
+        return ApplyIfFiniteState(zero, jnp.array(True), zero, inner.init(params))
+
+    def update(updates, state, params=None):
+        leaves = tree_leaves(updates)
+        finite = jnp.array(True)
+        for g in leaves:
+            finite = jnp.logical_and(finite, jnp.all(jnp.isfinite(g)))
+        new_updates, new_inner = inner.update(updates, state.inner_state, params)
+        count = jnp.where(finite, 0, state.notfinite_count + 1).astype(jnp.int32)
+        apply = jnp.logical_or(finite, count > max_consecutive_errors)
+        out = tree_map(lambda u: jnp.where(apply, u, jnp.zeros_like(u)), new_updates)
+        inner_state = tree_map(lambda a, b: jnp.where(apply, a, b), new_inner, state.inner_state)
+        total = (state.total_notfinite + jnp.logical_not(finite).astype(jnp.int32)).astype(
+            jnp.int32
+        )
+        return out, ApplyIfFiniteState(count, finite, total, inner_state)
+
+    return GradientTransformation(init, update)
