@@ -27,16 +27,13 @@ the value everywhere, then print on rank 0):
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from fflow import mpi_faults
-
-REPORTED = 70  # a rank's exit code after it printed its own error
-QUIET = 71  # a rank that ends because another rank reports the failure
+from fflow import mpi_faults, rank_supervisor
+from fflow.rank_supervisor import QUIET, REPORTED
 
 
 def find_mpiexec():
@@ -84,7 +81,9 @@ def command(n, script, args, module=False, hostfile=None, ppn=None):
     if ppn:
         cmd += ["-ppn", str(ppn)]
     target = ["-m", script] if module else [script]
-    return cmd + [sys.executable, "-m", "fflow.launch", "--rank", *target, *args]
+    # the supervisor runs by path: it imports nothing of fflow (starts fast)
+    supervisor = [sys.executable, rank_supervisor.__file__, sys.executable, "-m", "fflow.launch"]
+    return cmd + supervisor + ["--rank-child", *target, *args]
 
 
 def _parser():
@@ -94,7 +93,6 @@ def _parser():
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
     parser.add_argument("--hostfile", "-f", help="MPICH hostfile (one host per line)")
     parser.add_argument("--ppn", type=int, help="ranks per node")
-    parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-m", dest="module", action="store_true", help="run a module")
     parser.add_argument("script")
@@ -106,8 +104,10 @@ def main(argv=None):
     ns = _parser().parse_args(argv)
     if ns.rank_child:
         return rank_child(ns.script, ns.args, ns.module)
-    if ns.rank or env_rank() is not None:
-        return supervise(ns.script, ns.args, ns.module)
+    if env_rank() is not None:  # already a rank of a job (srun, or another launcher)
+        child = [sys.executable, "-m", "fflow.launch", "--rank-child"]
+        child += (["-m"] if ns.module else []) + [ns.script, *ns.args]
+        return rank_supervisor.supervise(child)
     status_dir = tempfile.mkdtemp(prefix="fflow_launch_")
     env = dict(os.environ, FFLOW_RUNTIME="mpi", FFLOW_LAUNCH_DIR=status_dir)
     cmd = command(ns.nproc, ns.script, ns.args, ns.module, ns.hostfile, ns.ppn)
@@ -131,70 +131,6 @@ def main(argv=None):
 # One rank: a supervisor process and the rank itself
 
 
-def _rank_name():
-    found = env_rank()
-    return str(found[0]) if found else "?"
-
-
-def _pdeathsig():
-    # the rank dies with its supervisor (mpiexec kills supervisors when a rank fails)
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def supervise(script, args, module):
-    """Run this rank as a child process and report how it ended."""
-    os.environ["FFLOW_RUNTIME"] = "mpi"
-    rank = _rank_name()
-    cmd = [sys.executable, "-m", "fflow.launch", "--rank-child"]
-    cmd += (["-m"] if module else []) + [script, *args]
-    child = subprocess.Popen(cmd, close_fds=False, preexec_fn=_pdeathsig)  # keeps PMI_FD
-    stopping = []
-
-    def forward(signum, _frame):
-        stopping.append(signum)
-        child.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    while True:
-        try:
-            rc = child.wait()
-            break
-        except InterruptedError:
-            continue
-    if rc == 0:
-        return 0
-    if not stopping and rc != QUIET:
-        _record_failure(rank, rc)
-        if rc < 0:
-            name = signal.Signals(-rc).name
-            sys.stderr.write(
-                f"fflow.launch: rank {rank} was killed by {name} before finishing its script; "
-                "ending every rank.\n"
-            )
-        elif rc != REPORTED:
-            sys.stderr.write(
-                f"fflow.launch: rank {rank} exited with code {rc} before finishing its script "
-                "(os._exit, or a crash outside Python); ending every rank.\n"
-            )
-        sys.stderr.flush()
-    if rc < 0:
-        return 128 - rc
-    return 1 if rc in (REPORTED, QUIET) else rc
-
-
-def _record_failure(rank, rc):
-    d = os.environ.get("FFLOW_LAUNCH_DIR")
-    if d and os.path.isdir(d):
-        with open(os.path.join(d, f"rank{rank}"), "w") as f:
-            f.write(str(rc))
-
-
 def rank_child(script, args, module):
     """The rank itself: run the script; report an error once; say goodbye at the end."""
     import runpy
@@ -203,6 +139,15 @@ def rank_child(script, args, module):
     from mpi4py import MPI  # this process is an MPI rank
 
     rank = MPI.COMM_WORLD.Get_rank()
+    found = env_rank()
+    if found is not None and found != (rank, MPI.COMM_WORLD.Get_size()):
+        sys.stderr.write(
+            f"fflow.launch: the environment says rank {found[0]} of {found[1]}, but MPI sees "
+            f"rank {rank} of {MPI.COMM_WORLD.Get_size()}: MPI was not started by this job's "
+            "process manager. Fix: under SLURM use `srun --mpi=pmi2` (or pmix), or start "
+            "the job with `python -m fflow.launch -n N` outside srun.\n"
+        )
+        os._exit(REPORTED)
     sys.argv = [script, *args]
     if not module:
         sys.path[0] = os.path.dirname(os.path.abspath(script))

@@ -135,17 +135,27 @@ class MPIRuntime:
             )
         return next(iter(gv.shards.values()))
 
-    def gather_shapes(self, pl, local):
-        """Every placement member's (shape, dtype name) of `local` (ranks in pl order)."""
-        comm = self.group_comm(pl.ranks)
-        info = f"{np.dtype(local.dtype).name}:{','.join(str(d) for d in np.shape(local))}"
+    def local_shards(self, pl, value):
+        """{flat index: shard} of this rank (empty outside the placement)."""
+        i = self._my_index(pl)
+        return {} if i is None else {i: value(i)}
+
+    def gather_shard_infos(self, pl, shards):
+        """Every device's (shape, dtype name), by one Allgather over all ranks (ranks
+        outside the placement take part too, so every rank learns the global shape)."""
+        size = self.world.Get_size()
+        comm = self.group_comm(range(size))
+        local = next(iter(shards.values()), None)
+        info = ""
+        if local is not None:
+            info = f"{np.dtype(local.dtype).name}:{','.join(str(d) for d in np.shape(local))}"
         mine = np.frombuffer(info.encode().ljust(128)[:128], np.uint8).copy()
-        everyone = np.empty((pl.size, 128), np.uint8)
+        everyone = np.empty((size, 128), np.uint8)
         req = comm.Iallgather([mine, self.MPI.BYTE], [everyone, self.MPI.BYTE])
-        self.wait([req], pl.ranks, "make_global_array's shape check")
+        self.wait([req], range(size), "make_global_array's shape check")
         out = []
-        for row in everyone:
-            dt, _, dims = bytes(row).decode().strip().partition(":")
+        for r in pl.ranks:
+            dt, _, dims = bytes(everyone[r]).decode().strip().partition(":")
             out.append((tuple(int(d) for d in dims.split(",") if d), dt))
         return out
 

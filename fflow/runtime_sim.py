@@ -7,9 +7,12 @@ and every device continues. The device count comes from `fflow.config`
 (`num_cpu_devices`) or the FFLOW_NUM_CPU_DEVICES environment variable (default 8).
 """
 
+import numpy as np
+
 from fflow.errors import FflowError
 from fflow.primitives.collectives import collective_phases
-from fflow.sharding import assemble, num_cpu_devices, scatter_global
+from fflow.sharding import B, assemble, make_global, num_cpu_devices, scatter_global
+from fflow.transforms.shard_exec import device_steps, run_identity
 
 
 class SimRuntime:
@@ -34,7 +37,26 @@ class SimRuntime:
         return dict(enumerate(scatter_global(value, nd_sbp, pl)))
 
     def assemble(self, gv):
-        return assemble(gv.shards, gv.shape, gv.sharding.sbp, gv.sharding.placement)
+        sbp, pl = gv.sharding.sbp, gv.sharding.placement
+        if sum(1 for s in sbp if s.is_partial()) > 1:
+            # partial on several mesh axes: reduce as the boxing to broadcast does (the
+            # MPI runtime reads this way), so both runtimes round alike
+            counted = self.bytes_moved  # reads are not program traffic
+            x = make_global(gv.shape, gv.dtype, pl, sbp, gv.shards)
+            value = run_identity(x, pl, (B,) * pl.ndim)._value.shards[0]
+            self.bytes_moved = counted
+            return value
+        return assemble(gv.shards, gv.shape, sbp, pl)
+
+    def local_shards(self, pl, value):
+        """{flat index: shard} of the devices this process holds (all of them)."""
+        return {i: value(i) for i in range(pl.size)}
+
+    def gather_shard_infos(self, pl, shards):
+        """(shape, dtype name) of every device's shard, in placement order."""
+        return [
+            (tuple(np.shape(shards[i])), np.dtype(shards[i].dtype).name) for i in range(pl.size)
+        ]
 
     def local_of(self, gv):
         return gv.shards[0]
@@ -48,8 +70,6 @@ class SimRuntime:
 
     def run_programs(self, programs, args):
         """Run one program per device (args[i] for device i) in lockstep at collectives."""
-        from fflow.transforms.shard_exec import device_steps
-
         n = len(programs)
         gens = [device_steps(p, a) for p, a in zip(programs, args)]
         results = [None] * n

@@ -365,6 +365,136 @@ def global_from_shards(shards, shape, pl, sbp, dtype=None):
     return make_global(shape, dtype, pl, as_nd_sbp(sbp, pl.ndim), shards)
 
 
+def process_index():
+    """This process' rank (0 on simulated devices, where one process holds them all)."""
+    return runtime().rank
+
+
+def process_count():
+    """How many processes run this program (MPI ranks; 1 on simulated devices)."""
+    rt = runtime()
+    return rt.device_count() if hasattr(rt, "world") else 1
+
+
+def make_global_array(local, placement, sbp):
+    """A global array from each process' own shard (no process holds the whole value).
+
+    OneFlow's `to_global` of a local tensor, JAX's `make_array_from_process_local_data`:
+    under MPI each rank passes only its shard (for split SBPs) or its partial value
+    (for partial SBPs); the global shape follows from the shards. The shards' shapes
+    and dtypes are checked across ranks once, so a rank with another batch shape is an
+    error naming it, not a silently different result.
+
+    Args:
+        local: this process' shard; or a callable `index -> shard` (index = the
+            device's flat position in `placement`), which works on both runtimes; on
+            simulated devices (one process holds every device) also a list of shards,
+            one per device.
+        placement: a `fflow.placement`.
+        sbp: one SBP or a tuple per mesh axis.
+
+    Example:
+        >>> import fflow, numpy as np
+        >>> pl = fflow.placement("cpu", [0, 1])
+        >>> x = fflow.make_global_array(lambda i: np.full((2, 3), i, np.float32), pl,
+        ...                             fflow.sbp.split(0))
+        >>> x.shape, np.asarray(x)[:, 0].tolist()
+        ((4, 3), [0.0, 0.0, 1.0, 1.0])
+    """
+    nd = as_nd_sbp(sbp, placement.ndim, "make_global_array")
+    rt = runtime()
+    if callable(local):
+        fn = local
+    elif isinstance(local, (list, tuple)):
+        if len(local) != placement.size:
+            raise user_error(
+                ValueError,
+                f"make_global_array: got {len(local)} shards for a placement of "
+                f"{placement.size} devices; pass one per device (flat order).",
+            )
+        shards = list(local)
+        fn = shards.__getitem__
+    else:
+        if not hasattr(rt, "world") and placement.size > 1:
+            raise user_error(
+                ValueError,
+                "make_global_array: on simulated devices one process holds every device; "
+                "pass a list of shards (one per device) or a callable index -> shard.",
+            )
+        fn = lambda i: local  # noqa: E731  (this rank's only shard)
+
+    def value(i):
+        return np.asarray(fn(i))
+
+    mine = rt.local_shards(placement, value)
+    infos = rt.gather_shard_infos(placement, mine)
+    shape, dtype = global_shape_of(infos, nd, placement)
+    out = make_global(shape, dtype, placement, nd, mine)
+    return out
+
+
+def global_shape_of(infos, nd, pl):
+    """The global shape from every device's (local shape, dtype name); a user error
+    naming the device (rank) whose shard does not fit the others'."""
+    shape0, dtype0 = infos[0]
+    infos = [(tuple(shp), dt) for shp, dt in infos]
+    for i, (shp, dt) in enumerate(infos):
+        if len(shp) != len(shape0) or dt != dtype0:
+            _shard_mismatch(pl, i, shp, dt, infos, None, nd)
+    glob = []
+    for d in range(len(shape0)):
+        axes = [m for m, s in enumerate(nd) if s == Split(d) and pl.hierarchy[m] > 1]
+        if not axes:  # not split: every device has the same size; blame who differs
+            sizes = [shp[d] for shp, _ in infos]
+            common = max(sizes, key=lambda v: (sizes.count(v), v == sizes[0]))
+            i = next((i for i, v in enumerate(sizes) if v != common), None)
+            if i is not None:
+                _shard_mismatch(pl, i, infos[i][0], infos[i][1], infos, None, nd)
+            glob.append(common)
+            continue
+        total = 0
+        for i in range(pl.size):
+            c = pl.coords(i)
+            if all(c[m] == 0 for m in range(pl.ndim) if m not in axes):
+                total += infos[i][0][d]
+        glob.append(total)
+    glob = tuple(glob)
+    for s in nd:
+        if s.is_split() and s.axis >= len(glob):
+            check_sbp_fits(glob, nd, pl.hierarchy, "make_global_array")
+    for i, (shp, dt) in enumerate(infos):
+        want = local_shape(glob, nd, pl.hierarchy, pl.coords(i))
+        if tuple(shp) != want:
+            _shard_mismatch(pl, i, shp, dt, infos, (glob, want), nd)
+    return glob, np.dtype(dtype0) if dtype0 != "bfloat16" else np.dtype(_bf16())
+
+
+def _bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def _shard_mismatch(pl, i, shp, dt, infos, expect, nd):
+    who = "rank" if hasattr(runtime(), "world") else "device"
+    j = next((j for j, info in enumerate(infos) if info != (tuple(shp), dt)), 0)
+    msg = (
+        f"make_global_array: {who} {pl.ranks[i]} passed a shard of shape {tuple(shp)} {dt}, "
+        f"but {who} {pl.ranks[j]} passed {tuple(infos[j][0])} {infos[j][1]}"
+    )
+    if expect is not None:
+        glob, want = expect
+        msg += (
+            f"; with sbp {nd} on {pl} that makes a global shape {glob}, whose shard on "
+            f"{who} {pl.ranks[i]} is {want}"
+        )
+    raise user_error(
+        ShapeError,
+        msg + ". Fix: give every rank a shard of the same dtype and of its balanced size "
+        "(split pieces differ by at most one, the larger ones first).",
+    )
+
+
 __all__ = [
     "placement",
     "sbp",

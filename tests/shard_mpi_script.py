@@ -1,5 +1,12 @@
 """Run by tests/test_shard_mpi.py under `python -m fflow.launch -n N` and on simulated
-devices; prints the numbers both runtimes must agree on as JSON (rank 0 only)."""
+devices; prints the numbers both runtimes must agree on as JSON (rank 0 only).
+
+One launch runs many checks: every boxing pair on a 1-D placement (and on a 2x2
+mesh at 4 ranks) from per-rank data (partial values differ per device, so every
+reduction really adds), 16-bit and integer dtypes, a data-parallel and a
+tensor-parallel training step (jitted), `make_global_array` and its mismatch error,
+and the native MPI reduction mode (keys "native_*").
+"""
 
 import json
 import sys
@@ -8,11 +15,50 @@ import numpy as np
 
 import fflow
 import fflow.numpy as jnp
-from fflow.sharding import B, P, S, partial_max, runtime
+from fflow.sharding import B, P, S, local_box, partial_max, partial_min, runtime
+
+try:
+    from ml_dtypes import bfloat16
+except ImportError:  # pragma: no cover
+    bfloat16 = None
+
+
+def per_device(x, nd, pl):
+    """Device i's shard of the logical `x` under `nd`; partial values differ per device."""
+
+    def shard(i):
+        box = local_box(x.shape, nd, pl.hierarchy, pl.coords(i))
+        piece = np.array(x[tuple(slice(a, b) for a, b in box)])
+        coords = pl.coords(i)
+        # distinct partial values per position on the partial mesh axes (devices on a
+        # broadcast axis must hold the same value)
+        k = 0
+        for s, c, h in zip(nd, coords, pl.hierarchy):
+            if s.is_partial():
+                k = k * h + c
+        if any(s.is_partial() for s in nd) and piece.dtype.kind == "f":
+            scale = np.asarray((k + 1) / (pl.size + 1), piece.dtype)
+            piece = (piece * scale + np.asarray(k * 0.25, piece.dtype)).astype(piece.dtype)
+        elif any(s.is_partial() for s in nd):
+            piece = piece + k
+        return piece
+
+    return shard
+
+
+def boxed(x, pl, src, dst):
+    g = fflow.make_global_array(per_device(x, src, pl), pl, src)
+    return g.to_global(sbp=dst)
+
+
+def as_list(v):
+    a = np.asarray(v)
+    return (a.astype(np.float32) if a.dtype.name in ("bfloat16", "float16") else a).tolist()
 
 
 def main(n, fail_rank=None):
     rt = runtime()
+    mpi = hasattr(rt, "world")
     if fail_rank is not None and rt.rank == fail_rank:
         raise RuntimeError(f"rank {fail_rank} failed on purpose")
     pl = fflow.placement("cpu", list(range(n)))
@@ -32,17 +78,97 @@ def main(n, fail_rank=None):
     out["dp_grad_w1"], out["dp_grad_w2"] = g
     gx = fflow.to_global(x, pl, S(0))
     out["eager"] = jnp.sum(jnp.exp(gx) * 2.0, axis=0).to_global(sbp=B)
-    for src, dst in [(S(0), S(1)), (P, S(0)), (partial_max, B), (S(1), P)]:
-        v = fflow.to_global(x, pl, src).to_global(sbp=dst)
-        out[f"box_{src}_{dst}"] = v.to_global(sbp=B)
+
+    # every 1-D boxing pair, uneven splits included (10 x 6 over 4 devices)
+    sbps = [S(0), S(1), B, P, partial_max, partial_min]
+    x6 = rng.normal(size=(10, 6)).astype(np.float32)
+    for src in sbps:
+        for dst in sbps:
+            out[f"box_{src}_{dst}"] = boxed(x6, pl, (src,), (dst,))
+    for dt in [bfloat16, np.float16, np.int32]:
+        if dt is None:
+            continue
+        xd = (x6 * 4).astype(dt)
+        for src, dst in [(P, B), (P, S(0)), (S(0), B), (S(0), S(1)), (partial_max, S(1))]:
+            out[f"dtype_{np.dtype(dt).name}_{src}_{dst}"] = boxed(xd, pl, (src,), (dst,))
+
+    # per-rank data: make_global_array round trip and its mismatch error
+    pieces = per_device(x, (S(0),), pl)
+    mg = fflow.make_global_array(pieces, pl, S(0))
+    out["make_global"] = mg
+    out["make_global_sum"] = fflow.shard(lambda a: jnp.sum(a, axis=0), pl)(mg)
+    try:
+        bad = n - 1
+        fflow.make_global_array(
+            lambda i: np.zeros((3, 2 + (i == bad)), np.float32), pl, S(0)
+        ) if mpi else fflow.make_global_array(
+            [np.zeros((3, 2 + (i == bad)), np.float32) for i in range(n)], pl, S(0)
+        )
+        mismatch = "no error"
+    except Exception as e:  # noqa: BLE001
+        mismatch = str(e).split(";")[0].replace("device", "rank")
+    out_text = {"mismatch": mismatch}
+
+    # a data-parallel training step, jitted, three steps
+    def sgd_step(w1, w2, x):
+        l, (g1, g2) = fflow.value_and_grad(loss, argnums=(0, 1))(w1, w2, x)
+        return l, w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    dp = fflow.jit(fflow.shard(sgd_step, pl, in_sbp=(B, B, S(0)), out_sbp=(B, B, B)))
+    xb = fflow.make_global_array(per_device(x, (S(0),), pl), pl, S(0))
+    a, b = w1, w2
+    for k in range(3):
+        l, a, b = dp(a, b, xb)
+        out[f"dp_step{k}_loss"] = l
+    out["dp_w1"], out["dp_w2"] = a, b
+
+    # tensor parallel (1-D) / data x tensor parallel (2x2 mesh) training step
     if n == 4:
         mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+        tp_sbps = ((B, S(1)), (B, S(0)), (S(0), B))
+        tp = fflow.shard(sgd_step, mesh, in_sbp=tp_sbps, out_sbp=((B, B),) + tp_sbps[:2])
         f2 = fflow.shard(mlp, mesh, in_sbp=((S(0), B), (B, S(1)), (B, S(0))))
         out["mesh"] = f2(x, w1, w2)
         out["mesh_box"] = fflow.to_global(x, mesh, (S(0), S(1))).to_global(sbp=(S(1), S(0)))
-    result = {k: np.asarray(v).tolist() for k, v in out.items()}
+        sbps2 = [
+            (S(0), S(1)),
+            (S(1), S(0)),
+            (S(0), S(0)),
+            (B, S(1)),
+            (S(0), B),
+            (P, B),
+            (B, P),
+            (P, S(1)),
+            (P, P),
+            (B, B),
+            (S(1), partial_max),
+        ]
+        for src in sbps2:
+            for dst in sbps2:
+                out[f"mesh_{src}_{dst}"] = boxed(x6, mesh, src, dst)
+    else:
+        tp = fflow.shard(sgd_step, pl, in_sbp=(S(1), S(0), B), out_sbp=(B, S(1), S(0)))
+    a, b = w1, w2
+    for k in range(2):
+        l, a, b = tp(a, b, x)
+        out[f"tp_step{k}_loss"] = l
+    out["tp_w1"], out["tp_w2"] = a, b
+
+    # the native MPI reductions (simulated: the same computation in group order)
+    if mpi:
+        fflow.config.update("mpi_deterministic", False)
+    for src, dst in [(P, B), (P, S(0)), (partial_max, B), (P, S(1))]:
+        out[f"native_box_{src}_{dst}"] = boxed(x6, pl, (src,), (dst,))
+    out["native_box_bf16"] = boxed((x6 * 4).astype(bfloat16), pl, (P,), (B,))
+    l, a, b = dp(w1, w2, xb)
+    out["native_dp_loss"], out["native_dp_w1"] = l, a
+    if mpi:
+        fflow.config.update("mpi_deterministic", True)
+
+    result = {k: as_list(v) for k, v in out.items()}
+    result.update(out_text)
     sent = rt.bytes_moved
-    if hasattr(rt, "comm"):
+    if mpi:
         sent = rt.comm.allreduce(sent)
     result["bytes"] = int(sent)
     if rt.rank == 0:
