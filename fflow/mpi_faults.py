@@ -25,7 +25,9 @@ from fflow.config import config
 from fflow.errors import FflowError
 
 TAG_LEAVE, TAG_WHERE, TAG_HERE = 31001, 31002, 31003
-_SPIN = 64  # Test() calls between looks at the clock and the control channel
+_SPIN = 32  # Test() calls between looks at the clock
+_YIELD_AFTER = 0.002  # seconds of pure spinning before a wait starts yielding the CPU
+_POLL_EVERY = 0.005  # seconds between looks at the control channel
 
 config.define("collective_timeout", 600.0)
 
@@ -100,18 +102,23 @@ class Control:
         self.where = f"waiting at {what}"
         timeout = float(config.collective_timeout)
         start = time.monotonic()
+        last_poll = start
         try:
             while True:
                 for _ in range(_SPIN):
                     if MPI.Request.Testall(reqs):
                         return
-                os.sched_yield()  # let a peer on the same core run (oversubscribed nodes)
-                self.poll()
-                if any(r in self.left for r in ranks) and self._completes(reqs):
-                    return  # the peer finished after doing its part of this collective
-                self.check_group(ranks, what)
-                if time.monotonic() - start > timeout:
-                    self._timed_out(reqs, ranks, what, timeout)
+                now = time.monotonic()
+                if now - start > _YIELD_AFTER:
+                    os.sched_yield()  # a long wait: let a peer on the same core run
+                if now - last_poll > _POLL_EVERY:
+                    last_poll = now
+                    self.poll()
+                    if any(r in self.left for r in ranks) and self._completes(reqs):
+                        return  # the peer finished after doing its part of this collective
+                    self.check_group(ranks, what)
+                    if now - start > timeout:
+                        self._timed_out(reqs, ranks, what, timeout)
         finally:
             self.where = "outside any fflow collective"
 

@@ -14,6 +14,7 @@ ranks running different programs or shapes get an error naming both; with config
 `debug_collectives` (FFLOW_DEBUG_COLLECTIVES) every collective is checked too.
 """
 
+import time
 import zlib
 
 import numpy as np
@@ -24,7 +25,7 @@ from fflow.errors import FflowError, user_source_info
 from fflow.mpi_faults import RankError, control
 from fflow.primitives.collectives import run_phases_single
 from fflow.printing import pp_program
-from fflow.sharding import B, balanced, local_box, make_global, partial_keeper
+from fflow.sharding import B, balanced, local_piece, make_global
 from fflow.transforms.shard_exec import device_steps, run_identity
 
 config.define("debug_collectives", False)
@@ -63,6 +64,7 @@ class MPIRuntime:
         self.control = control()
         self.bytes_moved = 0  # bytes this rank sent in collective messages
         self.collective_count = 0
+        self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
         self._comms = {}
         self._sp = None  # the sharded program running now (for messages)
 
@@ -103,12 +105,7 @@ class MPIRuntime:
         i = self._my_index(pl)
         if i is None:
             return {}
-        coords = pl.coords(i)
-        box = local_box(value.shape, nd_sbp, pl.hierarchy, coords)
-        piece = np.array(value[tuple(slice(a, b) for a, b in box)])
-        if not partial_keeper(nd_sbp, pl.hierarchy, coords):
-            piece = np.zeros_like(piece)
-        return {i: piece}
+        return {i: local_piece(value, nd_sbp, pl, i)}
 
     def assemble(self, gv):
         """The logical value on every rank: box to broadcast (only what is missing moves,
@@ -212,7 +209,10 @@ class MPIRuntime:
         ranks, comm, what = self._setup(pl, prim, x, params)
         if len(ranks) == 1:
             return run_phases_single(prim, x, params)
-        return mpi_ops.OPS[prim.name](self, comm, ranks, np.asarray(x), params, what)
+        t0 = time.perf_counter()
+        out = mpi_ops.OPS[prim.name](self, comm, ranks, np.asarray(x), params, what)
+        self.comm_seconds += time.perf_counter() - t0
+        return out
 
     # -- fingerprints: ranks running different programs or shapes -----------------------
     def check_program(self, sp, pl, args):

@@ -294,22 +294,39 @@ def partial_keeper(nd_sbp, hierarchy, coords):
     return True
 
 
-def scatter_global(value, nd_sbp, pl):
-    """Per-device local arrays of a logical NumPy `value` (P: the data on coordinate 0)."""
+@functools.lru_cache(maxsize=4096)
+def _scatter_plan(shape, nd_sbp, pl):
     out = []
     for i in range(pl.size):
         coords = pl.coords(i)
-        box = local_box(value.shape, nd_sbp, pl.hierarchy, coords)
-        piece = value[tuple(slice(a, b) for a, b in box)]
-        if partial_keeper(nd_sbp, pl.hierarchy, coords):
-            out.append(np.array(piece))
-        else:
-            out.append(np.zeros_like(piece))
+        box = local_box(shape, nd_sbp, pl.hierarchy, coords)
+        keep = partial_keeper(nd_sbp, pl.hierarchy, coords)
+        out.append((tuple(slice(a, b) for a, b in box), keep))
     return out
+
+
+def scatter_global(value, nd_sbp, pl):
+    """Per-device local arrays of a logical NumPy `value` (P: the data on coordinate 0).
+
+    Shards are views of `value` (device programs never write into their inputs)."""
+    out = []
+    for idx, keep in _scatter_plan(value.shape, tuple(nd_sbp), pl):
+        piece = value[idx]
+        out.append(piece if keep else np.zeros_like(piece))
+    return out
+
+
+def local_piece(value, nd_sbp, pl, i):
+    """Device i's shard of a logical NumPy `value` (a view; zeros off the P keeper)."""
+    idx, keep = _scatter_plan(value.shape, tuple(nd_sbp), pl)[i]
+    piece = value[idx]
+    return piece if keep else np.zeros_like(piece)
 
 
 def assemble(shards, shape, nd_sbp, pl):
     """The logical array from per-device shards (dict or list by flat index)."""
+    if all(s.is_broadcast() for s in nd_sbp):
+        return shards[0]
     dtype = shards[0].dtype
     result = np.zeros(shape, dtype)
     groups = {}

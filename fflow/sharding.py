@@ -32,7 +32,7 @@ from fflow.api_util import as_value
 from fflow.array import Array
 from fflow.config import config
 from fflow.device_profile import CPU, H200, DeviceProfile, best_time, default_profile  # noqa: F401
-from fflow.errors import user_error
+from fflow.errors import ShapeError, user_error
 from fflow.sbp import (  # noqa: F401
     B,
     Broadcast,
@@ -50,6 +50,7 @@ from fflow.sbp import (  # noqa: F401
     check_sbp_fits,
     group_coord,
     local_box,
+    local_piece,
     local_shape,
     partial_identity,
     partial_keeper,

@@ -166,8 +166,7 @@ def _shard_call_abstract_eval(*avals, sharded):
 @shard_call_p.def_impl
 def _shard_call_impl(*args, sharded):
     # Reached with local NumPy values (e.g. from a jitted program): run and assemble.
-    outs = _run_call(sharded, [array_mod.Array(np.asarray(a)) for a in args])
-    return [np.asarray(o) for o in outs]
+    return sharded.run_values(args)
 
 
 def _run_call(sp, args):
@@ -214,6 +213,7 @@ class Sharded:
             self.plan_options["profile"] = profile
         self.memory_limit = memory_limit
         self.cache = {}
+        self.captured = {}  # cache key -> global arrays `fun` closes over, as traced
         self.trace_count = 0
 
     def _in_sbps(self, args, leaves, free=None):
@@ -253,7 +253,8 @@ class Sharded:
         key = (in_tree, tuple(avals), tuple(in_sbps))
         entry = self.cache.get(key)
         if entry is not None:
-            return entry + (leaves,)
+            sp, out_tree = entry
+            return sp, out_tree, self.captured.get(key, []) + leaves
         store = Store()
         flat = flatten_fun(self.fun, in_tree, store)
         _ctx.stack.append(self.placement)
@@ -283,12 +284,16 @@ class Sharded:
                 make, _split_state, in_sbps, out_specs, avals, [v.aval for v in program.outvars],
                 [s is None for s in out_specs], free, self.memory_limit, self.placement,
             )  # fmt: skip
-        if lifted:
-            # values of other traces (or global arrays) closed over by `f`: passed as
-            # inputs, and traced again next call since they change from call to call
+        if any(isinstance(c, core.Tracer) for c in lifted):
+            # values of other traces closed over by `f`: passed as inputs, and traced
+            # again next call since they change from call to call
             return sp, out_tree, lifted + leaves
+        # closed-over global arrays are captured when `f` is traced (as jit captures
+        # closed-over arrays), so later calls reuse the program without retracing
         self.cache[key] = (sp, out_tree)
-        return sp, out_tree, leaves
+        if lifted:
+            self.captured[key] = list(lifted)
+        return sp, out_tree, list(lifted) + leaves
 
     def __call__(self, *args):
         sp, out_tree, leaves = self._entry(args)

@@ -20,7 +20,7 @@ from fflow.transforms.staging import trace_to_program
 
 from fflow import core
 from fflow.core import Literal, ShapedArray
-from fflow.sharding import B, local_box, make_global, runtime
+from fflow.sharding import B, GlobalValue, Sharding, local_box, make_global, runtime
 
 
 class ShardedProgram:
@@ -61,6 +61,7 @@ class ShardedProgram:
         self.name = name
         self._locals = {}
         self._boxings = None
+        self._out_shardings = None
 
     def sbp_of(self, v):
         """The planned SBP of a var of `program` (through the inlining)."""
@@ -207,6 +208,23 @@ class ShardedProgram:
         """`in_shards[i]` maps flat device index -> local array of input i (this process)."""
         return runtime().execute(self, in_shards)
 
+    def run_values(self, args):
+        """Run on logical NumPy values; returns logical NumPy values (a shard_call
+        inside a jitted program: no global arrays are made on the way)."""
+        rt = runtime()
+        pl = self.placement
+        in_shards = [
+            rt.scatter(np.asarray(a, v.aval.dtype), s, pl)
+            for a, v, s in zip(args, self.program.invars, self.in_sbps)
+        ]
+        out_shards = rt.execute(self, in_shards)
+        if self._out_shardings is None:
+            self._out_shardings = [Sharding(pl, s) for s in self.out_sbps]
+        return [
+            rt.assemble(GlobalValue(v.aval.shape, v.aval.dtype, sh, shards))
+            for v, sh, shards in zip(self.program.outvars, self._out_shardings, out_shards)
+        ]
+
     def run_global(self, args):
         """Run on global Arrays already in `in_sbps`; returns global Arrays."""
         in_shards = [a._value.shards for a in args]
@@ -340,6 +358,19 @@ def device_steps(prog, args):
             results = item(*[_read(env, v) for v in ins])
             for v, r in zip(outs, results):
                 env[v] = r
+    return [_read(env, v) for v in prog.outvars]
+
+
+def run_plain(prog, args):
+    """Run a device program with no collectives straight through (no generator);
+    None if it has collectives."""
+    stages = _stages(prog)
+    if len(stages) != 1 or stages[0][0] != "segment" or prog.constvars:
+        return None
+    _, fn, ins, outs = stages[0]
+    env = dict(zip(prog.invars, args))
+    for v, r in zip(outs, fn(*[env[v] for v in ins])):
+        env[v] = r
     return [_read(env, v) for v in prog.outvars]
 
 

@@ -1,0 +1,201 @@
+"""MPI: (1) an all-reduce of 1 KB ... 64 MB through a sharded program (P -> B) vs raw
+mpi4py `comm.Allreduce` on the same buffers, at 2 and 4 ranks, in fflow's
+deterministic mode (default: bit-identical to the simulated runtime) and native mode
+(MPI's own reduction); (2) data-parallel MLP step (784-1024-1024-10) weak scaling:
+2 ranks x 1 BLAS thread at per-rank batch B vs 1 process x 1 thread at batch B, with
+the share of the step spent in communication.
+
+    python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
+
+Times are medians (max over ranks per repetition); ratios are fflow / raw MPI.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from common import ROOT, parse_args
+
+SIZES = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def _timed(comm, fn, reps):
+    """Median over reps of the slowest rank's time for one call of fn."""
+    fn()
+    fn()
+    out = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        out.append(comm.allreduce(dt, op=_max()))
+    return statistics.median(out)
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def allreduce_rows(sizes):
+    import fflow
+    from fflow.sharding import B, P, runtime
+
+    rt = runtime()
+    comm = rt.world
+    n = comm.Get_size()
+    pl = fflow.placement("cpu", list(range(n)))
+    ident = fflow.shard(lambda g: g, pl, in_sbp=P, out_sbp=B)
+    rows = []
+    for nbytes in sizes:
+        count = nbytes // 4
+        reps = 30 if nbytes <= (1 << 20) else 7
+        local = np.random.default_rng(comm.Get_rank()).normal(size=count).astype(np.float32)
+        g = fflow.make_global_array(local, pl, P)
+        out = np.empty_like(local)
+        raw = _timed(comm, lambda a=local, o=out: comm.Allreduce(a, o), reps)
+        row = {"bytes": nbytes, "raw": raw}
+        for mode in ("deterministic", "native"):
+            fflow.config.update("mpi_deterministic", mode == "deterministic")
+            row[mode] = _timed(comm, lambda g=g: ident(g), reps)
+        fflow.config.update("mpi_deterministic", True)
+        rows.append(row)
+    return rows
+
+
+def mlp_params(sizes):
+    rng = np.random.default_rng(0)
+    return [
+        (
+            (rng.normal(size=(a, b)) * np.sqrt(2.0 / a)).astype(np.float32),
+            np.zeros(b, np.float32),
+        )
+        for a, b in zip(sizes[:-1], sizes[1:])
+    ]
+
+
+def dp_step_time(batch, dims, steps):
+    """Seconds per data-parallel SGD step at per-rank `batch` (1 process: no shard)."""
+    import fflow
+    import fflow.numpy as jnp
+    from fflow.sharding import B, S, runtime
+
+    def loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = jnp.maximum(h @ w + b, 0.0)
+        w, b = params[-1]
+        logits = h @ w + b
+        logp = logits - jnp.log(jnp.sum(jnp.exp(logits), axis=-1, keepdims=True))
+        return -jnp.mean(jnp.sum(y * logp, axis=-1))
+
+    def step(params, x, y):
+        value, grads = fflow.value_and_grad(loss)(params, x, y)
+        return value, [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+    rt = runtime()
+    n = fflow.process_count()
+    rng = np.random.default_rng(fflow.process_index())
+    x = rng.normal(size=(batch, dims[0])).astype(np.float32)
+    y = np.eye(dims[-1], dtype=np.float32)[rng.integers(0, dims[-1], batch)]
+    params = mlp_params(dims)
+    if n == 1:
+        fn = fflow.jit(step)
+        args = (params, x, y)
+        comm = None
+    else:
+        pl = fflow.placement("cpu", list(range(n)))
+        fn = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B)
+        args = (params, fflow.make_global_array(x, pl, S(0)), fflow.make_global_array(y, pl, S(0)))
+        comm = rt.world
+    for _ in range(2):
+        fn(*args)
+    times, comm_share = [], []
+    for _ in range(steps):
+        if comm is not None:
+            comm.Barrier()
+        c0 = getattr(rt, "comm_seconds", 0.0)
+        t0 = time.perf_counter()
+        fn(*args)
+        dt = time.perf_counter() - t0
+        share = (getattr(rt, "comm_seconds", 0.0) - c0) / dt
+        if comm is not None:
+            dt = comm.allreduce(dt, op=_max())
+        times.append(dt)
+        comm_share.append(share)
+    return statistics.median(times), statistics.median(comm_share)
+
+
+def worker(tiny):
+    import fflow
+
+    sizes = SIZES[:3] if tiny else SIZES
+    dims = (784, 64, 10) if tiny else (784, 1024, 1024, 10)
+    batch = 16 if tiny else 256
+    result = {}
+    if fflow.process_count() > 1:
+        result["allreduce"] = allreduce_rows(sizes)
+    result["dp"] = dp_step_time(batch, dims, 3 if tiny else 15)
+    if fflow.process_index() == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def launch(n, tiny):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("FFLOW_RUNTIME", None)
+    me = os.path.abspath(__file__)
+    args = [me, "--worker"] + (["--tiny"] if tiny else [])
+    cmd = (
+        [sys.executable, "-m", "fflow.launch", "-n", str(n), *args]
+        if n > 1
+        else [
+            sys.executable,
+            *args,
+        ]
+    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_mpi: the {n}-rank run failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def _size(b):
+    return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
+
+
+def main():
+    if "--worker" in sys.argv:
+        worker("--tiny" in sys.argv)
+        return
+    args = parse_args(__doc__.split("\n")[0])
+    one = launch(1, args.tiny)
+    runs = {n: launch(n, args.tiny) for n in (2, 4)}
+    print("\nall-reduce (f32) through a sharded program (P -> B) vs raw comm.Allreduce")
+    print("| workload | ranks | raw MPI | fflow deterministic | ratio | fflow native | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for n, res in runs.items():
+        for row in res["allreduce"]:
+            raw, det, nat = row["raw"], row["deterministic"], row["native"]
+            print(
+                f"| all-reduce {_size(row['bytes'])} | {n} | {raw * 1e6:.0f} us | "
+                f"{det * 1e6:.0f} us | {det / raw:.2f}x | {nat * 1e6:.0f} us | {nat / raw:.2f}x |"
+            )
+    t1, _ = one["dp"]
+    print("\ndata-parallel MLP step, weak scaling (1 BLAS thread per process)")
+    print("| workload | processes | step time | vs 1 process | communication share |")
+    print("|---|---|---|---|---|")
+    print(f"| DP MLP step | 1 | {t1 * 1e3:.1f} ms | 1.00x | 0% |")
+    for n, res in runs.items():
+        t, share = res["dp"]
+        print(f"| DP MLP step | {n} | {t * 1e3:.1f} ms | {t / t1:.2f}x | {share * 100:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()

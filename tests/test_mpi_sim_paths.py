@@ -1,0 +1,70 @@
+"""The distributed runtime's paths on simulated devices (the MPI side runs in
+tests/test_shard_mpi.py): make_global_array, closed-over global arrays, jit of a
+sharded function, reading partial values."""
+
+import numpy as np
+import pytest
+
+import fflow
+import fflow.numpy as jnp
+from fflow.errors import ShapeError
+from fflow.sharding import B, P, S, partial_max
+
+
+def test_make_global_array_from_per_device_pieces_equals_numpy():
+    pl = fflow.placement("cpu", [[0, 1], [2, 3]])
+    full = np.arange(7 * 6, dtype=np.float32).reshape(7, 6)
+    rows = np.array_split(full, 2, axis=0)  # balanced: 4 + 3 rows
+
+    def piece(i):
+        r, c = pl.coords(i)
+        return np.array_split(rows[r], 2, axis=1)[c]
+
+    x = fflow.make_global_array(piece, pl, (S(0), S(1)))
+    assert x.shape == (7, 6) and x.sbp == (S(0), S(1))
+    np.testing.assert_array_equal(np.asarray(x), full)
+    # partial values: the logical value is the sum of what each device passed
+    parts = [np.full((3,), i + 1.0, np.float32) for i in range(4)]
+    p = fflow.make_global_array(parts, pl, (P, P))
+    np.testing.assert_array_equal(np.asarray(p), np.full((3,), 10.0))
+    m = fflow.make_global_array(parts, fflow.placement("cpu", [0, 1, 2, 3]), partial_max)
+    np.testing.assert_array_equal(np.asarray(m), np.full((3,), 4.0))
+
+
+def test_make_global_array_names_the_device_and_both_shapes():
+    pl = fflow.placement("cpu", [0, 1, 2])
+    shards = [np.zeros((2, 5), np.float32)] * 2 + [np.zeros((2, 4), np.float32)]
+    with pytest.raises(ShapeError, match=r"device 2 passed a shard of shape \(2, 4\).*\(2, 5\)"):
+        fflow.make_global_array(shards, pl, S(0))
+    with pytest.raises(ValueError, match="one per device"):
+        fflow.make_global_array(shards[:2], pl, S(0))
+    with pytest.raises(ValueError, match="list of shards"):
+        fflow.make_global_array(shards[0], pl, S(0))
+    unbalanced = [np.zeros((1, 5), np.float32), np.zeros((3, 5), np.float32)]
+    with pytest.raises(ShapeError, match="balanced"):
+        fflow.make_global_array(unbalanced, fflow.placement("cpu", [0, 1]), S(0))
+
+
+def test_shard_closing_over_a_global_array_traces_once():
+    pl = fflow.placement("cpu", [0, 1])
+    w = fflow.to_global(np.arange(6.0, dtype=np.float32).reshape(3, 2), pl, S(1))
+    f = fflow.shard(lambda x: jnp.tanh(x @ w), pl, in_sbp=S(0))
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    want = np.tanh(x @ np.asarray(w))
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-6)
+    assert f.trace_count == 1
+
+
+def test_jit_of_shard_equals_the_function():
+    pl = fflow.placement("cpu", [0, 1, 2])
+
+    def f(x, w):
+        return jnp.sum(jnp.tanh(x @ w), axis=0)
+
+    x = np.linspace(-2, 2, 5 * 4, dtype=np.float32).reshape(5, 4)
+    w = np.linspace(-1, 1, 4 * 3, dtype=np.float32).reshape(4, 3)
+    js = fflow.jit(fflow.shard(f, pl, in_sbp=(S(0), B)))
+    want = np.tanh(x @ w).sum(0)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(js(x, w)), want, rtol=1e-5, atol=1e-6)
