@@ -79,7 +79,7 @@ class _Stage:
         self.x_bytes = sum(
             _local_bytes(a, nd, pl) for a, nd in zip(x_avals, x_sbps)
         )  # what a device of this stage keeps per micro-batch between F and B
-        self._bwd = None
+        self._bwd = {}  # need_dx -> (Sharded, planned program)
         self._p_avals, self._x_avals = p_avals, x_avals
         self._ct = {}
 
@@ -88,10 +88,11 @@ class _Stage:
             return self.fwd_sp.run_global(list(p_vals) + list(x))
         return self.fwd(p_vals, x)
 
-    def backward(self, p_vals, xf, xo, ct):
-        if self._bwd is None:
-            self._bwd = self._make_backward()
-        sharded, sp = self._bwd
+    def backward(self, p_vals, xf, xo, ct, need_dx=True):
+        """(parameter gradients, input cotangents; [] unless `need_dx`)."""
+        if need_dx not in self._bwd:
+            self._bwd[need_dx] = self._make_backward(need_dx)
+        sharded, sp = self._bwd[need_dx]
         n_p = len(p_vals)
         if sp is not None:
             outs = sp.run_global(list(p_vals) + list(xf) + list(xo) + list(ct))
@@ -107,7 +108,7 @@ class _Stage:
             self._ct[scale] = ct
         return ct
 
-    def _make_backward(self):
+    def _make_backward(self, need_dx):
         x_float, out_float, fwd = self.x_float, self.out_float, self.fwd_fn
 
         def bwd(p_list, xf, xo, ct):
@@ -116,6 +117,9 @@ class _Stage:
                 x = [next(fi) if isf else next(oi) for isf in x_float]
                 return [y for y, isf in zip(fwd(p_list, x), out_float) if isf]
 
+            if not need_dx:  # stage 0 without input gradients: skip their matmuls
+                _, vjp_fn = vjp(lambda p: f(p, xf), p_list)
+                return list(vjp_fn(list(ct))[0]), []
             _, vjp_fn = vjp(f, p_list, xf)
             gp, gx = vjp_fn(list(ct))
             return list(gp), list(gx)
@@ -140,6 +144,7 @@ class _Stage:
             for nd in self.p_sbps
         ]
         gx_sbps = [tuple(B if sb.is_partial() else sb for sb in nd) for nd in xf_sbps]
+        gx_sbps = gx_sbps if need_dx else []
         sharded = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp, out_sbp=(gp_sbps, gx_sbps))
         sp = sharded.lower(*args)
         n_in = sum(len(a) for a in args)
@@ -388,7 +393,7 @@ class _Step:
             ct = self._take(("B", s, k))
         xf = [v for v, f in zip(x, st.x_float) if f]
         xo = [v for v, f in zip(x, st.x_float) if not f]
-        gp, gx = st.backward(st.p_vals, xf, xo, ct)
+        gp, gx = st.backward(st.p_vals, xf, xo, ct, need_dx=s > 0 or self._want_batch())
         acc = self.grads[s]
         self.grads[s] = list(gp) if acc is None else [_add(a, g) for a, g in zip(acc, gp)]
         if s > 0:
