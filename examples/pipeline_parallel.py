@@ -113,6 +113,7 @@ def main(tiny=False):
                     f"(max grad diff {err:.1e})"
                 )
                 print(f"peak activation bytes per stage: {step_fn.stats['peak_activation_bytes']}")
+                print(step_fn.describe_transfers())
         params = fflow.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
         if rank0 and (step + 1) % max(1, steps // 4) == 0:
             print(f"step {step + 1}: loss {float(loss):.4f}")

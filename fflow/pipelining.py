@@ -300,6 +300,7 @@ class _Step:
         self.losses = []
         self.dx = [None] * m
         self.tag = 0
+        self.transfers = {}  # (F|B, from stage, to stage) -> TransferPlans of one micro-batch
         rt = runtime()
         before = rt.bytes_moved
         self._stage0_inputs()
@@ -318,6 +319,7 @@ class _Step:
             "bytes_moved": rt.bytes_moved - before,
             "op_seconds": durations,
             "step_seconds": time.perf_counter() - start,
+            "transfers": self.transfers,
         }
         if not self.train:
             return loss, None
@@ -347,10 +349,16 @@ class _Step:
 
     def _send(self, values, dst_pl, dst_sbps, key):
         pending = []
+        plans = []
         for v, nd in zip(values, dst_sbps):
-            pending.append(start_transfer(v, dst_pl, nd, tag=self.tag % _TAGS))
+            t = start_transfer(v, dst_pl, nd, tag=self.tag % _TAGS)
+            pending.append(t)
+            plans.append(t.plan)
             self.tag += 1
         self.inbox[key] = pending
+        kind, stage, _ = key  # the values go to `stage`'s F (activations) or B (cotangents)
+        src = stage - 1 if kind == "F" else stage + 1
+        self.transfers.setdefault((kind, src, stage), plans)
 
     def _forward(self, s, k):
         n = len(self.pipe.stages)
@@ -469,8 +477,23 @@ class PipelineFunction:
 
     @property
     def stats(self):
-        """The last run: peak activation bytes per stage and bytes moved."""
+        """The last run: peak activation bytes per stage, bytes moved, seconds per
+        operation, and the transfer plans between stages (`transfers`)."""
         return self.pipe.stats
+
+    def describe_transfers(self):
+        """Text: per stage boundary and direction, the sends of one micro-batch and their
+        bytes (from the last run)."""
+        lines = []
+        moves = self.pipe.stats.get("transfers", {})
+        for (kind, src, dst), plans in sorted(
+            moves.items(), key=lambda kv: (kv[0][0] != "F", kv[0][1])
+        ):
+            what = "activations" if kind == "F" else "cotangents"
+            total = sum(p.bytes for p in plans)
+            lines.append(f"stage {src} -> {dst} {what}: {total} B per micro-batch")
+            lines += [f"  {p.describe()}" for p in plans]
+        return "\n".join(lines)
 
     def __call__(self, params_list, batch):
         leaves, tree = tree_flatten((params_list, batch))
