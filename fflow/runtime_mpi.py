@@ -66,6 +66,7 @@ class MPIRuntime:
         self.collective_count = 0
         self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
         self._comms = {}
+        self._in_flight = []  # requests of started gradient buckets
         self._sp = None  # the sharded program running now (for messages)
 
     def device_count(self):
@@ -188,10 +189,19 @@ class MPIRuntime:
             _, prim, x, params = req
             ranks, comm, what = self._setup(pl, prim, x, params)
             self.bytes_moved += _all_reduce_bytes(x.size, comm, x.itemsize)
-            return (mpi_ops.start_all_reduce(comm, x, params["op"]), comm, ranks, what)
+            handle = mpi_ops.start_all_reduce(comm, x, params["op"])
+            self._in_flight.append(handle[1])
+            return (handle, comm, ranks, what)
+        if req[0] == "progress":  # let MPI move bucket data while Python computes
+            self.MPI.Request.Testall(self._in_flight)
+            return None
         if req[0] == "wait":
             handle, comm, ranks, what = req[1]
-            return mpi_ops.finish_all_reduce(self, comm, ranks, handle, what)
+            t0 = time.perf_counter()
+            out = mpi_ops.finish_all_reduce(self, comm, ranks, handle, what)
+            self._in_flight.remove(handle[1])
+            self.comm_seconds += time.perf_counter() - t0
+            return out
         prim, x, params = req
         return self.collective(pl, prim, x, params)
 

@@ -92,7 +92,11 @@ class SimRuntime:
     @staticmethod
     def _advance(gen, i, value, reqs, results, first=False):
         try:
-            reqs[i] = next(gen) if first else gen.send(value)
+            req = next(gen) if first else gen.send(value)
+            while req[0] in ("wait", "progress"):
+                # a bucket's all-reduce ran when it started: its handle is the result
+                req = gen.send(req[1] if req[0] == "wait" else None)
+            reqs[i] = req[1:] if req[0] == "start" else req
         except StopIteration as stop:
             results[i] = stop.value
 

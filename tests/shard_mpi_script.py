@@ -154,6 +154,13 @@ def main(n, fail_rank=None):
         out[f"tp_step{k}_loss"] = l
     out["tp_w1"], out["tp_w2"] = a, b
 
+    # gradient buckets: none, one per gradient, and all in one (the default) change no number
+    for name, mb in [("off", 0.0), ("tiny", 0.0001), ("default", 25.0)]:
+        fflow.config.update("grad_bucket_mb", mb)
+        gb = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, B, S(0))), argnums=(0, 1))(w1, w2, x)
+        out[f"bucket_{name}_w1"], out[f"bucket_{name}_w2"] = gb
+    fflow.config.update("grad_bucket_mb", 25.0)
+
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
         fflow.config.update("mpi_deterministic", False)

@@ -68,3 +68,36 @@ def test_jit_of_shard_equals_the_function():
     want = np.tanh(x @ w).sum(0)
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(js(x, w)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_buckets_change_no_number_and_show_in_the_plan():
+    pl = fflow.placement("cpu", [0, 1, 2, 3])
+
+    def loss(params, x):
+        h = x
+        for w, b in params:
+            h = jnp.tanh(h @ w + b)
+        return jnp.mean(h**2)
+
+    rng = np.random.default_rng(0)
+    params = [(rng.normal(size=(6, 6)).astype(np.float32), np.zeros(6, np.float32))] * 3
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    ref = fflow.grad(loss)(params, x)
+    got = {}
+    step = fflow.shard(lambda p, x: fflow.grad(loss)(p, x), pl, in_sbp=(B, S(0)), out_sbp=B)
+    try:
+        for mb in (0.0, 0.0001, 25.0):
+            fflow.config.update("grad_bucket_mb", mb)
+            g = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, S(0))))(params, x)
+            got[mb] = [np.asarray(a) for a in fflow.tree_util.tree_leaves(g)]
+            text = str(step.plan(params, x))
+            if mb == 0.0:
+                assert "gradient buckets" not in text
+            else:  # one bucket per gradient, or one for all six
+                assert text.count("  bucket ") == (6 if mb < 1 else 1), text
+    finally:
+        fflow.config.update("grad_bucket_mb", 25.0)
+    for a, b, c, r in zip(got[0.0], got[0.0001], got[25.0], fflow.tree_util.tree_leaves(ref)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_allclose(a, np.asarray(r), rtol=1e-5, atol=1e-6)

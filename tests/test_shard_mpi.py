@@ -63,6 +63,9 @@ def test_mpi_equals_simulated(n):
     # an independent reference: NumPy on the logical values
     x = np.asarray(sim["make_global"], np.float32)
     np.testing.assert_allclose(sim["make_global_sum"], x.sum(0), rtol=1e-6)
+    for res in (mpi, sim):  # buckets change no number
+        for w in ("w1", "w2"):
+            assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]
     losses = [sim[f"dp_step{k}_loss"] for k in range(3)]
     assert losses[2] < losses[0]
 

@@ -11,8 +11,9 @@ collective with its bytes, and the total bytes moved per call.
 import weakref
 
 import numpy as np
-from fflow.primitives.collectives import collective_phases
+from fflow.primitives.collectives import all_reduce_p, collective_phases
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
+from fflow.transforms.shard_buckets import plan_buckets, schedule
 from fflow.transforms.shard_plan import fixed_plan, plan_program
 from fflow.transforms.shard_print import compare, explain, pp_sharded
 from fflow.transforms.shard_rules import LocalCtx, apply_local
@@ -122,7 +123,12 @@ class ShardedProgram:
         return compare(self, other)
 
     def __str__(self):
-        return pp_sharded(self)
+        text = pp_sharded(self)
+        lines = bucket_lines(self.local_program(0))
+        if lines:
+            text += "\ngradient buckets (started when complete, waited where first used):\n"
+            text += "\n".join("  " + line for line in lines)
+        return text
 
     __repr__ = __str__
 
@@ -340,20 +346,33 @@ def is_communicating(prim):
 
 
 def device_steps(prog, args):
-    """Run `prog` on NumPy values; yields (prim, x, params) at collectives, gets the result.
+    """Run `prog` on NumPy values; yields requests to the runtime, gets their results.
 
-    The equations between two collectives run as one compiled NumPy function (the
-    jit backend's code generation), so a program on one device runs as fast as
-    the unsharded jitted program.
+    Requests: `(prim, x, params)` a collective; `("start", prim, x, params)` a
+    gradient bucket's all-reduce started (the result is a handle); `("wait", handle)`
+    its flat result; `("progress",)` a chance for MPI to progress while buckets are in
+    flight (transforms/shard_buckets.py). The equations between two requests run as
+    one compiled NumPy function (the jit backend's code generation), so a program on
+    one device runs as fast as the unsharded jitted program.
     """
     stages = _stages(prog)
     env = {v: np.asarray(c) for v, c in zip(prog.constvars, prog.consts)}
     for v, a in zip(prog.invars, args):
         env[v] = a
+    handles = {}
     for kind, item, ins, outs in stages:
         if kind == "collective":
             x = _read(env, item.inputs[0])
             env[item.outputs[0]] = np.asarray((yield (item.primitive, x, item.params)))
+        elif kind == "start":
+            x = item.pack([_read(env, e.inputs[0]) for e in item.members])
+            handles[item.number] = yield ("start", all_reduce_p, x, item.params)
+        elif kind == "wait":
+            flat = np.asarray((yield ("wait", handles.pop(item.number))))
+            for e, v in zip(item.members, item.unpack(flat)):
+                env[e.outputs[0]] = v
+        elif kind == "progress":
+            yield ("progress",)
         else:
             results = item(*[_read(env, v) for v in ins])
             for v, r in zip(outs, results):
@@ -385,21 +404,48 @@ def _stages(prog):
     hit = _stage_cache.get(prog)
     if hit is not None:
         return hit
+    buckets = plan_buckets(prog)
+    events = schedule(prog, buckets) if buckets else [("eqn", e) for e in prog.eqns]
+    after = _needed_after(prog, events)
     stages = []
-    later_uses = _uses_after(prog)
     seg = []
-    for k, eqn in enumerate(prog.eqns):
-        if eqn.primitive in collective_phases:
-            if seg:
-                stages.append(_segment(prog, seg, later_uses[k]))
-                seg = []
-            stages.append(("collective", eqn, None, None))
+    in_flight = 0
+    for i, (kind, item) in enumerate(events):
+        if kind == "eqn" and item.primitive not in collective_phases:
+            seg.append(item)
+            continue
+        if seg:
+            stages.append(_segment(prog, seg, after[i]))
+            seg = []
+            if in_flight:
+                stages.append(("progress", None, None, None))
+        if kind == "eqn":
+            stages.append(("collective", item, None, None))
         else:
-            seg.append(eqn)
+            stages.append((kind, item, None, None))
+            in_flight += 1 if kind == "start" else -1
     if seg:
         stages.append(_segment(prog, seg, set(v for v in prog.outvars if type(v) is not Literal)))
     _stage_cache[prog] = stages
     return stages
+
+
+def bucket_lines(prog):
+    """The gradient-bucket schedule of a device program, one line per bucket."""
+    return [b.describe() for b in plan_buckets(prog)]
+
+
+def _needed_after(prog, events):
+    """For each event index i: the vars read by events i.. and by the outputs."""
+    needed = set(v for v in prog.outvars if type(v) is not Literal)
+    out = [None] * len(events)
+    for i in range(len(events) - 1, -1, -1):
+        kind, item = events[i]
+        eqns = [item] if kind == "eqn" else item.members if kind == "start" else []
+        for e in eqns:
+            needed = needed | {v for v in e.inputs if type(v) is not Literal}
+        out[i] = needed
+    return out
 
 
 def _uses_after(prog):
