@@ -109,7 +109,8 @@ def main(argv=None):
         child += (["-m"] if ns.module else []) + [ns.script, *ns.args]
         return rank_supervisor.supervise(child)
     status_dir = tempfile.mkdtemp(prefix="fflow_launch_")
-    env = dict(os.environ, FFLOW_RUNTIME="mpi", FFLOW_LAUNCH_DIR=status_dir)
+    kind = "nccl" if os.environ.get("FFLOW_RUNTIME", "").lower() == "nccl" else "mpi"
+    env = dict(os.environ, FFLOW_RUNTIME=kind, FFLOW_LAUNCH_DIR=status_dir)
     cmd = command(ns.nproc, ns.script, ns.args, ns.module, ns.hostfile, ns.ppn)
     try:
         rc = subprocess.run(cmd, env=env).returncode

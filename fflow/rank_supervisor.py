@@ -37,7 +37,8 @@ def _pdeathsig():
 
 def supervise(cmd):
     """Run `cmd` as this rank; returns the exit code the supervisor should end with."""
-    os.environ["FFLOW_RUNTIME"] = "mpi"
+    if os.environ.get("FFLOW_RUNTIME", "").lower() != "nccl":
+        os.environ["FFLOW_RUNTIME"] = "mpi"
     rank = rank_name()
     child = subprocess.Popen(cmd, close_fds=False, preexec_fn=_pdeathsig)  # keeps PMI_FD
     stopping = []

@@ -168,7 +168,12 @@ def runtime():
     """The runtime executing global arrays: MPI under `fflow.launch`, else simulated."""
     global _runtime
     if _runtime is None:
-        if os.environ.get("FFLOW_RUNTIME", "").lower() == "mpi":
+        kind = os.environ.get("FFLOW_RUNTIME", "").lower()
+        if kind == "nccl":  # MPI ranks with one GPU each, collectives over NCCL
+            from fflow.lowering.cuda_nccl import NCCLRuntime  # loads CuPy and mpi4py
+
+            _runtime = NCCLRuntime()
+        elif kind == "mpi":
             from fflow.runtime_mpi import MPIRuntime  # loads mpi4py
 
             _runtime = MPIRuntime()

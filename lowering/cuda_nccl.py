@@ -1,24 +1,31 @@
 """NCCL for GPU placements: the MPI runtime's collectives, with the data moved by NCCL.
 
 `NCCLRuntime` is `fflow.runtime_mpi.MPIRuntime` (one process per rank, started by
-`python -m fflow.launch -n N`) where every rank drives one GPU and shards are CuPy
-arrays. It issues the same collectives in the same order as the MPI runtime:
+`FFLOW_RUNTIME=nccl python -m fflow.launch -n N`) where every rank drives one GPU
+and collectives run on CuPy arrays through `cupy.cuda.nccl`, on the current stream
+(ordered with compute on it), one communicator per group of ranks:
 
-* all_reduce, and all_gather / reduce_scatter of equal pieces along axis 0, map to
-  ncclAllReduce / ncclAllGather / ncclReduceScatter on a communicator per group;
-* everything else (uneven pieces, all_to_all, exchange) runs the primitive's own
-  message phases (primitives/collectives.py): the small shape/dtype headers go over
-  MPI, the arrays over ncclSend/ncclRecv inside one ncclGroupStart/End.
+* all_reduce -> ncclAllReduce (any dtype NCCL has, bfloat16/float16 native);
+* all_gather / reduce_scatter -> ncclAllGather / ncclReduceScatter along the split
+  axis moved to the front; uneven pieces are padded to the largest piece, so no
+  size headers are ever exchanged;
+* all_to_all and exchange -> ncclSend/ncclRecv inside one ncclGroupStart/End, every
+  message's shape computed from the collective's params.
 
 Communicators are created lazily per group: rank 0 of the group makes the NCCL
-unique id and broadcasts it over MPI. CuPy (cupy.cuda.nccl) loads only here.
-Unlike MPI/simulated runs, NCCL's ring reductions do not reduce in group order, so
-results may differ from them in the last bits.
+unique id and sends it to the members over MPI (metadata only). CuPy loads only
+here. NCCL's ring reductions do not reduce in group order, so results may differ
+from the MPI/simulated runtimes in the last bits. CI runs this whole module with a
+stand-in `cupy.cuda.nccl` implemented over MPI (tests/fake_nccl.py). Not done yet:
+the compute between collectives still runs the NumPy segments of
+transforms/shard_exec.py (results come back to the host before them).
 """
 
 import numpy as np
+from fflow.primitives.collectives import run_phases_single
 
 from fflow.runtime_mpi import MPIRuntime
+from fflow.sbp import balanced
 
 _OPS = {"sum": "NCCL_SUM", "max": "NCCL_MAX", "min": "NCCL_MIN", "prod": "NCCL_PROD"}
 _DTYPES = {
@@ -38,8 +45,9 @@ _DTYPES = {
 class NcclGroup:
     """An NCCL communicator over some MPI ranks (one GPU per rank)."""
 
-    def __init__(self, mpi_comm, ranks, nccl):
+    def __init__(self, mpi_comm, ranks, nccl, cupy):
         self.nccl = nccl
+        self.cupy = cupy
         self.ranks = list(ranks)
         me = mpi_comm.Get_rank()
         root = self.ranks[0]
@@ -50,52 +58,62 @@ class NcclGroup:
                 mpi_comm.send(uid, dest=r, tag=29999)
         else:
             uid = mpi_comm.recv(source=root, tag=29999)
-        self.comm = nccl.NcclCommunicator(len(self.ranks), uid, self.ranks.index(me))
+        self.me = self.ranks.index(me)
+        self.comm = nccl.NcclCommunicator(len(self.ranks), uid, self.me)
 
     def _kind(self, x):
         return getattr(self.nccl, _DTYPES[np.dtype(x.dtype).name])
 
+    def _stream(self):
+        return self.cupy.cuda.get_current_stream().ptr
+
     def all_reduce(self, x, op="sum"):
-        import cupy
-
-        out = cupy.empty_like(x)
-        stream = cupy.cuda.get_current_stream().ptr
+        out = self.cupy.empty(x.shape, x.dtype)
+        op_code = getattr(self.nccl, _OPS[op])
         self.comm.allReduce(
-            x.data.ptr, out.data.ptr, x.size, self._kind(x), getattr(self.nccl, _OPS[op]), stream
+            x.data.ptr, out.data.ptr, x.size, self._kind(x), op_code, self._stream()
         )
         return out
 
-    def all_gather(self, x):
-        import cupy
+    def all_gather(self, xs, sizes):
+        """xs: this member's piece along axis 0; returns every member's, concatenated."""
+        cp = self.cupy
+        n, m = len(sizes), max(sizes)
+        padded = cp.zeros((m,) + xs.shape[1:], xs.dtype)
+        padded[: xs.shape[0]] = xs
+        out = cp.empty((n * m,) + xs.shape[1:], xs.dtype)
+        kind = self._kind(xs)
+        self.comm.allGather(padded.data.ptr, out.data.ptr, padded.size, kind, self._stream())
+        out = out.reshape((n, m) + xs.shape[1:])
+        return cp.concatenate([out[j, : sizes[j]] for j in range(n)], axis=0)
 
-        out = cupy.empty((len(self.ranks),) + x.shape, x.dtype)
-        stream = cupy.cuda.get_current_stream().ptr
-        self.comm.allGather(x.data.ptr, out.data.ptr, x.size, self._kind(x), stream)
-        return out.reshape((len(self.ranks) * x.shape[0],) + x.shape[1:])
-
-    def reduce_scatter(self, x, op="sum"):
-        import cupy
-
-        n = len(self.ranks)
-        out = cupy.empty((x.shape[0] // n,) + x.shape[1:], x.dtype)
-        stream = cupy.cuda.get_current_stream().ptr
+    def reduce_scatter(self, xs, sizes, op="sum"):
+        """xs: the full value with the scattered axis first; returns this member's piece."""
+        cp = self.cupy
+        n, m = len(sizes), max(sizes)
+        padded = cp.zeros((n, m) + xs.shape[1:], xs.dtype)
+        start = 0
+        for j, s in enumerate(sizes):
+            padded[j, :s] = xs[start : start + s]
+            start += s
+        out = cp.empty((m,) + xs.shape[1:], xs.dtype)
+        op_code = getattr(self.nccl, _OPS[op])
+        kind = self._kind(xs)
         self.comm.reduceScatter(
-            x.data.ptr, out.data.ptr, out.size, self._kind(x), getattr(self.nccl, _OPS[op]), stream
+            padded.data.ptr, out.data.ptr, out.size, kind, op_code, self._stream()
         )
-        return out
+        return out[: sizes[self.me]]
 
     def exchange(self, sends, recvs):
-        """Point to point: sends {member: array}; recvs {member: (shape, dtype)} -> arrays."""
-        import cupy
-
-        stream = cupy.cuda.get_current_stream().ptr
-        out = {j: cupy.empty(shape, dtype) for j, (shape, dtype) in recvs.items()}
+        """Point to point: sends [(member, array)]; recvs [(member, shape, dtype)]."""
+        cp = self.cupy
+        stream = self._stream()
+        out = [cp.empty(shape, dtype) for _, shape, dtype in recvs]
+        keep = [cp.ascontiguousarray(a) for _, a in sends]  # alive until the group ends
         self.nccl.groupStart()
-        for j, a in sorted(sends.items()):
-            a = cupy.ascontiguousarray(a)
-            sends[j] = a  # keep alive until the group ends
+        for (j, _), a in zip(sends, keep):
             self.comm.send(a.data.ptr, a.size, self._kind(a), j, stream)
-        for j, a in sorted(out.items()):
+        for (j, _, _), a in zip(recvs, out):
             self.comm.recv(a.data.ptr, a.size, self._kind(a), j, stream)
         self.nccl.groupEnd()
         return out
@@ -106,7 +124,7 @@ class NCCLRuntime(MPIRuntime):
 
     def __init__(self):
         super().__init__()
-        import cupy
+        import cupy  # loaded only when this runtime is used
         from cupy.cuda import nccl
 
         self.cupy = cupy
@@ -121,55 +139,83 @@ class NCCLRuntime(MPIRuntime):
         key = tuple(ranks)
         g = self._groups.get(key)
         if g is None:
-            g = self._groups[key] = NcclGroup(self.comm, key, self.nccl)
+            g = self._groups[key] = NcclGroup(self.world, key, self.nccl, self.cupy)
         return g
 
+    def assemble(self, gv):
+        value = super().assemble(gv)
+        return value.get() if hasattr(value, "get") else value
+
     def collective(self, pl, prim, x, params):
-        self.collective_count += 1
-        count = self._tags.get(pl, 0)
-        self._tags[pl] = count + 1
-        ranks = [pl.ranks[j] for j in params["group"]]
+        ranks, _, _ = self._setup(pl, prim, x, params)
+        if len(ranks) == 1:
+            return run_phases_single(prim, x, params)
+        cp = self.cupy
         g = self.group(ranks)
-        n = len(ranks)
-        x = self.cupy.asarray(x)
+        x = cp.ascontiguousarray(cp.asarray(x))
+        p, me, isz = len(ranks), g.me, x.dtype.itemsize
         name = prim.name
-        even = lambda: x.ndim and params.get("axis") == 0 and len(set(params["sizes"])) == 1  # noqa: E731
-        if name == "all_reduce" and params["op"] in _OPS:
-            self.bytes_moved += 2 * (n - 1) * x.nbytes // n
+        if name == "all_reduce":
+            sizes = balanced(x.size, p)
+            self.bytes_moved += ((x.size - sizes[me]) + (p - 1) * sizes[me]) * isz
             return g.all_reduce(x, params["op"])
-        if name == "all_gather" and even():
-            self.bytes_moved += x.nbytes * (n - 1)
-            return g.all_gather(x)
-        if name == "reduce_scatter" and params["op"] in _OPS and even():
-            self.bytes_moved += x.nbytes * (n - 1) // n
-            return g.reduce_scatter(x, params["op"])
-        return self._phases(g, pl, prim, x, params, count)
+        if name == "all_gather":
+            axis, sizes = params["axis"], list(params["sizes"])
+            xs = cp.ascontiguousarray(cp.moveaxis(x, axis, 0))
+            self.bytes_moved += (p - 1) * xs.nbytes
+            return cp.moveaxis(g.all_gather(xs, sizes), 0, axis)
+        if name == "reduce_scatter":
+            axis, sizes = params["axis"], list(params["sizes"])
+            xs = cp.ascontiguousarray(cp.moveaxis(x, axis, 0))
+            self.bytes_moved += (xs.size - sizes[me] * (xs.size // max(sum(sizes), 1))) * isz
+            return cp.moveaxis(g.reduce_scatter(xs, sizes, params["op"]), 0, axis)
+        if name == "all_to_all":
+            return self._all_to_all(g, x, params)
+        return self._exchange(g, x, params)
 
-    def _phases(self, g, pl, prim, x, params, count):
-        from fflow.primitives.collectives import collective_phases
+    def _all_to_all(self, g, x, params):
+        in_axis, out_axis = params["in_axis"], params["out_axis"]
+        in_sizes, out_sizes = list(params["in_sizes"]), list(params["out_sizes"])
+        me = g.me
+        bounds = np.cumsum([0] + out_sizes)
+        sends, recvs = [], []
+        for j in range(len(out_sizes)):
+            idx = [slice(None)] * x.ndim
+            idx[out_axis] = slice(int(bounds[j]), int(bounds[j + 1]))
+            if j != me:
+                piece = x[tuple(idx)]
+                sends.append((j, piece))
+                self.bytes_moved += piece.nbytes
+            shape = list(x.shape)
+            shape[out_axis] = out_sizes[me]
+            shape[in_axis] = in_sizes[j]
+            recvs.append((j, tuple(shape), x.dtype))
+        own_idx = [slice(None)] * x.ndim
+        own_idx[out_axis] = slice(int(bounds[me]), int(bounds[me + 1]))
+        got = g.exchange(sends, [r for r in recvs if r[0] != me])
+        parts = iter(got)
+        pieces = [x[tuple(own_idx)] if j == me else next(parts) for j in range(len(out_sizes))]
+        return self.cupy.concatenate(pieces, axis=in_axis)
 
-        state = None
-        group = params["group"]
-        for phase_no, phase in enumerate(collective_phases[prim]):
-            tag = (count * 4 + phase_no) % 29000
-            msgs = phase.make(x, state, **params)
-            sends, requests = {}, []
-            for dst, payload in sorted(msgs.items()):
-                (a,) = payload  # every phase sends one array per destination
-                a = self.cupy.asarray(a)
-                sends[dst] = a
-                self.bytes_moved += a.nbytes
-                header = (a.shape, a.dtype.str)
-                requests.append(self.comm.isend(header, dest=pl.ranks[group[dst]], tag=tag))
-            recvs = {}
-            for src in phase.sources(params):
-                shape, dtype = self.comm.recv(source=pl.ranks[group[src]], tag=tag)
-                recvs[src] = (shape, np.dtype(dtype))
-            for r in requests:
-                r.wait()
-            got = g.exchange(sends, recvs)
-            state = phase.combine(x, state, {j: [a] for j, a in got.items()}, **params)
-        return state
+    def _exchange(self, g, x, params):
+        cp = self.cupy
+
+        def box(b):
+            return tuple(slice(lo, hi) for lo, hi in b)
+
+        sends = [(dst, x[box(b)]) for dst, b in params["sends"]]
+        self.bytes_moved += sum(a.nbytes for _, a in sends)
+        recvs = [(src, tuple(hi - lo for lo, hi in b), x.dtype) for src, b in params["recvs"]]
+        got = g.exchange(sends, recvs)
+        out = cp.zeros(params["out_shape"], x.dtype)
+        pieces = [(x[box(ib)], ob) for ib, ob in params["local"]]
+        pieces += [(a, ob) for a, (_, ob) in zip(got, params["recvs"])]
+        for piece, ob in pieces:
+            if params["accumulate"]:
+                out[box(ob)] += piece
+            else:
+                out[box(ob)] = piece
+        return out
 
 
 __all__ = ["NCCLRuntime", "NcclGroup"]

@@ -363,12 +363,12 @@ def device_steps(prog, args):
     for kind, item, ins, outs in stages:
         if kind == "collective":
             x = _read(env, item.inputs[0])
-            env[item.outputs[0]] = np.asarray((yield (item.primitive, x, item.params)))
+            env[item.outputs[0]] = yield (item.primitive, x, item.params)  # host or device
         elif kind == "start":
             x = item.pack([_read(env, e.inputs[0]) for e in item.members])
             handles[item.number] = yield ("start", all_reduce_p, x, item.params)
         elif kind == "wait":
-            flat = np.asarray((yield ("wait", handles.pop(item.number))))
+            flat = yield ("wait", handles.pop(item.number))
             for e, v in zip(item.members, item.unpack(flat)):
                 env[e.outputs[0]] = v
         elif kind == "progress":

@@ -1,0 +1,57 @@
+"""Run by tests/test_mpi_nccl.py: fflow's NCCL runtime (lowering/cuda_nccl.py) under
+`FFLOW_RUNTIME=nccl python -m fflow.launch -n N`, with the stand-ins for CuPy and
+`cupy.cuda.nccl` (tests/fake_cupy.py, tests/fake_nccl.py); on simulated devices
+without them. Prints the numbers both must agree on, and which NCCL calls ran."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+if os.environ.get("FFLOW_RUNTIME") == "nccl":
+    import fake_nccl
+
+    fake_nccl.install()
+
+import fflow  # noqa: E402
+import fflow.numpy as jnp  # noqa: E402
+from fflow.sharding import B, P, S, partial_max, runtime  # noqa: E402
+
+
+def main(n):
+    rt = runtime()
+    pl = fflow.placement("cpu", list(range(n)))
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(7, 5)).astype(np.float32)  # uneven over 2 and 4 devices
+    out = {}
+    for src in [S(0), S(1), B]:
+        for dst in [S(0), S(1), B]:
+            out[f"box_{src}_{dst}"] = fflow.to_global(x, pl, src).to_global(sbp=dst)
+    parts = [x * (i + 1) for i in range(n)]
+    mine = parts if not hasattr(rt, "world") else parts[fflow.process_index()]
+    for op in (P, partial_max):
+        for dst in [B, S(0), S(1)]:
+            g = fflow.make_global_array(mine, pl, op)
+            out[f"reduce_{op}_{dst}"] = g.to_global(sbp=dst)
+    xb = fflow.to_global(x.astype(np.float16), pl, P)
+    out["f16_sum"] = xb.to_global(sbp=B)
+    if n == 4:
+        mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+        out["mesh"] = fflow.to_global(x, mesh, (S(0), S(1))).to_global(sbp=(S(1), S(0)))
+
+    def loss(w, x):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    w = rng.normal(size=(5, 3)).astype(np.float32)
+    out["dp_grad"] = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, S(0))))(w, x)
+    result = {k: np.asarray(v).astype(np.float32).tolist() for k, v in out.items()}
+    if "fake_nccl" in sys.modules:
+        result["calls"] = sorted({c[0] for c in sys.modules["fake_nccl"].calls})
+        result["runtime"] = rt.describe()
+    if fflow.process_index() == 0:
+        print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
