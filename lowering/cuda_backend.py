@@ -68,11 +68,17 @@ class Executable:
     def __call__(self, *args):
         rt = self.runtime
         prog = self.program
-        vals = [rt.to_runtime(_raw(a), v.aval) for v, a in zip(prog.invars, args)]
-        return [rt.wrap(value, v.aval) for value, v in zip(self.run_raw(vals), prog.outvars)]
+        with rt.scope():
+            vals = [rt.to_runtime(_raw(a), v.aval) for v, a in zip(prog.invars, args)]
+            outs = self.run_raw(vals)
+        return [rt.wrap(value, v.aval) for value, v in zip(outs, prog.outvars)]
 
     def run_raw(self, vals):
         """Run on runtime values (device arrays) -> runtime values."""
+        with self.runtime.scope():  # the program's device is current for all of it
+            return self._run(vals)
+
+    def _run(self, vals):
         rt = self.runtime
         prog = self.program
         if self.functions is None:

@@ -171,21 +171,22 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     rows, n = size_of(nrows_dims), size_of(red_shape)
     k = KernelSource("row", inline, wide)
     warp_mode = n <= 1024
+    # a grid-stride loop over rows: the grid is capped (MAX_GRID blocks), so rows past
+    # grid * rows-per-block are taken by the same warps / blocks on later iterations
     if warp_mode:
         block = 128
         grid = _grid(rows, block // 32)
-        head = [
-            f"const {k.idx_t} row = ({k.idx_t})blockIdx.x * (blockDim.x >> 5)"
-            " + (threadIdx.x >> 5);",
-            "const int tid = threadIdx.x & 31;",
-            "const int nt = 32;",
-        ]
+        head = ["const int tid = threadIdx.x & 31;", "const int nt = 32;"]
+        row_loop = (
+            f"for ({k.idx_t} row = ({k.idx_t})blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);"
+            f" row < {rows}{k.lit}; row += ({k.idx_t})gridDim.x * (blockDim.x >> 5)) {{"
+        )
     else:
         block = 1024 if n >= 16384 else 512 if n >= 4096 else 256
-        grid = rows
+        grid = _grid(rows, 1)
         # the block size is a constant of the kernel, so loops over a row unroll
-        head = [f"const {k.idx_t} row = blockIdx.x;", "const int tid = threadIdx.x;",
-                f"const int nt = {block};"]  # fmt: skip
+        head = ["const int tid = threadIdx.x;", f"const int nt = {block};"]
+        row_loop = f"for ({k.idx_t} row = blockIdx.x; row < {rows}{k.lit}; row += gridDim.x) {{"
     body = list(head)
     inner = []
     rb = Builder(k)
@@ -246,7 +247,7 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
             return out
 
         inner += elem_loop(fill)
-    body += [f"if (row < {rows}{k.lit}) {{"] + _indent(inner) + ["}"]
+    body += [row_loop] + _indent(inner) + ["}"]
     return k.finish(body, grid, block)
 
 

@@ -4,6 +4,8 @@ matmul standing in for cuBLAS. `CupyRuntime`: CuPy buffers, RawModules loaded fr
 the NVRTC cubins, cuBLAS via cupy.matmul, cuSOLVER via cupy.linalg (CuPy is
 imported only when this runtime is made)."""
 
+import contextlib
+
 import numpy as np
 
 from fflow.array import Array
@@ -24,6 +26,9 @@ class ShimRuntime:
 
     def __init__(self, device=None):
         self.device = device
+
+    def scope(self):
+        return contextlib.nullcontext()
 
     def empty(self, aval):
         from fflow.device import _aligned_copy
@@ -87,6 +92,11 @@ class CupyRuntime:
 
         self.cp = _cupy()
         self.device = device
+        self.capability = None
+
+    def scope(self):
+        """Make this runtime's GPU current: launches, allocations and GEMMs go there."""
+        return self.cp.cuda.Device(self.device.id)
 
     def empty(self, aval):
         from fflow.device import storage_dtype
@@ -94,28 +104,28 @@ class CupyRuntime:
         return self.cp.empty(aval.shape, storage_dtype(aval.dtype))
 
     def load(self, kernels):
-        import os
-        import tempfile
-
         from fflow.lowering import nvrtc
 
         out = {}
-        for k in kernels:
-            fn = _cupy_functions.get((k.name, self.device.id))
-            if fn is not None:
+        with self.scope():
+            for k in kernels:
+                fn = _cupy_functions.get((k.name, self.device.id))
+                if fn is None:
+                    try:
+                        # a cubin for this GPU's architecture (or PTX the driver JITs),
+                        # from the per-user cache, written atomically
+                        path = nvrtc.module_file(k.source, self._capability(), k.name + ".cu")
+                        mod = self.cp.RawModule(path=path)
+                    except nvrtc.NVRTCUnavailable:
+                        mod = self.cp.RawModule(code=k.source, options=("--std=c++17",))
+                    fn = _cupy_functions[(k.name, self.device.id)] = mod.get_function(k.name)
                 out[k.name] = fn
-                continue
-            try:
-                cubin = nvrtc.compile_cubin(k.source)
-                path = os.path.join(tempfile.gettempdir(), f"{k.name}.cubin")
-                with open(path, "wb") as f:
-                    f.write(cubin)
-                mod = self.cp.RawModule(path=path)
-            except nvrtc.NVRTCUnavailable:
-                mod = self.cp.RawModule(code=k.source, options=("--std=c++17",))
-            out[k.name] = mod.get_function(k.name)
-            _cupy_functions[(k.name, self.device.id)] = out[k.name]
         return out
+
+    def _capability(self):
+        if self.capability is None:
+            self.capability = int(self.cp.cuda.Device(self.device.id).compute_capability)
+        return self.capability
 
     def launch(self, fn, kernel, args):
         fn(_tuple(kernel.grid), (kernel.block,), tuple(args))

@@ -18,6 +18,7 @@ import hashlib
 import os
 import site
 import sys
+import tempfile
 import threading
 
 DEFAULT_ARCH = "sm_90"
@@ -36,12 +37,35 @@ class NVRTCUnavailable(RuntimeError):
 
 
 def cache_dir(kind):
-    root = os.environ.get("FFLOW_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "fflow"
-    )
+    """A per-user cache folder (`$FFLOW_CACHE_DIR/<kind>`, default `~/.cache/fflow/<kind>`).
+
+    Without a usable home folder it is `<tmp>/fflow-<uid>/<kind>`, private to the user,
+    never a shared name under /tmp that another user could plant files in.
+    """
+    root = os.environ.get("FFLOW_CACHE_DIR")
+    if not root:
+        home = os.path.expanduser("~")
+        if home not in ("", "/", "~") and os.access(home, os.W_OK):
+            root = os.path.join(home, ".cache", "fflow")
+        else:
+            uid = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+            root = os.path.join(tempfile.gettempdir(), f"fflow-{uid}")
     path = os.path.join(root, kind)
-    os.makedirs(path, exist_ok=True)
+    os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+def write_atomic(path, data):
+    """Write bytes so a concurrent reader sees the whole file or none of it."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _candidate_paths():
@@ -116,6 +140,10 @@ def _declare(lib):
     lib.nvrtcGetProgramLog.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.nvrtcGetCUBINSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.nvrtcGetCUBIN.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.nvrtcGetPTXSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.nvrtcGetPTX.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.nvrtcGetNumSupportedArchs.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.nvrtcGetSupportedArchs.argtypes = [ctypes.POINTER(ctypes.c_int)]
     lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
     lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
@@ -127,6 +155,59 @@ def version():
     major, minor = ctypes.c_int(), ctypes.c_int()
     _check(lib, lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
     return major.value, minor.value
+
+
+def supported_archs():
+    """Compute capabilities this NVRTC can build cubins for, e.g. [75, 80, ..., 90, 100]."""
+    lib = load_library()
+    n = ctypes.c_int()
+    _check(lib, lib.nvrtcGetNumSupportedArchs(ctypes.byref(n)), "nvrtcGetNumSupportedArchs")
+    arr = (ctypes.c_int * n.value)()
+    _check(lib, lib.nvrtcGetSupportedArchs(arr), "nvrtcGetSupportedArchs")
+    return list(arr)
+
+
+def targets_for(capability):
+    """(cubin arch or None, PTX arch) for a device of compute capability `capability` (e.g. 89).
+
+    A cubin when this NVRTC knows the device's architecture; PTX always, for the
+    newest architecture not above the device's, which the driver JIT-compiles on a
+    GPU newer than NVRTC (PTX is forward compatible, a cubin is not).
+    """
+    capability = int(capability)
+    archs = supported_archs()
+    cubin = f"sm_{capability}" if capability in archs else None
+    older = [a for a in archs if a <= capability]
+    if not older:
+        raise NVRTCError(
+            f"this NVRTC (supports {archs}) cannot build for compute capability {capability}. "
+            "Fix: install an nvidia-cuda-nvrtc wheel that supports the GPU"
+        )
+    return cubin, f"compute_{max(older)}"
+
+
+def module_file(source, capability, name="fflow_kernel.cu"):
+    """Path of a cached module file for a GPU of compute capability `capability`:
+    the cubin for its architecture, else PTX (JIT-compiled by the driver)."""
+    cubin_arch, ptx_arch = targets_for(capability)
+    arch = cubin_arch or ptx_arch
+    suffix = ".cubin" if cubin_arch else ".ptx"
+    path = os.path.join(cache_dir("nvrtc"), source_key(source, arch) + suffix)
+    if not os.path.exists(path):
+        data = compile_cubin(source, name, arch) if cubin_arch else compile_ptx(source, name, arch)
+        if not os.path.exists(path):  # compile_cubin writes its own cache file
+            write_atomic(path, data)
+    return path
+
+
+def compile_ptx(source, name="fflow_kernel.cu", arch="compute_90", options=()):
+    """Compile CUDA C to PTX text (bytes) for a virtual `arch` such as compute_80."""
+    key = ("ptx", source_key(source, arch, options))
+    ptx = _memory_cache.get(key)
+    if ptx is None:
+        ptx = _compile(source, name, arch, options, ptx=True).rstrip(b"\0")
+        _memory_cache[key] = ptx
+    return ptx
 
 
 def available():
@@ -177,15 +258,12 @@ def compile_cubin(source, name="fflow_kernel.cu", arch=DEFAULT_ARCH, options=())
         _memory_cache[key] = cubin
         return cubin
     cubin = _compile(source, name, arch, options)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(cubin)
-    os.replace(tmp, path)  # atomic: a concurrent process sees all of it or nothing
+    write_atomic(path, cubin)  # a concurrent process sees all of it or nothing
     _memory_cache[key] = cubin
     return cubin
 
 
-def _compile(source, name, arch, options):
+def _compile(source, name, arch, options, ptx=False):
     lib = load_library()
     prog = ctypes.c_void_p()
     with _lock:
@@ -209,9 +287,14 @@ def _compile(source, name, arch, options):
                     f"NVRTC could not compile {name} for {arch}:\n{log}\n--- source ---\n{numbered}"
                 )
             size = ctypes.c_size_t()
-            _check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+            get_size, get = (
+                (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
+                if ptx
+                else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
+            )
+            _check(lib, get_size(prog, ctypes.byref(size)), "nvrtc get size")
             buf = ctypes.create_string_buffer(size.value)
-            _check(lib, lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+            _check(lib, get(prog, buf), "nvrtc get result")
             return buf.raw
         finally:
             lib.nvrtcDestroyProgram(ctypes.byref(prog))

@@ -13,7 +13,14 @@ import types
 
 import numpy as np
 
-SOURCES = {}  # kernel name -> CUDA source
+SOURCES = {}  # kernel name or module file path -> CUDA source
+CURRENT = [0]  # the stack of current devices (`with cuda.Device(i)`)
+USED = []  # (what, device id) for every allocation, GEMM, module load and launch
+CAPABILITY = "90"
+
+
+def _use(what):
+    USED.append((what, CURRENT[-1]))
 
 
 class _Ptr:
@@ -35,6 +42,7 @@ def _wrap(x):
 
 
 def empty(shape, dtype=np.float32):
+    _use("empty")
     raw = np.empty(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize + 256, np.uint8)
     off = (-raw.ctypes.data) % 256  # CuPy's allocations are 256-byte aligned
     n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -44,6 +52,7 @@ def empty(shape, dtype=np.float32):
 def asarray(x, dtype=None):
     if isinstance(x, ndarray) and dtype is None:
         return x
+    _use("asarray")
     host = np.asarray(x, dtype)
     out = empty(host.shape, host.dtype)
     out[...] = host
@@ -51,6 +60,7 @@ def asarray(x, dtype=None):
 
 
 def matmul(a, b):
+    _use("matmul")
     return _wrap(np.matmul(np.asarray(a), np.asarray(b)))
 
 
@@ -62,15 +72,16 @@ class RawModule:
     def __init__(self, code=None, path=None, options=()):
         from fflow.lowering import shim
 
+        _use("module")
         if code is None:
-            name = os.path.basename(path).rsplit(".", 1)[0]
-            code = SOURCES[name]
+            code = SOURCES[path] if path in SOURCES else SOURCES[os.path.basename(path)[:-6]]
         self.kernels = shim.build_many([code])  # built already by the patched load
 
     def get_function(self, name):
         kernel = self.kernels[name]
 
         def launch(grid, block, args, shared_mem=0):
+            _use("launch")
             kernel(grid, block, tuple(np.asarray(a) for a in args), shared_mem)
 
         return launch
@@ -79,11 +90,14 @@ class RawModule:
 class _Device:
     def __init__(self, i=0):
         self.id = i
+        self.compute_capability = CAPABILITY
 
     def __enter__(self):
+        CURRENT.append(self.id)
         return self
 
     def __exit__(self, *a):
+        CURRENT.pop()
         return False
 
     def use(self):
@@ -93,14 +107,15 @@ class _Device:
         pass
 
 
-def install():
-    """Put this module in sys.modules as `cupy` and record NVRTC sources by kernel name."""
+def install(device_count=1):
+    """Put this module in sys.modules as `cupy` and record NVRTC sources by kernel name
+    and module file."""
     from fflow.lowering import nvrtc, shim
 
     mod = sys.modules[__name__]
     cuda = types.SimpleNamespace(
         Device=_Device,
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: device_count),
     )
     mod.cuda = cuda
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
@@ -116,6 +131,14 @@ def install():
         return compile_cubin(source, *args, **kwargs)
 
     nvrtc.compile_cubin = recording
+    module_file = nvrtc.module_file
+
+    def recording_file(source, *args, **kwargs):
+        path = module_file(source, *args, **kwargs)
+        SOURCES[path] = source
+        return path
+
+    nvrtc.module_file = recording_file
     # one g++ run per program (as the shim runtime does), not one per kernel
     from fflow.lowering import cuda_backend
 

@@ -1,8 +1,7 @@
-extern "C" __global__ void fflow_row_9d343a05c3b2(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
-  const int row = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+extern "C" __global__ void fflow_row_6ad6637c195a(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
   const int tid = threadIdx.x & 31;
   const int nt = 32;
-  if (row < 4) {
+  for (int row = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < 4; row += (int)gridDim.x * (blockDim.x >> 5)) {
     int t1 = (row);
     float acc0 = (float)(__int_as_float(0xff800000));
     #pragma unroll 4
