@@ -206,22 +206,6 @@ def test_control_flow_runs_compiled_bodies():
     run_cases([("scan + while + cond", f, [x])])
 
 
-@pytest.mark.skipif(BACKEND == "cuda", reason="the GPU check itself is running")
-def test_gpu_check_script_smoke_run_on_the_shim():
-    import subprocess
-    import sys
-
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.py")
-    proc = subprocess.run(
-        [sys.executable, path, "--tiny", "--backend", "cuda_shim", "--skip-tests"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "transformer block train step" in proc.stdout
-
-
 def test_jit_on_device_arrays_compiles_for_the_device():
     dev = fflow.devices("gpu" if BACKEND == "cuda" else "cuda_shim")[0]
     a = rng.standard_normal((6, 5)).astype(np.float32)
