@@ -26,10 +26,10 @@ def _mpiexec_ok():
     return True
 
 
-def run(n=None, timeout=240):
+def run(n=None, timeout=240, script=SCRIPT, devices=4):
     env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
-    env["FFLOW_NUM_CPU_DEVICES"] = "4"
-    cmd = [sys.executable] + (["-m", "fflow.launch", "-n", str(n)] if n else []) + [SCRIPT]
+    env["FFLOW_NUM_CPU_DEVICES"] = str(devices)
+    cmd = [sys.executable] + (["-m", "fflow.launch", "-n", str(n)] if n else []) + [script]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
@@ -92,3 +92,28 @@ def test_example_runs_under_the_launcher():
     assert "4 MPI ranks" in proc.stdout
     assert "bubble fraction 0.429 (theory (p-1)/(m+p-1) = 0.429)" in proc.stdout
     assert "equals the un-pipelined model" in proc.stdout
+
+
+@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+def test_3d_parallel_step_on_8_ranks_equals_simulated_and_single_device():
+    script = os.path.join(ROOT, "tests", "pipeline_3d_mpi_script.py")
+    mpi = run(n=8, script=script, devices=8)
+    sim = run(script=script, devices=8)
+    assert mpi.pop("runtime") == "8 MPI ranks"
+    assert sim.pop("runtime") == "8 simulated CPU devices"
+    assert mpi == sim  # bit for bit
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        import test_pipeline_3d as t3
+    finally:
+        sys.path.pop(0)
+    import fflow
+
+    rng = np.random.default_rng(5)
+    batch = (rng.normal(size=(8, 8)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32))
+    want_loss, want = fflow.value_and_grad(t3.plain)(t3.params(), batch)
+    np.testing.assert_allclose(sim["loss"], float(want_loss), rtol=1e-5)
+    for s in range(2):
+        for k, w in want[s].items():
+            got = np.asarray(sim[f"grad{s}_{k}"])
+            np.testing.assert_allclose(got, np.asarray(w), rtol=1e-4, atol=1e-5)
