@@ -17,7 +17,7 @@ from fflow.core import ShapedArray, Tracer
 array_methods.install(Array)
 array_methods.install(Tracer)
 
-from fflow import debug, lax, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
+from fflow import debug, lax_ops, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
 from fflow import sharding as _sharding  # noqa: E402,F401  (Array.to_global and friends)
 from fflow.transforms import shard_transfer as _transfer  # noqa: E402,F401  (to_global across placements)
@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 # Names provided by modules that load on first use (keeps `import fflow` fast and
 # keeps optional parts optional).
 _LAZY = {
+    "lax": ("fflow.lax", None),
     "vmap": ("fflow.transforms.vmap", "vmap"),
     "custom_jvp": ("fflow.transforms.custom", "custom_jvp"),
     "custom_vjp": ("fflow.transforms.custom", "custom_vjp"),
@@ -98,4 +99,4 @@ def device_get(x):
 
 
 def stop_gradient(x):
-    return lax.stop_gradient(x)
+    return lax_ops.stop_gradient(x)

@@ -9,7 +9,8 @@ keeps eager fflow close to NumPy's per-op cost.
 import numpy as np
 
 import fflow.numpy as jnp
-from fflow import core, dtypes, lax
+from fflow import core, dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array, root_trace
 from fflow.numpy.indexing import _IndexUpdateHelper, getitem
 

@@ -19,6 +19,7 @@ Example:
 import numpy as np
 
 from fflow import array_methods, core, errors
+from fflow import lax_ops as lax
 from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import Literal, Primitive
@@ -52,8 +53,6 @@ def _debug_callback_jvp(primals, tangents, *, callback, in_tree):
 
 def _debug_callback_batch(vals, dims, *, callback, in_tree):
     # one callback per lane, in lane order
-    from fflow import lax
-
     size = None
     for v, d in zip(vals, dims):
         if d is not None:

@@ -12,7 +12,7 @@ each device feeds its own rows to every micro-batch. The loss is the mean of the
 micro-batch losses (equal to the whole-batch mean for a mean loss).
 """
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.errors import user_error
 from fflow.transforms.ad_api import value_and_grad
 from fflow.tree_util import tree_map

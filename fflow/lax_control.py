@@ -15,6 +15,7 @@ Example:
 
 import numpy as np
 
+from fflow import lax_ops as lax
 from fflow.api_util import as_value
 from fflow.array import Array
 from fflow.core import aval_of_value
@@ -23,8 +24,6 @@ from fflow.tree_util import tree_flatten, tree_map, tree_unflatten
 
 
 def _lax():
-    from fflow import lax
-
     return lax
 
 

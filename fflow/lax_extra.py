@@ -11,6 +11,7 @@ Example:
 import enum
 import itertools
 
+from fflow import lax_ops as lax
 from fflow.errors import user_error
 
 __all__ = [
@@ -61,7 +62,6 @@ def top_k(operand, k):
 def _monoid(computation):
     """The fflow.numpy reduction matching a known binary `computation`, else None."""
     import fflow.numpy as jnp
-    from fflow import lax
 
     table = {
         lax.add: jnp.sum,
@@ -136,7 +136,6 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     """Reduce each window of `operand` with `computation` (JAX's `lax.reduce_window`),
     e.g. max pooling: `reduce_window(x, -inf, lax.max, (2, 2), (2, 2), "VALID")`."""
     import fflow.numpy as jnp
-    from fflow import lax
 
     x = jnp.asarray(operand)
     nd = x.ndim
@@ -191,7 +190,6 @@ def conv_general_dilated(
     slices contracted with one kernel tap each, so every transform applies.
     """
     import fflow.numpy as jnp
-    from fflow import lax
 
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     nsp = lhs.ndim - 2

@@ -4,7 +4,7 @@ import numpy as np
 from fflow.primitives.registrar import binary
 from fflow.transforms.autodiff import defjvp, deflinear, is_undefined, jvp_rules, transpose_rules
 
-from fflow import lax
+from fflow import lax_ops as lax
 
 
 def _linear_ct(ct, x):

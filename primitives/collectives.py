@@ -25,7 +25,7 @@ Members always reduce in group order, so every runtime gets bit-identical number
 import numpy as np
 from fflow.transforms.autodiff import Zero, deflinear, instantiate, jvp_rules, transpose_rules
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import FflowError
 from fflow.sbp import balanced, partial_identity, reduce_fn

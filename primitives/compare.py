@@ -12,7 +12,7 @@ from fflow.transforms.autodiff import (
     zeros_like_aval,
 )
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray, aval_of_value
 from fflow.dtypes import bool_
 from fflow.errors import DtypeError, ShapeError, user_error

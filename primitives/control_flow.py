@@ -18,7 +18,7 @@ from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
 from fflow.transforms.staging import partial_eval_rules
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, Var
 from fflow.errors import FflowError, ShapeError, user_error
 

@@ -3,7 +3,8 @@
 import numpy as np
 from fflow.transforms.autodiff import Zero, jvp_rules, tangent_aval, transpose_rules
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 
 convert_element_type_p = Primitive("convert_element_type")

@@ -8,7 +8,7 @@ zeros and ties.
 import numpy as np
 from fflow.transforms.autodiff import deflinear, jvp_flat, jvp_rules
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
 

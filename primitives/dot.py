@@ -8,7 +8,8 @@ import numpy as np
 from fflow.transforms.autodiff import defjvp, transpose_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
 
-from fflow import dtypes, lax, threads
+from fflow import dtypes, threads
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.sbp import B, P, S

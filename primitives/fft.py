@@ -10,6 +10,7 @@ import numpy as np
 from fflow.transforms.autodiff import deflinear
 
 from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
 
@@ -67,16 +68,12 @@ def _fft_abstract_eval(x, *, fft_type, fft_lengths):
 
 def _conj(z):
     # conj(z) = 2 re(z) - z, over convert_element_type (every transform has its rules)
-    from fflow import lax
-
     re = lax.convert_element_type(lax.convert_element_type(z, _real_of(z.dtype)), z.dtype)
     return lax.sub(lax.add(re, re), z)
 
 
 def _fft_transpose(ct, x, *, fft_type, fft_lengths):
     from fflow.transforms.autodiff import Zero
-
-    from fflow import lax
 
     if type(ct) is Zero:
         return [None]

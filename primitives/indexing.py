@@ -16,7 +16,7 @@ from fflow.transforms.autodiff import (
 )
 from fflow.transforms.shard_rules import Sig, def_sbp
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
 from fflow.sbp import B, P, S

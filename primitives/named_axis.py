@@ -15,7 +15,7 @@ import numpy as np
 from fflow.transforms import autodiff as ad
 from fflow.transforms import vmap as vm
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import user_error
 

@@ -20,7 +20,7 @@ from fflow.transforms import vmap as _vmap
 from fflow.transforms.autodiff import Zero, jvp_rules, transpose_rules
 from fflow.transforms.shard_rules import def_broadcast_only
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray, Tracer
 from fflow.errors import user_error
 

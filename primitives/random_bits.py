@@ -30,7 +30,7 @@ import numpy as np
 from fflow.transforms.autodiff import defzero
 from fflow.transforms.shard_rules import Sig, def_sbp
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.sbp import B, S

@@ -3,7 +3,8 @@
 import numpy as np
 from fflow.transforms.autodiff import deflinear, defzero, jvp_flat, jvp_rules
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
 

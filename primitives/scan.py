@@ -15,6 +15,7 @@ from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
 from fflow.transforms.staging import partial_eval_rules
 
+from fflow import lax_ops as lax
 from fflow.core import Literal, Primitive, Program, set_current_trace
 from fflow.errors import ShapeError, user_error
 
@@ -298,8 +299,6 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse=Fa
         rx, cty = rest[:n_rx], rest[n_rx:]
         outs = pt.call(body_t, list(body_t_consts) + list(rc) + list(rx) + list(ctc) + list(cty))
         ct_lc, ct_car, ct_lx = outs[:n_lc], outs[n_lc : n_lc + num_carry], outs[n_lc + num_carry :]
-        from fflow import lax
-
         return [lax.add(x, y) for x, y in zip(acc, ct_lc)] + list(ct_car) + list(ct_lx)
 
     step_avals = (

@@ -5,7 +5,7 @@ import numpy as np
 from fflow.transforms.autodiff import Zero, deflinear, is_undefined
 from fflow.transforms.shard_rules import Sig, def_sbp, passthrough_partials
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import ShapeError, user_error
 from fflow.sbp import B, P, S

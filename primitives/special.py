@@ -6,7 +6,7 @@ import numpy as np
 from fflow.primitives.registrar import unary
 from fflow.transforms.autodiff import defjvp
 
-from fflow import lax
+from fflow import lax_ops as lax
 
 
 def _scipy_special():

@@ -10,7 +10,7 @@ import numpy as np
 from fflow.primitives.registrar import unary
 from fflow.transforms.autodiff import defjvp, defjvp_with_output, deflinear, defzero
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.dtypes import bool_
 
 neg_p = unary("neg", np.negative, float_only=False)

@@ -7,6 +7,7 @@ import numpy as np
 from fflow.transforms import autodiff as ad
 from fflow.transforms.staging import eval_program
 
+from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun, normalize_argnums
 from fflow.core import aval_of_value
 from fflow.errors import user_error
@@ -301,8 +302,6 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
 
 def _split_last(t, sizes, leaves, single, in_tree):
     """(out_shape..., total) -> per-input pieces shaped out_shape + in_shape."""
-    from fflow import lax
-
     aval = aval_of_value(t)
     out_shape = aval.shape[:-1]
     pieces = []
@@ -342,8 +341,6 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         cts = vmap(pull)(*basis)  # each leaf: (total_out, *in_shape)
 
         def per_output(ct):
-            from fflow import lax
-
             pieces = []
             start = 0
             aval = aval_of_value(ct)

@@ -28,7 +28,8 @@ from fflow.transforms.amp_scale import (
     select_tree,
 )
 
-from fflow import core, dtypes, lax
+from fflow import core, dtypes
+from fflow import lax_ops as lax
 from fflow.core import Program, aval_of_value, set_current_trace
 from fflow.dtypes import float32
 from fflow.errors import user_error

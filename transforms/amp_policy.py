@@ -22,6 +22,7 @@ gray and clear = "follow".
 import numpy as np
 
 from fflow import core, dtypes
+from fflow import lax_ops as lax
 from fflow.errors import user_error
 
 LOW, FP32, FOLLOW, KEEP = "low", "fp32", "follow", "keep"
@@ -221,7 +222,6 @@ class Policy:
 
 
 def _cast_tree(tree, dtype):
-    from fflow import lax
     from fflow.tree_util import tree_map
 
     def cast(x):

@@ -12,7 +12,8 @@ Everything here is jittable: the state is arrays, decisions are `where`s.
 
 import numpy as np
 
-from fflow import core, dtypes, lax
+from fflow import core, dtypes
+from fflow import lax_ops as lax
 from fflow.tree_util import register_pytree_node_class, tree_leaves, tree_map
 
 

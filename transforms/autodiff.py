@@ -8,6 +8,7 @@ inputs arrive as `UndefinedPrimal` and absent cotangents are `None` or `Zero`.
 """
 
 from fflow import core
+from fflow import lax_ops as lax
 from fflow.core import ShapedArray, aval_of_value, set_current_trace
 from fflow.errors import FflowError, user_error
 
@@ -44,8 +45,6 @@ def is_undefined(x):
 
 
 def zeros_like_aval(aval):
-    from fflow import lax
-
     return lax.full(aval.shape, 0, aval.dtype)
 
 
@@ -63,8 +62,6 @@ def add_tangents(x, y):
         return y
     if type(y) is Zero:
         return x
-    from fflow import lax
-
     return lax.add(x, y)
 
 
@@ -343,8 +340,6 @@ def check_scalar_output(out, what="grad"):
 
 
 def ones_like_value(x):
-    from fflow import lax
-
     aval = aval_of_value(x)
     return lax.full(aval.shape, 1, aval.dtype)
 

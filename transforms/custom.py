@@ -27,6 +27,7 @@ from fflow.transforms.staging import (
 )
 
 from fflow import core
+from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value
 from fflow.core import Primitive, Program, aval_of_value, set_current_trace
 from fflow.errors import user_error
@@ -239,8 +240,6 @@ def _abstract_outs(program, fun, in_avals, num_consts):
 
 def _match_tangent(t, primal, name):
     """A rule's tangent output as an array of the primal output's shape and dtype."""
-    from fflow import lax
-
     t = as_value(t)
     p_aval = aval_of_value(primal)
     t_aval = aval_of_value(t)

@@ -53,6 +53,7 @@ from fflow.transforms.staging import (
 
 from fflow import array as array_mod
 from fflow import core
+from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun
 from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
 from fflow.errors import user_error
@@ -636,8 +637,6 @@ def _shift(nd):
 def _shard_call_batch(args, dims, *, sharded):
     from fflow.transforms.vmap import vmap
 
-    from fflow import lax
-
     sp = sharded
     prog = sp.program
     moved = []
@@ -674,8 +673,6 @@ def _shard_call_batch(args, dims, *, sharded):
 
 
 def _batch_constraint(args, dims, *, sbp):
-    from fflow import lax
-
     (x,), (d,) = args, dims
     if d != 0:
         perm = (d,) + tuple(i for i in range(x.ndim) if i != d)

@@ -12,7 +12,7 @@ still run whole on every device (their signatures are all-broadcast).
 from fflow.transforms import program_transforms as pt
 from fflow.transforms.staging import trace_to_program
 
-from fflow import lax
+from fflow import lax_ops as lax
 from fflow.core import Literal
 
 MAX_UNROLL = 64  # steps; beyond this the program would grow too large to plan

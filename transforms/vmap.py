@@ -21,6 +21,7 @@ import threading
 import numpy as np
 
 from fflow import core
+from fflow import lax_ops as lax
 from fflow.api_util import as_value
 from fflow.core import aval_of_value, set_current_trace
 from fflow.errors import user_error
@@ -167,8 +168,6 @@ def batch_size(vals, dims):
 
 def moveaxis(x, src, dst):
     """Move axis `src` of `x` to position `dst` (both non-negative)."""
-    from fflow import lax
-
     if src == dst:
         return x
     ndim = aval_of_value(x).ndim
@@ -179,8 +178,6 @@ def moveaxis(x, src, dst):
 
 def bdim_to_front(x, bdim, size):
     """`x` with its batch dimension first; an unbatched `x` is broadcast to `size`."""
-    from fflow import lax
-
     if bdim is not_mapped:
         return lax.broadcast(x, (size,))
     return moveaxis(x, bdim, 0)
@@ -209,8 +206,6 @@ def _elementwise_batch(prim, vals, dims, **params):
     Operands of lower rank than the others (e.g. a scalar select predicate) are
     broadcast to the full batched shape.
     """
-    from fflow import lax
-
     batched = [(v, d) for v, d in zip(vals, dims) if d is not not_mapped]
     d0 = batched[0][1]
     if (
@@ -470,8 +465,6 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
 
 
 def _to_out_axis(v, d, ax, size):
-    from fflow import lax
-
     ndim = aval_of_value(v).ndim + (1 if d is not_mapped else 0)
     if ax is None:
         if d is not_mapped:

@@ -10,7 +10,7 @@ rules are kept: the batched equation carries vmapped versions of them, so
 from fflow.transforms import custom, remat
 from fflow.transforms import vmap as vm
 
-from fflow import lax
+from fflow import lax_ops as lax
 
 
 def _front(vals, dims):

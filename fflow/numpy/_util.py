@@ -3,7 +3,8 @@ scalars) and NumPy broadcasting made explicit with `broadcast_in_dim`."""
 
 import numpy as np
 
-from fflow import core, dtypes, lax
+from fflow import core, dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array, root_trace
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error

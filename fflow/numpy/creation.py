@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array, is_eager
 from fflow.core import Tracer
 from fflow.numpy._util import default_dtype_array, info

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.numpy._util import convert, info, mark_weak, operand, promote, promote_dtypes
 

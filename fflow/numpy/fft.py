@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.numpy import shapes as _sh
 from fflow.numpy._util import info, operand

@@ -8,7 +8,8 @@ are dropped, as in JAX.
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ConcretizationError, user_error

@@ -14,7 +14,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
 from fflow.numpy import elementwise as _ew
 from fflow.numpy import reductions as _red

@@ -5,7 +5,8 @@ import functools
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
 from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, info, operand, promote_dtypes
 

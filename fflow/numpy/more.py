@@ -7,7 +7,8 @@ import functools
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error

@@ -4,7 +4,8 @@ import builtins
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand
 
 

@@ -4,7 +4,8 @@ import builtins
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error

@@ -5,7 +5,8 @@ import builtins
 
 import numpy as np
 
-from fflow import dtypes, lax
+from fflow import dtypes
+from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
 from fflow.numpy import elementwise as ew
 from fflow.numpy import reductions as red
