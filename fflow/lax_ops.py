@@ -30,7 +30,9 @@ class _Primitives:
     wrappers), so they cannot be imported here."""
 
     def __getattr__(self, attr):
-        prim = primitives[attr.removesuffix("_p")]
+        prim = primitives.get(attr.removesuffix("_p")) if attr.endswith("_p") else None
+        if prim is None:
+            raise AttributeError(f"no primitive for {attr!r}")
         setattr(self, attr, prim)
         return prim
 
