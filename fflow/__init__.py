@@ -8,6 +8,7 @@ Example:
 """
 
 import importlib as _importlib
+import sys as _sys
 
 from fflow import array as _array  # installs the root trace
 from fflow import array_methods, core, dtypes, errors
@@ -17,10 +18,10 @@ from fflow.core import ShapedArray, Tracer
 array_methods.install(Array)
 array_methods.install(Tracer)
 
-from fflow import debug, lax_ops, numpy, tree_util  # noqa: E402  (debug: the debug_nans hooks)
+from fflow import lax_ops, numpy, tree_util  # noqa: E402
 from fflow import primitives as _primitives  # noqa: E402,F401  (registers every primitive)
 from fflow import sharding as _sharding  # noqa: E402,F401  (Array.to_global and friends)
-from fflow.transforms import shard_transfer as _transfer  # noqa: E402,F401  (to_global across placements)
+from fflow.config import config as _config  # noqa: E402
 from fflow.transforms.ad_api import (  # noqa: E402
     grad,
     hessian,
@@ -84,6 +85,26 @@ def __getattr__(name):
     value = module if entry[1] is None else getattr(module, entry[1])
     globals()[name] = value
     return value
+
+
+def _move_placement(x, placement, sbp):
+    """to_global onto other devices: point-to-point boxing (transforms/shard_transfer.py),
+    loaded on the first move (import time)."""
+    return _importlib.import_module("fflow.transforms.shard_transfer").transfer(x, placement, sbp)
+
+
+_sharding.placement_movers.append(_move_placement)
+
+
+def _debug_checks(_value):
+    """Eager NaN/inf checks live in fflow.debug, loaded when first turned on."""
+    if _config.debug_nans or _config.debug_infs or "fflow.debug" in _sys.modules:
+        _importlib.import_module("fflow.debug")._eager_checks_hook(_value)
+
+
+_config.on_update("debug_nans", _debug_checks)
+_config.on_update("debug_infs", _debug_checks)
+_debug_checks(None)
 
 
 def block_until_ready(x):

@@ -266,12 +266,9 @@ def install_eager_checks(on):
 
 
 def _eager_checks_hook(_value):
+    # fflow/__init__ calls this when debug_nans / debug_infs change (this module loads
+    # on first use)
     install_eager_checks(config.debug_nans or config.debug_infs)
 
-
-config.on_update("debug_nans", _eager_checks_hook)
-config.on_update("debug_infs", _eager_checks_hook)
-if config.debug_nans or config.debug_infs:
-    install_eager_checks(True)
 
 __all__ = ["print", "callback", "debug_callback_p", "run_interpreted", "NanError"]

@@ -8,6 +8,8 @@ Example:
     [6.0, 24.0]
 """
 
+import importlib as _importlib
+
 import numpy as _np
 
 from fflow.array import Array as ndarray
@@ -16,7 +18,6 @@ from fflow.dtypes import (
 )
 from fflow.numpy import creation as _creation
 from fflow.numpy import elementwise as _elementwise
-from fflow.numpy import fft, linalg
 from fflow.numpy import more as _more
 from fflow.numpy import reductions as _reductions
 from fflow.numpy import shapes as _shapes
@@ -117,6 +118,10 @@ euler_gamma = _np.euler_gamma
 
 
 def __getattr__(name):
+    if name in ("fft", "linalg"):  # submodules, loaded on first use (import time)
+        module = _importlib.import_module("fflow.numpy." + name)
+        globals()[name] = module
+        return module
     if name == "bfloat16":
         global bfloat16
         bfloat16 = _scalar_type(_bf16())
