@@ -219,6 +219,10 @@ class ShardedProgram:
         inside a jitted program: no global arrays are made on the way)."""
         rt = runtime()
         pl = self.placement
+        if pl.size == 1 and not hasattr(rt, "world"):  # one simulated device: run it
+            out = run_plain(self.local_program(0), [np.asarray(a) for a in args])
+            if out is not None:
+                return out
         in_shards = [
             rt.scatter(np.asarray(a, v.aval.dtype), s, pl)
             for a, v, s in zip(args, self.program.invars, self.in_sbps)
