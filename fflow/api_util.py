@@ -44,7 +44,7 @@ def as_value(x):
 
         return Array(np.asarray(x, dtypes.python_scalar_dtype(x)), weak_type=True)
     if t is np.ndarray:
-        return Array(x)
+        return Array(x.copy())  # never alias the caller's buffer (JAX copies to the device)
     if isinstance(x, np.generic):
         return Array(np.asarray(x))
     if isinstance(x, Array):

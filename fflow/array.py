@@ -228,70 +228,93 @@ def _wrap(out):
 
 
 class EvalTrace(core.Trace):
-    """The root trace: applies primitives to concrete values right away."""
+    """The root trace: applies primitives to concrete values right away.
+
+    Every application first runs the primitive's shape rule, the same one tracing
+    runs, so eager and staged code agree on shapes, dtypes, weak types and errors.
+    """
 
     def process_primitive(self, prim, args, params):
         vals = []
-        weak = bool(args)
+        avals = []
+        raw = None  # caller-owned buffers among the inputs (results must not alias them)
         for a in args:
             t = type(a)
             if t is Array:
-                if a._sharding is not None or type(a._value) is not np.ndarray:
+                v = a._value
+                if a._sharding is not None or type(v) is not np.ndarray:
                     return _dispatch_special(prim, args, params)
-                vals.append(a._value)
-                weak = weak and a._weak
-            elif t is np.ndarray:
-                vals.append(a)
-                weak = False
-            elif isinstance(a, core.Tracer):
+                vals.append(v)
+                avals.append((v.shape, v.dtype, a._weak))
+                continue
+            if isinstance(a, core.Tracer):
                 core.check_not_leaked(a, self)
                 raise core.UnexpectedTracerError(
                     f"a tracer of {a._trace} reached eager evaluation of {prim.name}; "
                     "a traced value escaped its transformation."
                 )
-            else:
-                vals.append(np.asarray(a))
-        try:
-            out = prim.impl(*vals, **params)
-        except Exception as e:
-            # eager calls skip the shape rule for speed; on failure it says why, at the user's line
-            err = _shape_rule_error(prim, vals, params)
-            if err is None:
-                raise
-            raise err from e
-        if weak or params.get("weak_type"):
-            # rare (values made from Python scalars): the shape rule says which results
-            # stay weakly typed, as under jit
-            return _wrap_weak(prim, args, params, out)
+            aval = core.aval_of_value(a)
+            v = np.asarray(a, aval.dtype) if aval.weak_type else np.asarray(a)
+            vals.append(v)
+            avals.append((aval.shape, aval.dtype, aval.weak_type))
+            if v.ndim and not aval.weak_type:
+                raw = vals
+        out_avals = _shape_rule(prim, avals, params)
+        out = prim.impl(*vals, **params)
         if prim.multiple_results:
-            return [_wrap(o) for o in out]
-        return _wrap(out)
+            if out_avals is None:
+                return [_wrap(_own(o, raw)) for o in out]
+            return [_wrap_as(_own(o, raw), av) for o, av in zip(out, out_avals)]
+        if out_avals is None:
+            return _wrap(_own(out, raw))
+        return _wrap_as(_own(out, raw), out_avals)
 
 
-def _wrap_weak(prim, args, params, out):
-    outs = out if prim.multiple_results else [out]
-    try:
-        avals = prim.abstract_eval(*[core.aval_of_value(a) for a in args], **params)
-        avals = avals if prim.multiple_results else [avals]
-        flags = [getattr(av, "weak_type", False) for av in avals]
-    except Exception:  # noqa: BLE001 - no shape rule: results are strongly typed
-        flags = [False] * len(outs)
-    wrapped = [Array(np.asarray(o), bool(w)) for o, w in zip(outs, flags)]
-    return wrapped if prim.multiple_results else wrapped[0]
+_rule_cache = {}  # (prim, avals, params) -> the shape rule's result, for eager speed
 
 
-def _shape_rule_error(prim, vals, params):
-    from fflow.errors import FflowError
-
-    if prim.abstract_eval is None:
+def _shape_rule(prim, avals, params):
+    rule = prim.abstract_eval
+    if rule is None or not prim.eager_shape_rule:
         return None
     try:
-        prim.abstract_eval(*[ShapedArray(np.shape(v), np.asarray(v).dtype) for v in vals], **params)
-    except FflowError as err:
-        return err
-    except Exception:
-        return None
-    return None
+        key = (prim, *avals, *params.items())
+        out = _rule_cache.get(key)
+    except TypeError:  # unhashable params (rare): no caching
+        return rule(*[_aval(*a) for a in avals], **params)
+    if out is None:
+        out = rule(*[_aval(*a) for a in avals], **params)
+        if len(_rule_cache) > 8192:
+            _rule_cache.clear()
+        _rule_cache[key] = out
+    return out
+
+
+def _aval(shape, dtype, weak):
+    # ShapedArray without re-normalising: NumPy's shape and dtype already are
+    aval = object.__new__(ShapedArray)
+    aval.shape = shape
+    aval.dtype = dtype
+    aval.weak_type = weak
+    return aval
+
+
+def _own(out, raw):
+    """A result that may be a view of a caller's NumPy buffer is copied (JAX copies
+    inputs to the device; a later write into the caller's buffer must not show)."""
+    if raw is not None and type(out) is np.ndarray and out.base is not None:
+        if any(type(v) is np.ndarray and np.may_share_memory(out, v) for v in raw):
+            return out.copy()
+    return out
+
+
+def _wrap_as(out, aval):
+    """Wrap an impl's result with the shape rule's dtype and weak type."""
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
+    if out.dtype != aval.dtype:
+        out = out.astype(aval.dtype)
+    return Array(out, aval.weak_type) if aval.weak_type else Array(out)
 
 
 def _dispatch_special(prim, args, params):

@@ -203,6 +203,11 @@ class Primitive:
     "elementwise" or "linear" that let a transform apply a family rule.
     """
 
+    # Eager evaluation runs the shape rule first (eager and jit agree, errors
+    # included); False for call primitives whose rule would re-trace the user's
+    # function (custom_jvp/custom_vjp: Python control flow must work eagerly).
+    eager_shape_rule = True
+
     def __init__(self, name, multiple_results=False):
         self.name = name
         self.multiple_results = multiple_results

@@ -321,14 +321,43 @@ def _index_scalar(i):
     return i
 
 
+def _wrap_starts(x, start_indices):
+    """JAX's index normalisation: a negative start counts from the end (i + dim);
+    the primitive then clamps the window into bounds."""
+    shape = aval_of_value(x).shape
+    if len(start_indices) != len(shape):
+        return [_index_scalar(i) for i in start_indices]  # the shape rule says why
+    out = []
+    for i, d in zip(start_indices, shape):
+        i = _index_scalar(i)
+        if isinstance(i, (np.ndarray, np.generic)):
+            if i.dtype.kind == "i" and i < 0:
+                i = np.asarray(i + d, i.dtype)
+        elif aval_of_value(i).dtype.kind == "i":
+            i = select(lt(i, full((), 0, i.dtype)), add(i, full((), d, i.dtype)), i)
+        out.append(i)
+    return out
+
+
 def dynamic_slice(x, start_indices, slice_sizes):
-    starts = [_index_scalar(i) for i in start_indices]
-    return _p.dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(int(s) for s in slice_sizes))
+    """The window of `slice_sizes` at `start_indices` (negative starts count from the
+    end; the window is clamped into bounds, as in JAX).
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> from fflow import lax
+        >>> lax.dynamic_slice(jnp.arange(5.0), (-2,), (2,)).tolist()
+        [3.0, 4.0]
+    """
+    starts = _wrap_starts(x, list(start_indices))
+    return _prims().dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(int(s) for s in slice_sizes))
 
 
 def dynamic_update_slice(x, update, start_indices):
-    starts = [_index_scalar(i) for i in start_indices]
-    return _p.dynamic_update_slice_p.bind(x, update, *starts)
+    """`x` with `update` written at `start_indices` (negative starts count from the
+    end; the window is clamped into bounds, as in JAX)."""
+    starts = _wrap_starts(x, list(start_indices))
+    return _prims().dynamic_update_slice_p.bind(x, update, *starts)
 
 
 def dynamic_slice_in_dim(x, start_index, slice_size, axis=0):

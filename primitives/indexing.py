@@ -56,17 +56,27 @@ def _dynamic_slice_abstract_eval(x, *starts, slice_sizes):
     return ShapedArray(slice_sizes, x.dtype, x.weak_type)
 
 
+# Rules bind the primitives directly: their starts are already normalised (the
+# lax wrappers' negative-index wrap must not apply twice).
+def _ds(x, starts, slice_sizes):
+    return dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(slice_sizes))
+
+
+def _dus(x, update, starts):
+    return dynamic_update_slice_p.bind(x, update, *starts)
+
+
 def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
     x, *starts = primals
-    out = lax.dynamic_slice(x, starts, slice_sizes)
+    out = _ds(x, starts, slice_sizes)
     if type(tangents[0]) is Zero:
         return out, Zero(tangents[0].aval.update(shape=slice_sizes))
-    return out, lax.dynamic_slice(tangents[0], starts, slice_sizes)
+    return out, _ds(tangents[0], starts, slice_sizes)
 
 
 def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):
     zeros = lax.full(x.aval.shape, 0, x.aval.dtype)
-    return [lax.dynamic_update_slice(zeros, instantiate(ct), starts)] + [None] * len(starts)
+    return [_dus(zeros, instantiate(ct), starts)] + [None] * len(starts)
 
 
 jvp_rules[dynamic_slice_p] = _dynamic_slice_jvp
@@ -101,10 +111,10 @@ def _dus_abstract_eval(x, update, *starts):
 def _dus_jvp(primals, tangents):
     x, update, *starts = primals
     tx, tu = tangents[0], tangents[1]
-    out = lax.dynamic_update_slice(x, update, starts)
+    out = _dus(x, update, starts)
     if type(tx) is Zero and type(tu) is Zero:
         return out, tx
-    return out, lax.dynamic_update_slice(instantiate(tx), instantiate(tu), starts)
+    return out, _dus(instantiate(tx), instantiate(tu), starts)
 
 
 def _dus_transpose(ct, x, update, *starts):
@@ -113,8 +123,8 @@ def _dus_transpose(ct, x, update, *starts):
     u_aval = update.aval if is_undefined(update) else ShapedArray(np.shape(update), ct.dtype)
     ct_x = None
     if is_undefined(x):
-        ct_x = lax.dynamic_update_slice(ct, lax.full(u_aval.shape, 0, ct.dtype), starts)
-    ct_u = lax.dynamic_slice(ct, starts, u_aval.shape) if is_undefined(update) else None
+        ct_x = _dus(ct, lax.full(u_aval.shape, 0, ct.dtype), starts)
+    ct_u = _ds(ct, starts, u_aval.shape) if is_undefined(update) else None
     return [ct_x, ct_u] + [None] * len(starts)
 
 

@@ -258,6 +258,7 @@ def _match_tangent(t, primal, name):
 # custom_jvp
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
+custom_jvp_call_p.eager_shape_rule = False  # its rule traces the user's function
 
 
 @custom_jvp_call_p.def_impl
@@ -394,6 +395,7 @@ def _add(x, y):
 # custom_vjp
 
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)
+custom_vjp_call_p.eager_shape_rule = False  # its rule traces the user's function
 custom_lin_p = Primitive("custom_lin", multiple_results=True)
 
 

@@ -9,6 +9,7 @@ trace instead, so only the unknown (tangent) part is staged.
 import numpy as np
 
 from fflow import core
+from fflow.array import Array
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
 from fflow.errors import SourceInfo, user_source_info
 
@@ -41,6 +42,7 @@ class StagingTrace(core.Trace):
         self.invars = []
         self.eqns = []
         self.const_vars = {}  # id(value) -> (var, value)
+        self._keep_alive = []
 
     def new_arg(self, aval):
         var = Var(aval)
@@ -53,8 +55,9 @@ class StagingTrace(core.Trace):
         if isinstance(x, core.Tracer):
             core.check_not_leaked(x, self)
         if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
-            # before the Python-scalar check: np.float64 subclasses float
-            return Literal(x, ShapedArray((), x.dtype))
+            # before the Python-scalar check: np.float64 subclasses float; a 0-d array
+            # is copied (captured now, as JAX does: later writes to it do not show)
+            return Literal(x[()] if isinstance(x, np.ndarray) else x, ShapedArray((), x.dtype))
         if isinstance(x, (bool, int, float, complex)):
             return Literal(x)
         if getattr(x, "_weak", False) and type(x).__name__ == "Array" and x.ndim == 0:
@@ -63,7 +66,13 @@ class StagingTrace(core.Trace):
                 return Literal(x._value, ShapedArray((), x.dtype, weak_type=True))
         entry = self.const_vars.get(id(x))
         if entry is None:
-            entry = (Var(aval_of_value(x)), x)
+            value = x
+            if not isinstance(x, (core.Tracer, Array)):
+                # a closed-over NumPy array is captured when traced (as in JAX): a later
+                # write into it must not change the compiled function
+                value = np.array(x)
+                self._keep_alive.append(x)  # its id keys const_vars
+            entry = (Var(aval_of_value(value)), value)
             self.const_vars[id(x)] = entry
         return entry[0]
 

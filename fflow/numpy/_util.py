@@ -64,17 +64,21 @@ def default_dtype_array(arr):
 
 
 def operand(x):
-    """Make `x` something a primitive accepts (Array, Tracer, ndarray)."""
+    """Make `x` an fflow value (Array or Tracer): functions that compute nothing (a
+    no-op transpose, a sum over no axes) still return an fflow Array, never a view of
+    the caller's NumPy buffer."""
     t = type(x)
-    if t is Array or t is np.ndarray or isinstance(x, Tracer):
+    if t is Array or isinstance(x, Tracer):
         return x
+    if t is np.ndarray:
+        return Array(x.copy())
     if t in _SCALARS:
-        return np.asarray(x, dtypes.python_scalar_dtype(x))
+        return Array(np.asarray(x, dtypes.python_scalar_dtype(x)), weak_type=True)
     if isinstance(x, np.generic):
-        return np.asarray(x)
+        return Array(np.asarray(x))
     if isinstance(x, Array):
         return x
-    return asarray_value(x)
+    return Array(asarray_value(x))
 
 
 def convert(x, dtype):

@@ -62,7 +62,7 @@ def asarray(a, dtype=None, order=None, copy=None):
     if isinstance(a, (Array, Tracer)) and (dtype is None or info(a)[0] == _dtype(dtype)):
         return a
     if isinstance(a, np.ndarray) and (dtype is None or a.dtype == _dtype(dtype)):
-        return Array(a if copy is not True else a.copy())
+        return Array(a.copy())  # the caller may write into `a` later; JAX copies too
     return array(a, dtype=dtype, copy=False)
 
 

@@ -168,21 +168,21 @@ def reciprocal(x, /):
 def isfinite(x, /):
     x = operand(x)
     if not dtypes.is_inexact(info(x)[0]):
-        return lax.full(info(x)[2], True, np.bool_)
+        return operand(lax.full(info(x)[2], True, np.bool_))
     return lax.is_finite(x)
 
 
 def isnan(x, /):
     x = operand(x)
     if not dtypes.is_inexact(info(x)[0]):
-        return lax.full(info(x)[2], False, np.bool_)
+        return operand(lax.full(info(x)[2], False, np.bool_))
     return lax.ne(x, x)
 
 
 def isinf(x, /):
     x = operand(x)
     if not dtypes.is_inexact(info(x)[0]):
-        return lax.full(info(x)[2], False, np.bool_)
+        return operand(lax.full(info(x)[2], False, np.bool_))
     return lax.eq(lax.abs(x), lax.full_like(x, np.inf))
 
 

@@ -1,0 +1,194 @@
+"""Reproducers for silent wrong answers (issue 16): each checked against JAX's
+documented semantics written out in NumPy (and against JAX itself where installed)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fflow
+import fflow.numpy as jnp
+from fflow import lax
+from fflow.errors import DtypeError, ShapeError
+
+# -- 1. dynamic_slice family: a negative start counts from the end, then clamps -------
+
+
+def _np_start(i, d, n):
+    """JAX: `i + d` for a negative start, then clamped so the window fits."""
+    i = i + d if i < 0 else i
+    return min(max(i, 0), d - n)
+
+
+def _np_dynamic_slice(x, starts, sizes):
+    s = [_np_start(i, d, n) for i, d, n in zip(starts, x.shape, sizes)]
+    return x[tuple(slice(a, a + n) for a, n in zip(s, sizes))]
+
+
+def _np_dynamic_update_slice(x, u, starts):
+    s = [_np_start(i, d, n) for i, d, n in zip(starts, x.shape, u.shape)]
+    out = x.copy()
+    out[tuple(slice(a, a + n) for a, n in zip(s, u.shape))] = u
+    return out
+
+
+def test_dynamic_slice_negative_start_issue_example():
+    out = lax.dynamic_slice(jnp.arange(5.0), (-1,), (1,))
+    np.testing.assert_array_equal(np.asarray(out), [4.0])
+
+
+_WRAPS = {
+    "eager": lambda f: f,
+    "jit": fflow.jit,
+}
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+@settings(max_examples=30, deadline=None)
+@given(start=st.integers(-9, 9), size=st.integers(0, 5))
+def test_dynamic_slice_and_update_match_jax_semantics(wrap, start, size):
+    x = np.arange(5.0, dtype=np.float32)
+    u = np.full((size,), 7.0, np.float32)
+    ds = _WRAPS[wrap](lambda x, i: lax.dynamic_slice(x, (i,), (size,)))
+    dus = _WRAPS[wrap](lambda x, u, i: lax.dynamic_update_slice(x, u, (i,)))
+    np.testing.assert_array_equal(
+        np.asarray(ds(x, np.int32(start))), _np_dynamic_slice(x, (start,), (size,))
+    )
+    np.testing.assert_array_equal(
+        np.asarray(dus(x, u, np.int32(start))), _np_dynamic_update_slice(x, u, (start,))
+    )
+
+
+def test_dynamic_slice_in_dim_and_index_in_dim_wrap():
+    x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(np.asarray(lax.dynamic_slice_in_dim(x, -2, 2, axis=1)), x[:, 2:4])
+    np.testing.assert_array_equal(
+        np.asarray(lax.dynamic_index_in_dim(x, -1, axis=0, keepdims=False)), x[2]
+    )
+    upd = lax.dynamic_update_slice_in_dim(x, np.zeros((3, 1), np.float32), -1, axis=1)
+    expect = x.copy()
+    expect[:, 3] = 0
+    np.testing.assert_array_equal(np.asarray(upd), expect)
+
+
+def test_dynamic_slice_negative_start_under_vmap_grad_jvp():
+    x = np.arange(5.0, dtype=np.float32)
+    starts = np.array([-1, -3, -7, 2, 4], np.int32)
+    out = fflow.vmap(lambda i: lax.dynamic_slice(x, (i,), (2,)))(starts)
+    expect = np.stack([_np_dynamic_slice(x, (int(i),), (2,)) for i in starts])
+    np.testing.assert_array_equal(np.asarray(out), expect)
+    # the gradient of a window sum is the window's indicator, at the wrapped start
+    for i in (-2, -7, 3):
+        g = fflow.grad(lambda v, i=i: jnp.sum(lax.dynamic_slice(v, (i,), (2,)) ** 2))(x)
+        s = _np_start(i, 5, 2)
+        expect = np.zeros(5, np.float32)
+        expect[s : s + 2] = 2 * x[s : s + 2]
+        np.testing.assert_allclose(np.asarray(g), expect)
+        gj = fflow.jit(fflow.grad(lambda v, i: jnp.sum(lax.dynamic_slice(v, (i,), (2,)) ** 2)))
+        np.testing.assert_allclose(np.asarray(gj(x, np.int32(i))), expect)
+    _, t = fflow.jvp(lambda v: lax.dynamic_slice(v, (-2,), (2,)), (x,), (np.ones(5, np.float32),))
+    np.testing.assert_array_equal(np.asarray(t), [1.0, 1.0])
+
+
+def test_traced_negative_index_counts_from_the_end():
+    x = np.arange(5.0, dtype=np.float32)
+    assert float(fflow.jit(lambda x, i: x[i])(x, -2)) == 3.0
+
+
+def test_dynamic_slice_matches_jax_where_installed():
+    jax = pytest.importorskip("jax")
+    x = np.arange(5.0, dtype=np.float32)
+    for i in range(-8, 8):
+        ours = lax.dynamic_slice(x, (i,), (2,))
+        theirs = jax.lax.dynamic_slice(x, (i,), (2,))
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+# -- 2. no aliasing of the caller's NumPy buffers -----------------------------------
+
+_MAKERS = {
+    "asarray": jnp.asarray,
+    "array": jnp.array,
+    "jit identity": fflow.jit(lambda x: x),
+    "jit reshape": fflow.jit(lambda x: x.reshape(3, 2)),
+    "jit slice": fflow.jit(lambda x: x[0]),
+    "jit transpose": fflow.jit(lambda x: x.T),
+    "jit astype same": fflow.jit(lambda x: x.astype(np.float32)),
+    "jit broadcast_to": fflow.jit(lambda x: jnp.broadcast_to(x, (2, 2, 3))),
+    "eager reshape": lambda x: jnp.reshape(x, (3, 2)),
+    "eager transpose": jnp.transpose,
+    "eager squeeze no-op": jnp.squeeze,
+    "eager ravel": jnp.ravel,
+    "lax reshape": lambda x: lax.reshape(x, (6,)),
+    "lax transpose": lambda x: lax.transpose(x, (1, 0)),
+    "vmap identity": fflow.vmap(lambda x: x),
+    "grad aux": lambda x: fflow.grad(lambda v: (jnp.sum(v), v), has_aux=True)(x)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MAKERS))
+def test_arrays_do_not_alias_callers_numpy_buffer(name):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = _MAKERS[name](x)
+    before = np.array(y)
+    x[...] = -1.0  # a data loader refilling its batch buffer
+    np.testing.assert_array_equal(np.asarray(y), before)
+
+
+# -- 3. closed-over NumPy arrays are captured when traced ---------------------------
+
+
+def test_closed_over_numpy_array_captured_at_trace_time():
+    c = np.ones(3, np.float32)
+    f = fflow.jit(lambda v: v + c)
+    g = fflow.jit(lambda v: v + 2 * c)
+    v = jnp.zeros(3)
+    np.testing.assert_array_equal(np.asarray(f(v)), [1, 1, 1])
+    np.testing.assert_array_equal(np.asarray(g(v)), [2, 2, 2])
+    c[:] = 10.0  # JAX: the traced functions keep the values they were traced with
+    np.testing.assert_array_equal(np.asarray(f(v)), [1, 1, 1])
+    np.testing.assert_array_equal(np.asarray(g(v)), [2, 2, 2])
+
+
+def test_closed_over_0d_numpy_array_captured_at_trace_time():
+    c = np.array(2.0, np.float32)
+    f = fflow.jit(lambda v: v * c)
+    assert float(f(jnp.ones(()))) == 2.0
+    c[...] = 5.0
+    assert float(f(jnp.ones(()))) == 2.0
+
+
+# -- 4. eager lax runs the shape rule that tracing runs: eager and jit agree ----------
+
+_BAD_LAX = {
+    "add f32 i32": (lambda a, b: lax.add(a, b), DtypeError),
+    "dynamic_slice too big": (lambda a, b: lax.dynamic_slice(a, (0,), (7,)), ShapeError),
+    "select mismatched": (lambda a, b: lax.select(a > 0, a, b[:1]), ShapeError),
+    "concatenate f32 i32": (lambda a, b: lax.concatenate([a, b], 0), TypeError),
+    "mul shapes": (lambda a, b: lax.mul(a, b[:2]), ShapeError),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_LAX))
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_eager_lax_raises_like_jit(name, wrap):
+    fn, err = _BAD_LAX[name]
+    a = np.ones(5, np.float32)
+    b = np.ones(5, np.int32) if "i32" in name else np.ones(5, np.float32)
+    with pytest.raises(err):
+        _WRAPS[wrap](fn)(a, b)
+
+
+def test_eager_and_jit_agree_on_dtypes_and_weak_types():
+    cases = [
+        lambda: lax.add(jnp.ones(3, jnp.float32), 2.0),
+        lambda: lax.mul(2, 3),
+        lambda: lax.convert_element_type(jnp.arange(3), jnp.float32),
+        lambda: lax.concatenate([jnp.ones(2), jnp.zeros(1)], 0),
+    ]
+    for case in cases:
+        eager = case()
+        staged = fflow.jit(case)()
+        assert eager.dtype == staged.dtype
+        assert eager.weak_type == staged.weak_type
+        np.testing.assert_array_equal(np.asarray(eager), np.asarray(staged))
