@@ -4,6 +4,7 @@ import numpy as np
 
 from fflow.array import Array
 from fflow.core import Tracer
+from fflow.errors import user_error
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 
@@ -52,13 +53,23 @@ def as_value(x):
     from fflow.numpy._util import asarray_value
 
     try:
-        return Array(asarray_value(x))
+        value = asarray_value(x)
     except Exception:
-        raise TypeError(
-            f"a transformed function's argument or result has a leaf of type "
-            f"{type(x).__name__}, which is not an array; pass arrays, or make it static "
-            f"(static_argnums) or a registered pytree."
-        ) from None
+        value = None
+    if value is None or value.dtype.kind not in "biufc":
+        raise user_error(
+            TypeError,
+            f"a transformed function got an argument or returned a result of type "
+            f"{type(x).__name__} ({_short_repr(x)}), which is not an array. Fix: pass and "
+            f"return arrays or numbers; mark a non-array argument static (static_argnums) "
+            f"or register its class as a pytree.",
+        )
+    return Array(value)
+
+
+def _short_repr(x):
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def normalize_argnums(argnums, nargs, what="argnums"):
@@ -66,7 +77,14 @@ def normalize_argnums(argnums, nargs, what="argnums"):
     nums = (argnums,) if single else tuple(argnums)
     out = []
     for n in nums:
+        if type(n) is not int:
+            raise user_error(TypeError, f"{what} must be ints, got {argnums!r}. Fix: {what}=0.")
         if not -nargs <= n < nargs:
-            raise ValueError(f"{what}={argnums} is out of range for {nargs} positional arguments")
+            raise user_error(
+                ValueError,
+                f"{what}={argnums} is out of range for a function called with {nargs} "
+                f"positional argument{'s' if nargs != 1 else ''}. Fix: pick {what} in "
+                f"range({nargs}), or pass the argument positionally.",
+            )
         out.append(n % nargs)
     return single, tuple(out)

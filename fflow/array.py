@@ -9,6 +9,7 @@ import numpy as np
 
 from fflow import core
 from fflow.core import ShapedArray
+from fflow.errors import user_error as _user_error
 
 
 class Array:
@@ -88,12 +89,14 @@ class Array:
 
     def __len__(self):
         if self._value.ndim == 0:
-            raise TypeError("len() of a 0-d array")
+            raise _user_error(TypeError, "len() of a 0-d array. Fix: use x.size or x.shape.")
         return self._value.shape[0]
 
     def __iter__(self):
         if self.ndim == 0:
-            raise TypeError("iteration over a 0-d array")
+            raise _user_error(
+                TypeError, "iteration over a 0-d array. Fix: use x.item() or x.shape."
+            )
         for i in range(self.shape[0]):
             yield self[i]
 
@@ -135,6 +138,12 @@ class Array:
             shards = {i: np.array(s) for i, s in gv.shards.items()}
             return _rebuild_global(type(gv)(gv.shape, gv.dtype, gv.sharding, shards), self._weak)
         return Array(np.array(np.asarray(self)), self._weak)
+
+    def view(self, dtype=None):
+        """The same bytes read as `dtype` (NumPy's `view`; a new immutable array)."""
+        if dtype is None:
+            return self
+        return Array(np.asarray(self).view(np.dtype(dtype)).copy())
 
     # to_global / to_local / to_local_shards: added by fflow/sharding.py (above this module)
 

@@ -11,6 +11,7 @@ import numpy as np
 import fflow.numpy as jnp
 from fflow import core, dtypes
 from fflow import lax_ops as lax
+from fflow.errors import user_error
 from fflow.array import Array, root_trace
 from fflow.numpy.indexing import _IndexUpdateHelper, getitem
 
@@ -64,8 +65,9 @@ def _getitem(self, idx):
 
 
 def _setitem(self, idx, value):
-    raise TypeError(
-        "fflow arrays are immutable: x[idx] = v is not supported. Use x = x.at[idx].set(v) instead."
+    raise user_error(
+        TypeError,
+        "fflow arrays are immutable: x[idx] = v is not supported. Fix: x = x.at[idx].set(v).",
     )
 
 

@@ -314,7 +314,7 @@ def check_not_leaked(x, trace=None):
             f"A value traced by {type(x._trace).__name__} escaped its transformation "
             f"(a leaked tracer, {x.aval.str_short()}"
             + (f", created at {x._source_info}" if getattr(x, "_source_info", None) else "")
-            + "). Return it from the transformed function instead of storing it "
+            + "). Fix: return it from the transformed function instead of storing it "
             "in a global or a closure.",
         )
 
@@ -353,15 +353,41 @@ class Tracer:
     def weak_type(self):
         return self.aval.weak_type
 
+    @property
+    def nbytes(self):
+        return self.aval.size * self.aval.dtype.itemsize
+
+    def copy(self):
+        return self  # values are immutable: a copy is the value itself (as in JAX)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __len__(self):
         if not self.aval.shape:
-            raise TypeError("len() of a 0-d array")
+            raise user_error(TypeError, "len() of a 0-d array. Fix: use x.size or x.shape.")
         return self.aval.shape[0]
 
     def __iter__(self):
         if not self.aval.shape:
-            raise TypeError("iteration over a 0-d array")
+            raise user_error(
+                TypeError,
+                f"iteration over a 0-d traced array ({self.aval.str_short()}). Fix: a shape "
+                "or a count must be a static Python value: pass it as a Python int and mark "
+                "the argument static (static_argnums), or use x.shape.",
+            )
         return (self[i] for i in range(self.aval.shape[0]))
+
+    def __reduce__(self):
+        raise user_error(
+            TypeError,
+            f"cannot pickle a traced value ({self.aval.str_short()}): inside a "
+            "transformation it has no concrete value. Fix: pickle the function's result "
+            "outside jit/grad/vmap.",
+        )
 
     def _concrete(self, what):
         """Concrete value if this tracer has one (eager transforms); else raise."""

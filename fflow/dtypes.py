@@ -6,6 +6,8 @@ without a dtype of their own (Python scalars and lists) get the 32-bit defaults.
 
 import numpy as np
 
+from fflow.errors import user_error
+
 float_ = np.dtype(np.float32)
 int_ = np.dtype(np.int32)
 bool_ = np.dtype(np.bool_)
@@ -75,7 +77,18 @@ def canonicalize(dtype):
         return bool_
     if dtype is complex:
         return complex64
-    return np.dtype(dtype)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise _bad_dtype(dtype) from None
+
+
+def _bad_dtype(dtype):
+    return user_error(
+        TypeError,
+        f"{dtype!r} is not a dtype. Fix: a NumPy dtype or its name, e.g. 'float32', "
+        f"jnp.int32 or 'bfloat16'.",
+    )
 
 
 def is_float(dtype):
@@ -163,3 +176,7 @@ def result_type(*dtypes_and_weak):
         return out, False
     top = max(weak, key=_kind_rank)
     return top, True
+
+
+# JAX's dtype of the tangent of an integer or boolean value: it carries no data.
+float0 = np.dtype([("float0", np.void, 0)])

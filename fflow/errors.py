@@ -1,5 +1,8 @@
 """Errors a user can cause, and finding the user's own source line for them."""
 
+import difflib
+import functools
+import inspect
 import os
 import sys
 
@@ -128,3 +131,39 @@ class ConcretizationError(FflowError, TypeError):
 def user_error(cls, message):
     """Build an error of class `cls` whose message ends with the user's line."""
     return cls(message + _where(user_source_info()))
+
+
+def unknown_keyword_error(fn_name, name, valid):
+    """TypeError for an unknown keyword argument, listing the valid ones."""
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return user_error(
+        TypeError,
+        f"{fn_name}() got an unexpected keyword argument {name!r}.{hint} Fix: use one of "
+        f"{', '.join(valid)}.",
+    )
+
+
+def check_keywords(fn):
+    """Decorator: an unknown keyword argument raises naming the valid ones (a
+    misspelt `in_axis=` must not become a Python-level TypeError without a hint)."""
+    params = inspect.signature(fn).parameters.values()
+    valid = tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+    takes_fun = bool(valid) and valid[0] in ("fun", "f")
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        for k in kwargs:
+            if k not in valid:
+                raise unknown_keyword_error(fn.__name__, k, valid)
+        if takes_fun and args and not callable(args[0]):
+            raise user_error(
+                TypeError,
+                f"{fn.__name__} expects a function as its first argument, got "
+                f"{type(args[0]).__name__}. Fix: fflow.{fn.__name__}(f)(x), with f a "
+                f"Python function of arrays.",
+            )
+        return fn(*args, **kwargs)
+
+    return wrapped

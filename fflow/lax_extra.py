@@ -97,7 +97,7 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001
         red = _monoid(computation)
         if red is not None:
             r = red(x, axis=dims).astype(x.dtype)
-            return computation(r, jnp.asarray(init, dtype=x.dtype))
+            return computation(r, jnp.full(r.shape, init, dtype=x.dtype))  # lax: equal shapes
     # general case: fold `computation` over the reduced positions, one slice at a time
     xs = [jnp.asarray(o) for o in ops]
     keep = [d for d in range(xs[0].ndim) if d not in dims]

@@ -350,14 +350,14 @@ def dynamic_slice(x, start_indices, slice_sizes):
         [3.0, 4.0]
     """
     starts = _wrap_starts(x, list(start_indices))
-    return _prims().dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(int(s) for s in slice_sizes))
+    return _p.dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(int(s) for s in slice_sizes))
 
 
 def dynamic_update_slice(x, update, start_indices):
     """`x` with `update` written at `start_indices` (negative starts count from the
     end; the window is clamped into bounds, as in JAX)."""
     starts = _wrap_starts(x, list(start_indices))
-    return _prims().dynamic_update_slice_p.bind(x, update, *starts)
+    return _p.dynamic_update_slice_p.bind(x, update, *starts)
 
 
 def dynamic_slice_in_dim(x, start_index, slice_size, axis=0):

@@ -14,6 +14,8 @@ import collections
 import dataclasses
 import functools
 
+from fflow.errors import user_error
+
 _registry = {}  # type -> (flatten(x) -> (children, aux), unflatten(aux, children))
 
 
@@ -206,7 +208,11 @@ def tree_map(f, tree, *rest, is_leaf=None):
     for r in rest:
         r_leaves, r_def = tree_flatten(r, is_leaf)
         if r_def != treedef:
-            raise ValueError(f"tree_map: tree structures differ: {treedef} vs {r_def}")
+            raise user_error(
+                ValueError,
+                f"tree_map: tree structures differ: {treedef} vs {r_def}. Fix: pass trees "
+                f"of one structure (the first tree's is the reference).",
+            )
         others.append(r_leaves)
     return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
 

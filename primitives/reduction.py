@@ -13,10 +13,12 @@ def _check_axes(name, x, axes):
     for a in axes:
         if not 0 <= a < x.ndim:
             raise user_error(
-                ShapeError, f"{name}: axis {a} is out of range for an array of rank {x.ndim}"
+                ShapeError,
+                f"{name}: axis {a} is out of range for an array of rank {x.ndim}. Fix: an "
+                f"axis in [{-x.ndim}, {x.ndim}).",
             )
     if len(set(axes)) != len(axes):
-        raise user_error(ShapeError, f"{name}: repeated axis in {axes}")
+        raise user_error(ShapeError, f"{name}: repeated axis in {axes}. Fix: list each axis once.")
 
 
 def _reduce_shape(shape, axes):

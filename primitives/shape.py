@@ -73,7 +73,9 @@ def _reshape_impl(x, *, new_sizes):
 def _reshape_abstract_eval(x, *, new_sizes):
     if int(np.prod(new_sizes, dtype=np.int64)) != x.size:
         raise user_error(
-            ShapeError, f"cannot reshape an array of shape {x.shape} into shape {tuple(new_sizes)}"
+            ShapeError,
+            f"cannot reshape an array of shape {x.shape} ({x.size} elements) into shape "
+            f"{tuple(new_sizes)}. Fix: the sizes must multiply to {x.size} (one may be -1).",
         )
     return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
@@ -93,7 +95,9 @@ def _transpose_impl(x, *, permutation):
 def _transpose_abstract_eval(x, *, permutation):
     if sorted(permutation) != list(range(x.ndim)):
         raise user_error(
-            ShapeError, f"transpose: {permutation} is not a permutation of the axes of {x.shape}"
+            ShapeError,
+            f"transpose: {permutation} is not a permutation of the axes of {x.shape}. Fix: "
+            f"list each of the {x.ndim} axes once.",
         )
     return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
 
@@ -117,7 +121,11 @@ def _squeeze_impl(x, *, dimensions):
 def _squeeze_abstract_eval(x, *, dimensions):
     for d in dimensions:
         if not 0 <= d < x.ndim or x.shape[d] != 1:
-            raise user_error(ShapeError, f"squeeze: axis {d} of shape {x.shape} is not of size 1")
+            raise user_error(
+                ShapeError,
+                f"squeeze: axis {d} of shape {x.shape} is not of size 1. Fix: squeeze only "
+                f"axes of size 1 (axis=None squeezes all of them).",
+            )
     shape = tuple(s for i, s in enumerate(x.shape) if i not in dimensions)
     return ShapedArray(shape, x.dtype, x.weak_type)
 
@@ -259,10 +267,15 @@ def _concatenate_abstract_eval(*xs, dimension):
             raise user_error(
                 ShapeError,
                 f"concatenate along axis {dimension}: shapes {first.shape} and {x.shape} differ "
-                f"outside that axis",
+                f"outside that axis. Fix: all sizes but axis {dimension}'s must match (pass "
+                f"axis= to concatenate along another axis).",
             )
         if x.dtype != first.dtype:
-            raise user_error(ShapeError, "concatenate: operands must have one dtype")
+            raise user_error(
+                ShapeError,
+                f"concatenate: operands must have one dtype, got {first.dtype.name} and "
+                f"{x.dtype.name}. Fix: cast with .astype() (jnp.concatenate promotes).",
+            )
     shape = list(first.shape)
     shape[dimension] = sum(x.shape[dimension] for x in xs)
     return ShapedArray(shape, first.dtype, all(x.weak_type for x in xs))

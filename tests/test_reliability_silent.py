@@ -192,3 +192,112 @@ def test_eager_and_jit_agree_on_dtypes_and_weak_types():
         assert eager.dtype == staged.dtype
         assert eager.weak_type == staged.weak_type
         np.testing.assert_array_equal(np.asarray(eager), np.asarray(staged))
+
+
+# -- 5. weak types, fflow Arrays for Python scalars, float0 tangents ----------------
+
+
+def _weak(x):
+    return lax.mul(x, 1.0) if isinstance(x, float) else lax.mul(x, 1)
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_weak_types_of_mod_floordiv_and_concatenate(wrap):
+    # JAX: weak (Python-scalar-born) operands with a weak promotion give a weak result
+    def f(w, i):
+        return (
+            w % 3,
+            w // 3,
+            i % 2,
+            i // 2,
+            jnp.fmod(w, 2),
+            jnp.concatenate([i[None], w[None]]),
+            jnp.ones(3) % 2,  # a strong operand: strong
+        )
+
+    outs = _WRAPS[wrap](f)(_weak(7.0), _weak(7))
+    assert [o.weak_type for o in outs] == [True] * 6 + [False]
+    assert outs[5].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.float32(7.0) % 3)
+    np.testing.assert_array_equal(np.asarray(outs[3]), 7 // 2)
+
+
+_SCALAR_FNS = ["sum", "max", "min", "prod", "transpose", "squeeze", "floor", "round", "real",
+               "isnan", "isfinite", "nansum", "clip", "conj", "positive", "amax"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _SCALAR_FNS)
+def test_numpy_functions_return_arrays_for_python_scalars(name):
+    out = getattr(jnp, name)(3)
+    assert isinstance(out, fflow.Array), type(out)
+    np.testing.assert_array_equal(np.asarray(out), getattr(np, name)(3))
+
+
+def test_zero_d_creation_returns_arrays():
+    for out in (jnp.ones(()), jnp.zeros(()), jnp.full((), 2.0), jnp.zeros_like(1.0)):
+        assert isinstance(out, fflow.Array)
+
+
+def test_jvp_tangent_of_integer_and_bool_outputs_is_float0():
+    x = np.arange(3.0, dtype=np.float32)
+    (y, i, b), (ty, ti, tb) = fflow.jvp(
+        lambda v: (v * 2, jnp.argmax(v), v > 1), (x,), (np.ones(3, np.float32),)
+    )
+    np.testing.assert_array_equal(np.asarray(ty), 2 * np.ones(3))
+    assert ti.dtype == fflow.dtypes.float0 and ti.shape == ()
+    assert tb.dtype == fflow.dtypes.float0 and tb.shape == (3,)
+    # JAX accepts float0 tangents for integer primals
+    y, t = fflow.jvp(lambda k: k * 2, (np.int32(3),), (np.zeros((), fflow.dtypes.float0),))
+    assert int(y) == 6 and t.dtype == fflow.dtypes.float0
+
+
+# -- 6. silently accepted misuse now raises ------------------------------------------
+
+
+def test_misuse_that_used_to_be_accepted_raises():
+    with pytest.raises(TypeError, match="non-integer"):
+        jnp.zeros((2.5, 3))
+    with pytest.raises(ValueError, match="static_argnums=3"):
+        fflow.jit(lambda a: a, static_argnums=3)
+    for make in (lambda: fflow.jit(lambda a: a, static_argnum=0),
+                 lambda: fflow.vmap(lambda a: a, in_axis=0),
+                 lambda: fflow.grad(lambda a: a, argnum=0)):  # fmt: skip
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            make()
+    with pytest.raises(TypeError, match="not an array"):
+        fflow.jit(lambda a: a)(object())
+    with pytest.raises(TypeError, match="not an array"):
+        fflow.jit(lambda a: "abc")(np.ones(2))
+    with pytest.raises(ValueError, match="jit_backend"):
+        fflow.config.update("jit_backend", "cdua")
+    assert fflow.config.jit_backend == "numpy"
+
+
+def test_in_sbp_arity_mismatch_raises():
+    from fflow.sharding import S
+
+    pl = fflow.placement("cpu", [0, 1])
+    f = fflow.shard(lambda a, b: a + b, pl, in_sbp=(S(0),))
+    with pytest.raises(ValueError, match="1 entry for 2 arguments"):
+        f(np.ones(4, np.float32), np.ones(4, np.float32))
+    g = fflow.shard(lambda a, b: a + b, pl, in_sbp=(S(0), S(0)))
+    np.testing.assert_array_equal(np.asarray(g(np.ones(4, np.float32), np.ones(4, np.float32))), 2)
+
+
+# -- errors where JAX works: tracer methods -------------------------------------------
+
+
+def test_tracer_var_copy_nbytes_and_array_view():
+    x = np.arange(4.0, dtype=np.float32)
+    v, c, n = fflow.jit(lambda a: (a.var(), a.copy(), a.nbytes))(x)
+    np.testing.assert_allclose(float(v), np.var(x), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(c), x)
+    assert int(n) == x.nbytes
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(x).view(np.int32)), x.view(np.int32))
+
+
+def test_pickling_a_tracer_raises():
+    import pickle
+
+    with pytest.raises(TypeError, match="cannot pickle a traced value"):
+        fflow.jit(lambda a: pickle.dumps(a))(np.ones(2, np.float32))

@@ -7,10 +7,11 @@ import numpy as np
 from fflow.transforms import autodiff as ad
 from fflow.transforms.staging import eval_program
 
+from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun, normalize_argnums
 from fflow.core import aval_of_value
-from fflow.errors import user_error
+from fflow.errors import check_keywords, user_error
 from fflow.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
@@ -31,6 +32,7 @@ def _instantiate_like(t, primal):
     return t
 
 
+@check_keywords
 def jvp(fun, primals, tangents, has_aux=False):
     """Forward-mode: (fun(*primals), J @ tangents).
 
@@ -40,8 +42,15 @@ def jvp(fun, primals, tangents, has_aux=False):
         >>> float(t)
         1.0
     """
+    return _jvp(fun, primals, tangents, has_aux, int_float0=True)
+
+
+def _jvp(fun, primals, tangents, has_aux, int_float0):
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TypeError("jvp: primals and tangents must be tuples or lists")
+        raise user_error(
+            TypeError,
+            "jvp: primals and tangents must be tuples or lists. Fix: fflow.jvp(f, (x,), (t,)).",
+        )
     p_leaves, p_tree = tree_flatten(tuple(primals))
     t_leaves, t_tree = tree_flatten(tuple(tangents))
     if p_tree != t_tree:
@@ -50,8 +59,12 @@ def jvp(fun, primals, tangents, has_aux=False):
         )
     p_leaves = [as_value(x) for x in p_leaves]
     t_leaves = [as_value(x) for x in t_leaves]
-    for p, t in zip(p_leaves, t_leaves):
+    for k, (p, t) in enumerate(zip(p_leaves, t_leaves)):
         pa, ta = aval_of_value(p), aval_of_value(t)
+        if ta.dtype == dtypes.float0 and pa.dtype.kind in "biu" and ta.shape == pa.shape:
+            # JAX's tangent of an integer input carries no data: a zero of its type
+            t_leaves[k] = t = as_value(ad.zeros_like_aval(pa.strip_weak_type()))
+            ta = aval_of_value(t)
         if pa.shape != ta.shape or pa.dtype != ta.dtype:
             raise user_error(
                 TypeError,
@@ -71,6 +84,12 @@ def jvp(fun, primals, tangents, has_aux=False):
         t_leaves,
     )
     touts = [_instantiate_like(t, p) for t, p in zip(touts, outs)]
+    # JAX: the tangent of an integer or boolean output is float0 (no data)
+    if int_float0:
+        touts = [
+            np.zeros(np.shape(t), dtypes.float0) if aval_of_value(p).dtype.kind in "biu" else t
+            for t, p in zip(touts, outs)
+        ]
     out_tree = out_store.value
     result = (tree_unflatten(out_tree, outs), tree_unflatten(out_tree, touts))
     if has_aux:
@@ -86,7 +105,9 @@ def _split_aux(fun, has_aux, aux_store):
         out = fun(*args, **kwargs)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise user_error(
-                TypeError, "has_aux=True requires the function to return a pair (output, aux)"
+                TypeError,
+                "has_aux=True requires the function to return a pair (output, aux). Fix: "
+                "return (loss, aux), or drop has_aux=True",
             )
         aux_store.set(out[1])
         return out[0]
@@ -105,6 +126,7 @@ def _strip(tree):
     return tree_map(strip, tree)
 
 
+@check_keywords
 def linearize(fun, *primals):
     """(fun(*primals), f_jvp) where f_jvp(*tangents) applies the linear map."""
     p_leaves, p_tree = tree_flatten((primals, {}))
@@ -124,6 +146,7 @@ def linearize(fun, *primals):
     return tree_unflatten(out_tree, outs), f_jvp
 
 
+@check_keywords
 def vjp(fun, *primals, has_aux=False):
     """(fun(*primals), vjp_fn[, aux]); vjp_fn(ct) returns a tuple with one cotangent per primal.
 
@@ -166,6 +189,7 @@ def vjp(fun, *primals, has_aux=False):
     return out, vjp_fn
 
 
+@check_keywords
 def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """A function returning (fun(*args), gradient w.r.t. args[argnums]).
 
@@ -196,7 +220,8 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                 if not (isinstance(out, (tuple, list)) and len(out) == 2):
                     raise user_error(
                         TypeError,
-                        "has_aux=True requires the function to return a pair (output, aux)",
+                        "has_aux=True requires the function to return a pair (output, aux). Fix: "
+                        "return (loss, aux), or drop has_aux=True",
                     )
                 out, aux = out
                 aux_store.set(aux)
@@ -233,6 +258,7 @@ def _argnum_of_leaf(diff_args, nums, leaf_index):
     return nums[-1]
 
 
+@check_keywords
 def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """The gradient of a scalar function w.r.t. args[argnums].
 
@@ -268,6 +294,7 @@ def _std_basis(leaves):
     return out, sizes
 
 
+@check_keywords
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """Jacobian by forward mode: vmap of jvp over the standard basis."""
     from fflow.transforms.vmap import vmap
@@ -286,7 +313,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
             return fun(*new_args, **kwargs)
 
         def push(*t_leaves):
-            return jvp(f_of_diff, tuple(leaves), tuple(t_leaves), has_aux=has_aux)
+            return _jvp(f_of_diff, tuple(leaves), tuple(t_leaves), has_aux, int_float0=False)
 
         # the primal output does not depend on the basis vector: out_axes None keeps it unbatched
         res = vmap(push, in_axes=0, out_axes=(None, -1))(*basis) if not has_aux else None
@@ -314,6 +341,7 @@ def _split_last(t, sizes, leaves, single, in_tree):
     return tree[0] if single else tuple(tree)
 
 
+@check_keywords
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """Jacobian by reverse mode: vmap of vjp over the output's standard basis."""
     from fflow.transforms.vmap import vmap
@@ -367,6 +395,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     return jac_fun
 
 
+@check_keywords
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     """jacfwd(jacrev(fun))."""
     return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux=has_aux)

@@ -238,16 +238,24 @@ def _abstract_outs(program, fun, in_avals, num_consts):
     return program.out_avals
 
 
-def _match_tangent(t, primal, name):
+def _match_tangent(t, primal, name, what="jvp"):
     """A rule's tangent output as an array of the primal output's shape and dtype."""
     t = as_value(t)
     p_aval = aval_of_value(primal)
     t_aval = aval_of_value(t)
     if t_aval.shape != p_aval.shape:
+        if what == "vjp":
+            raise user_error(
+                TypeError,
+                f"the custom_vjp bwd rule of {name} returned a cotangent of shape "
+                f"{t_aval.shape} for an argument of shape {p_aval.shape}. Fix: bwd must "
+                f"return one cotangent per argument, each of that argument's shape.",
+            )
         raise user_error(
             TypeError,
             f"the custom JVP rule of {name} returned a tangent of shape {t_aval.shape} for a "
-            f"primal output of shape {p_aval.shape}; they must match.",
+            f"primal output of shape {p_aval.shape}. Fix: return tangents of the primal "
+            f"outputs' shapes.",
         )
     if t_aval.dtype != p_aval.dtype:
         t = lax.convert_element_type(t, p_aval.dtype)
@@ -369,7 +377,8 @@ class custom_jvp:
             if not (isinstance(res, (tuple, list)) and len(res) == 2):
                 raise user_error(
                     TypeError,
-                    f"the custom JVP rule of {name} must return a pair (primal_out, tangent_out)",
+                    f"the custom JVP rule of {name} must return a pair (primal_out, tangent_out). "
+                    "Fix: return (f(x), tangent).",
                 )
             p_out = _flat_outputs(res[0], out_store, f"custom_jvp {name}")
             t_leaves, t_tree = tree_flatten(res[1])
@@ -377,7 +386,8 @@ class custom_jvp:
                 raise user_error(
                     TypeError,
                     f"the custom JVP rule of {name} returned a tangent of structure {t_tree} "
-                    f"for a primal output of structure {out_store.value}",
+                    f"for a primal output of structure {out_store.value}. Fix: the tangent "
+                    f"output has the primal output's structure.",
                 )
             return p_out, [_match_tangent(t, p, name) for t, p in zip(t_leaves, p_out)]
 
@@ -563,7 +573,8 @@ def _flatten_cotangents(cts_in, diff_args, leaves, name):
             f"the custom_vjp bwd rule of {name} must return a tuple with one cotangent per "
             f"differentiable argument ({len(diff_args)}), got "
             f"{type(cts_in).__name__}"
-            + (f" of length {len(cts_in)}" if isinstance(cts_in, (tuple, list)) else ""),
+            + (f" of length {len(cts_in)}" if isinstance(cts_in, (tuple, list)) else "")
+            + ". Fix: return a tuple such as (ct_x,) even for one argument.",
         )
     out = []
     for ct, arg in zip(cts_in, diff_args):
@@ -574,9 +585,10 @@ def _flatten_cotangents(cts_in, diff_args, leaves, name):
             raise user_error(
                 TypeError,
                 f"the custom_vjp bwd rule of {name} returned a cotangent of structure "
-                f"{tree_structure(ct)} for an argument of structure {tree_structure(arg)}",
+                f"{tree_structure(ct)} for an argument of structure {tree_structure(arg)}. "
+                f"Fix: each cotangent has its argument's structure (None for a zero).",
             ) from None
-    return [None if c is None else _match_tangent(c, p, name) for c, p in zip(out, leaves)]
+    return [None if c is None else _match_tangent(c, p, name, "vjp") for c, p in zip(out, leaves)]
 
 
 __all__ = [

@@ -5,6 +5,7 @@ Under another transformation (grad, vmap, an outer jit) the cached program is
 evaluated on the current trace, which is that transformation's rewrite of it.
 """
 
+import difflib
 import functools
 import inspect
 import time
@@ -18,7 +19,7 @@ from fflow.api_util import Store, as_value
 from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import ShapedArray, Tracer
-from fflow.errors import user_error
+from fflow.errors import unknown_keyword_error, user_error, user_source_info
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 RETRACE_WARNING_THRESHOLD = 8
@@ -96,6 +97,38 @@ def default_backend_compile(program, donate, device=None):
     return numpy_backend.compile_program(program, donate)
 
 
+JIT_BACKENDS = ("numpy", "cuda", "cuda_shim")
+_good_backend = ["numpy"]
+
+
+def _check_jit_backend(value):
+    """config hook: an unknown backend name raises (instead of silently running NumPy)."""
+    if value in JIT_BACKENDS:
+        _good_backend[0] = value
+        return
+    config._values["jit_backend"] = _good_backend[0]  # keep the last valid choice
+    close = difflib.get_close_matches(str(value), JIT_BACKENDS + ("gpu",), n=1)
+    hint = ""
+    if close:
+        hint = " (for a GPU use 'cuda')" if close[0] == "gpu" else f" (did you mean {close[0]!r}?)"
+    raise user_error(
+        ValueError,
+        f"unknown jit_backend {value!r}{hint}. Fix: one of {', '.join(map(repr, JIT_BACKENDS))}.",
+    )
+
+
+def _register_backend_check():
+    config.on_update("jit_backend", _check_jit_backend)
+    if config.jit_backend not in JIT_BACKENDS:  # e.g. a bad FFLOW_JIT_BACKEND
+        try:
+            _check_jit_backend(config.jit_backend)
+        except ValueError as e:
+            warnings.warn(f"FFLOW_JIT_BACKEND ignored: {e}", stacklevel=2)
+
+
+_register_backend_check()
+
+
 def _interpreter(program):
     def run(*args):
         with core.set_current_trace(root_trace):
@@ -129,6 +162,42 @@ class Jitted:
             extra = tuple(params.index(n) for n in self.static_argnames if n in params)
             self.static_argnums = tuple(sorted(set(self.static_argnums + extra)))
         self._fast_ok = not self.static_argnums
+        self._check_static_argnums()
+
+    def _check_static_argnums(self):
+        for i in self.static_argnums + self.donate_argnums:
+            if type(i) is not int:
+                raise user_error(
+                    TypeError, f"static_argnums/donate_argnums must be ints, got {i!r}."
+                )
+        sig = self._get_signature()
+        if sig is None:
+            return
+        kinds = [p.kind for p in sig.parameters.values()]
+        if inspect.Parameter.VAR_POSITIONAL in kinds:
+            return
+        n = sum(
+            k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for k in kinds
+        )
+        for what, nums in (("static_argnums", self.static_argnums),
+                           ("donate_argnums", self.donate_argnums)):  # fmt: skip
+            bad = [i for i in nums if not -n <= i < n]
+            if bad:
+                name = getattr(self.fun, "__name__", "the function")
+                raise user_error(
+                    ValueError,
+                    f"jit: {what}={bad[0]} but {name} takes {n} positional argument"
+                    f"{'s' if n != 1 else ''}. Fix: pick {what} in range({n}).",
+                )
+        for name in self.static_argnames:
+            if name not in sig.parameters and inspect.Parameter.VAR_KEYWORD not in kinds:
+                raise user_error(
+                    ValueError,
+                    f"jit: static_argnames={name!r} is not a parameter of "
+                    f"{getattr(self.fun, '__name__', 'the function')}; its parameters are "
+                    f"{list(sig.parameters)}.",
+                )
 
     def _get_signature(self):
         if self._signature is None:
@@ -277,7 +346,11 @@ class Jitted:
             return [as_value(x) for x in out_leaves]
 
         t0 = time.perf_counter()
-        program = trace_to_program(flat, in_avals, parent=core._state.trace)
+        try:
+            program = trace_to_program(flat, in_avals, parent=core._state.trace)
+        except Exception as e:
+            _note_none_arguments(e, args if args is not None else dyn_args)
+            raise
         trace_time = time.perf_counter() - t0
         has_tracer_consts = any(isinstance(c, Tracer) for c in program.consts)
         local = all(
@@ -414,6 +487,19 @@ def _run_checked(entry, leaves):
     return run_interpreted(entry.program, leaves)
 
 
+def _note_none_arguments(err, args):
+    """A None argument is an empty pytree under jit (as in JAX): when tracing fails,
+    say so at the call site, since Python's own message cannot."""
+    nones = [i for i, a in enumerate(args) if a is None]
+    if nones and hasattr(err, "add_note"):
+        where = user_source_info()
+        err.add_note(
+            f"jit: argument {nones[0]} is None, an empty pytree (no array) inside the jitted "
+            f"function{f' called at {where}' if where else ''}. Fix: pass an array, or mark "
+            f"the argument static (static_argnums) if None is a flag."
+        )
+
+
 def _argument_signatures(args, kwargs, static):
     """Per argument (position or keyword): its leaves' shapes/dtypes or static value."""
     out = {}
@@ -508,6 +594,20 @@ def _as_tuple(x):
     return tuple(x)
 
 
+# JAX's jit options with no effect on a single-process CPU/GPU program: accepted
+_IGNORED_JIT_OPTIONS = (
+    "keep_unused",
+    "inline",
+    "abstracted_axes",
+    "compiler_options",
+    "backend",
+    "device",
+    "in_shardings",
+    "out_shardings",
+    "donate_argnames",
+)
+
+
 def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), **kwargs):
     """Compile `fun`: traced once per input signature, then called from a cache.
 
@@ -517,12 +617,22 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
         >>> f(jnp.arange(3.0)).tolist()
         [1.0, 3.0, 5.0]
     """
+    unknown = [k for k in kwargs if k not in _IGNORED_JIT_OPTIONS]
+    if unknown:
+        valid = ("static_argnums", "static_argnames", "donate_argnums") + _IGNORED_JIT_OPTIONS
+        raise unknown_keyword_error("jit", unknown[0], valid)
     if fun is None:
         return functools.partial(
             jit,
             static_argnums=static_argnums,
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
+        )
+    if not callable(fun):
+        raise user_error(
+            TypeError,
+            f"jit expects a function, got {type(fun).__name__} {fun!r:.40}. Fix: "
+            f"fflow.jit(f) or the @fflow.jit decorator on a def.",
         )
     return Jitted(fun, static_argnums, static_argnames, donate_argnums)
 

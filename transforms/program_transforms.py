@@ -193,7 +193,7 @@ def partial_eval_program(program, unknowns, instantiate):
         if not is_tracer_of(r, known_trace):
             kinds.append(("outer", None))
             continue
-        idx = next((i for i, t in enumerate(known_in) if t.var is r.var), None)
+        idx = next((i for i, t in enumerate(known_in) if t._var is r._var), None)
         kinds.append(("computed", None) if idx is None else ("input", idx))
     split.res_kinds = kinds
     return split

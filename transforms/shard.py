@@ -56,7 +56,7 @@ from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun
 from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
-from fflow.errors import user_error
+from fflow.errors import check_keywords, user_error
 from fflow.sharding import (
     B,
     SbpParallel,
@@ -332,6 +332,7 @@ def _lift_closed_over(program, pl):
     return program, lift_vals, lift_sbps
 
 
+@check_keywords
 def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit=None):  # noqa: A002
     """Run `f` SPMD on `placement` with SBP-annotated inputs and outputs.
 
@@ -396,6 +397,16 @@ def _wrap_nd(spec, ndim):
 def _sbp_prefix(spec, tree, ndim, what):
     from fflow.tree_util import prefix_broadcast
 
+    if type(spec) in (tuple, list) and type(tree) is tuple and len(spec) != len(tree):
+        one_nd = ndim > 1 and len(spec) == ndim and all(isinstance(s, SbpParallel) for s in spec)
+        if not one_nd:  # (S(0),) for two arguments is not one SBP for both
+            raise user_error(
+                ValueError,
+                f"{what} has {len(spec)} entr{'y' if len(spec) == 1 else 'ies'} for "
+                f"{len(tree)} argument{'s' if len(tree) != 1 else ''}. Fix: one SBP per "
+                f"argument, e.g. {what}=({', '.join(['S(0)'] * len(tree))}), or a single "
+                f"SBP (not in a tuple) for all of them.",
+            )
     try:
         leaves = prefix_broadcast(_wrap_nd(spec, ndim), tree, what)
     except ValueError as e:

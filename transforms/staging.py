@@ -20,12 +20,12 @@ partial_eval_rules = {}
 
 
 class StagingTracer(core.Tracer):
-    __slots__ = ("_aval", "var", "_source_info")
+    __slots__ = ("_aval", "_var", "_source_info")  # `_var`: x.var() is the variance
 
     def __init__(self, trace, aval, var, source_info=None):
         self._trace = trace
         self._aval = aval
-        self.var = var
+        self._var = var
         self._source_info = source_info
 
     @property
@@ -51,7 +51,7 @@ class StagingTrace(core.Trace):
 
     def var_of(self, x):
         if isinstance(x, StagingTracer) and x._trace is self:
-            return x.var
+            return x._var
         if isinstance(x, core.Tracer):
             core.check_not_leaked(x, self)
         if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):

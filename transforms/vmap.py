@@ -24,7 +24,7 @@ from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import as_value
 from fflow.core import aval_of_value, set_current_trace
-from fflow.errors import user_error
+from fflow.errors import check_keywords, user_error
 from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 batch_rules = {}
@@ -350,6 +350,7 @@ def _canonical_axis(ax, ndim, label, what):
     return int(ax) % ndim
 
 
+@check_keywords
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """Vectorize `fun` over a batch axis of its arguments.
 

@@ -6,6 +6,7 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.array import Array, is_eager
 from fflow.core import Tracer
+from fflow.errors import user_error
 from fflow.numpy._util import default_dtype_array, info
 
 
@@ -38,7 +39,10 @@ def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
         if isinstance(object, np.ndarray) or isinstance(object, np.generic):
             value = np.array(object, dtype=dtype, copy=True)
         else:
-            value = np.array(object, dtype=dtype)
+            try:
+                value = np.array(object, dtype=dtype)
+            except ValueError as e:
+                raise _ragged_error(object, e) from None
             if dtype is None:
                 value = default_dtype_array(value)
         out = Array(value, weak_type=weak and dtype is None)
@@ -67,9 +71,37 @@ def asarray(a, dtype=None, order=None, copy=None):
 
 
 def _shape(shape):
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
+    """A static shape, checked: JAX rejects float, negative and traced sizes."""
+    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    out = []
+    for d in dims:
+        if isinstance(d, Tracer):
+            raise user_error(
+                TypeError,
+                f"shapes must be static, got a traced value {d.aval.str_short()} in shape "
+                f"{shape!r}. Fix: pass the size as a Python int and mark that argument static "
+                "(jit(f, static_argnums=...)), or derive it from x.shape.",
+            )
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            if isinstance(d, Array) and d.ndim == 0 and d.dtype.kind in "iu":
+                d = int(d)
+            else:
+                raise user_error(
+                    TypeError,
+                    f"shape {shape!r} has a non-integer entry {d!r}. Fix: use ints, "
+                    f"e.g. ({', '.join(str(int(x)) if _num(x) else '...' for x in dims)}).",
+                )
+        if d < 0:
+            raise user_error(
+                ValueError,
+                f"shape {shape!r} has a negative dimension {int(d)}. Fix: sizes must be >= 0.",
+            )
+        out.append(int(d))
+    return tuple(out)
+
+
+def _num(x):
+    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
 
 
 def zeros(shape, dtype=None):
@@ -100,7 +132,7 @@ def full(shape, fill_value, dtype=None):
         from fflow.numpy._util import mark_weak
 
         out = mark_weak(out)
-    return out
+    return Array(out) if type(out) is np.ndarray else out  # a 0-d result is an Array too
 
 
 def zeros_like(a, dtype=None, shape=None):
@@ -208,6 +240,16 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
 
 def from_numpy(x):
     return Array(np.asarray(x))
+
+
+def _ragged_error(obj, err):
+    if "inhomogeneous" in str(err) or "sequence" in str(err):
+        return user_error(
+            ValueError,
+            "cannot make an array from a ragged nested sequence (rows of different lengths). "
+            "Fix: pad the rows to one length, or keep them as a list of arrays.",
+        )
+    return user_error(ValueError, f"cannot make an array from {type(obj).__name__}: {err}")
 
 
 # the jax.numpy names this module gives fflow.numpy (its `import *`)

@@ -278,6 +278,22 @@ def true_divide(x, y, /):
 divide = true_divide
 
 
+def _keep_weak(fn):
+    """JAX's rule for composite binary functions: weak operands whose promotion is
+    weak give a weak result (`weak % 3` stays weak, as `weak + 3` does)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(x, y, /):
+        out = fn(x, y)
+        if promote_dtypes(x, y)[1] and info(x)[0] != np.bool_:
+            return mark_weak(out)
+        return out
+
+    return wrapped
+
+
+@_keep_weak
 def floor_divide(x, y, /):
     x, y = _numeric(*promote(x, y))
     if dtypes.is_int(info(x)[0]):
@@ -300,6 +316,7 @@ def _float_divmod(x, y):
     return lax.round(div, 1), mod
 
 
+@_keep_weak
 def remainder(x, y, /):
     """Python-style modulo: the result has the sign of the divisor."""
     x, y = _numeric(*promote(x, y))
@@ -312,6 +329,7 @@ def remainder(x, y, /):
 mod = remainder
 
 
+@_keep_weak
 def fmod(x, y, /):
     x, y = _numeric(*promote(x, y))
     return lax.rem(x, y)

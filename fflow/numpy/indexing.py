@@ -50,7 +50,8 @@ def _normalize(idx, ndim):
     if used > ndim:
         raise user_error(
             IndexError,
-            f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed",
+            f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed. "
+            f"Fix: at most {ndim} indices (check the array's shape; None adds an axis).",
         )
     if n_ell:
         i = idx.index(Ellipsis)
@@ -103,7 +104,10 @@ def getitem(x, idx):
             i = int(e)
             if not -n <= i < n:
                 raise user_error(
-                    IndexError, f"index {i} is out of bounds for axis {dim} with size {n}"
+                    IndexError,
+                    f"index {i} is out of bounds for axis {dim} with size {n}. Fix: an index "
+                    f"in [{-n}, {n}); for clamping or dropping as JAX's traced indices do, "
+                    f"use x.at[i].get(mode='clip') or mode='fill'.",
                 )
             out = lax.index_in_dim(out, i % n, axis=dim, keepdims=False)
         elif not has_adv:

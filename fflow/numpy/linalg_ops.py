@@ -28,24 +28,32 @@ def matmul(a, b, precision=None, preferred_element_type=None):
     a, b = _promote_pair(a, b)
     sa, sb = info(a)[2], info(b)[2]
     if len(sa) == 0 or len(sb) == 0:
-        raise user_error(ValueError, "matmul: operands must not be scalars; use *")
+        raise user_error(
+            ValueError, "matmul: operands must not be scalars. Fix: use * for scalars."
+        )
     if len(sa) == 1 and len(sb) == 1:
         if sa[0] != sb[0]:
-            raise user_error(ShapeError, f"matmul: shapes {sa} and {sb} are not aligned")
+            raise user_error(
+                ShapeError, f"matmul: shapes {sa} and {sb} are not aligned." + _fix(sa, sb)
+            )
         return lax.dot_general(
             a, b, (((0,), (0,)), ((), ())), preferred_element_type=preferred_element_type
         )
     if len(sb) == 1:
         if sa[-1] != sb[0]:
             raise user_error(
-                ShapeError, f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})"
+                ShapeError,
+                f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})."
+                + _fix(sa, sb),
             )
         return lax.dot_general(
             a, b, (((len(sa) - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
         )
     if len(sa) == 1:
         if sa[0] != sb[-2]:
-            raise user_error(ShapeError, f"matmul: shapes {sa} and {sb} are not aligned")
+            raise user_error(
+                ShapeError, f"matmul: shapes {sa} and {sb} are not aligned." + _fix(sa, sb)
+            )
         out = lax.dot_general(
             a, b, (((0,), (len(sb) - 2,)), ((), ())), preferred_element_type=preferred_element_type
         )
@@ -54,7 +62,7 @@ def matmul(a, b, precision=None, preferred_element_type=None):
         raise user_error(
             ShapeError,
             f"matmul: shapes {sa} and {sb} are not aligned: {sa[-1]} (dim {len(sa) - 1}) != "
-            f"{sb[-2]} (dim {len(sb) - 2})",
+            f"{sb[-2]} (dim {len(sb) - 2})." + _fix(sa, sb),
         )
     if len(sb) == 2:
         # one large matmul over all of a's leading dims
@@ -84,7 +92,7 @@ def dot(a, b, precision=None, preferred_element_type=None):
     if len(sb) <= 2:
         return matmul(a, b, preferred_element_type=preferred_element_type)
     if sa[-1] != sb[-2]:
-        raise user_error(ShapeError, f"dot: shapes {sa} and {sb} not aligned")
+        raise user_error(ShapeError, f"dot: shapes {sa} and {sb} not aligned." + _fix(sa, sb))
     return lax.dot_general(
         a,
         b,
@@ -292,7 +300,9 @@ def _parse_einsum(subscripts, shapes):
     in_specs = ins.split(",")
     if len(in_specs) != len(shapes):
         raise user_error(
-            ValueError, f"einsum: {len(in_specs)} subscripts for {len(shapes)} operands"
+            ValueError,
+            f"einsum: {len(in_specs)} subscripts for {len(shapes)} operands. Fix: one "
+            f"comma-separated subscript per operand.",
         )
     letters = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subscripts)
     ell = None
@@ -317,7 +327,28 @@ def _parse_einsum(subscripts, shapes):
         out = out.replace("...", ell)
     for spec, s in zip(in_specs, shapes):
         if len(spec) != len(s):
-            raise user_error(ShapeError, f"einsum: subscript {spec!r} does not match shape {s}")
+            raise user_error(
+                ShapeError,
+                f"einsum: subscript {spec!r} has {len(spec)} letters for an operand of shape "
+                f"{s}. Fix: one letter per axis (or '...' for the leading ones).",
+            )
+    sizes = {}
+    for spec, s in zip(in_specs, shapes):
+        for c, n in zip(spec, s):
+            if sizes.setdefault(c, n) != n and 1 not in (n, sizes[c]):
+                raise user_error(
+                    ShapeError,
+                    f"einsum {subscripts!r}: label {c!r} has size {sizes[c]} in one operand "
+                    f"and {n} in another (shapes {shapes}). Fix: a repeated label must name "
+                    f"axes of equal size.",
+                )
+    for c in out:
+        if c not in sizes:
+            raise user_error(
+                ValueError,
+                f"einsum {subscripts!r}: output label {c!r} appears in no input. Fix: use "
+                f"only labels of the inputs on the right of '->'.",
+            )
     return in_specs, out
 
 
@@ -421,3 +452,14 @@ def norm(x, ord=None, axis=None, keepdims=False):
             out = expand_dims(out, tuple(sorted(a % nd for a in axis)))
         return out
     raise NotImplementedError(f"norm with ord={ord!r} over two axes")
+
+
+def _fix(sa, sb):
+    """The fix line of a matmul shape error: the contracted sizes must agree."""
+    ka = sa[-1] if sa else None
+    kb = sb[-2] if len(sb) >= 2 else (sb[0] if sb else None)
+    hint = " (did you mean b.T?)" if len(sb) >= 2 and sb[-1] == ka else ""
+    return (
+        f" Fix: a's last axis ({ka}) must equal b's {'second-to-last' if len(sb) >= 2 else 'only'}"
+        f" axis ({kb}){hint}; transpose or reshape an operand."
+    )

@@ -6,6 +6,7 @@ import numpy as np
 
 from fflow import dtypes
 from fflow import lax_ops as lax
+from fflow.errors import user_error
 from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand
 
 
@@ -65,10 +66,16 @@ def _extremum(lax_fn, name):
             from fflow.numpy.elementwise import where as _where
 
             if initial is None:
-                raise ValueError(f"{name} with where= needs initial=")
+                raise user_error(
+                    ValueError, f"{name} with where= needs initial=. Fix: pass initial=."
+                )
             a = _where(where, a, initial)
         if builtins.any(shape[i] == 0 for i in axes) and initial is None:
-            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+            raise user_error(
+                ValueError,
+                f"zero-size array to reduction operation {name} which has no identity. "
+                f"Fix: pass initial= (e.g. {name}(x, initial=-inf)) or check x.size first.",
+            )
         if builtins.any(shape[i] == 0 for i in axes):  # empty: just `initial`
             from fflow.array import Array
 

@@ -15,6 +15,7 @@ from fflow.numpy._util import (
     canonical_axis,
     convert,
     info,
+    mark_weak,
     operand,
 )
 
@@ -42,12 +43,20 @@ def reshape(a, shape=None, order="C", *, newshape=None):
         shape = (int(shape),)
     shape = [int(s) for s in shape]
     if shape.count(-1) > 1:
-        raise user_error(ShapeError, "reshape: only one dimension may be -1")
+        raise user_error(
+            ShapeError,
+            f"reshape to {tuple(shape)}: only one dimension may be -1. Fix: give "
+            "every other size explicitly.",
+        )
     total = int(np.prod(old, dtype=np.int64))
     if -1 in shape:
         known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
         if known == 0 or total % known:
-            raise user_error(ShapeError, f"cannot reshape array of shape {old} into {tuple(shape)}")
+            raise user_error(
+                ShapeError,
+                f"cannot reshape array of shape {old} ({total} elements) into {tuple(shape)}. "
+                f"Fix: the sizes must multiply to {total}.",
+            )
         shape[shape.index(-1)] = total // known
     if order == "F":
         a = transpose(a)
@@ -98,6 +107,8 @@ def moveaxis(a, source, destination):
 def expand_dims(a, axis):
     a = operand(a)
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out_nd = len(info(a)[2]) + len(axes)
+    axes = tuple(canonical_axis(int(x), out_nd) for x in axes)  # JAX: in [-nd-1, nd]
     return lax.expand_dims(a, axes)
 
 
@@ -180,8 +191,11 @@ concat = concatenate
 def promote_dtypes_only(*arrays):
     from fflow.numpy._util import convert, promote_dtypes
 
-    dtype, _ = promote_dtypes(*arrays)
-    return [convert(operand(a), dtype) for a in arrays]
+    dtype, weak = promote_dtypes(*arrays)
+    out = [convert(operand(a), dtype) for a in arrays]
+    if weak:  # all operands were weak: the converted (fresh) ones stay weak, as in JAX
+        out = [a if info(a)[1] else mark_weak(a) for a in out]
+    return out
 
 
 def stack(arrays, axis=0, dtype=None):
@@ -190,7 +204,11 @@ def stack(arrays, axis=0, dtype=None):
         raise ValueError("need at least one array to stack")
     shapes = {tuple(info(a)[2]) for a in arrays}
     if len(shapes) != 1:
-        raise user_error(ShapeError, f"all input arrays must have the same shape, got {shapes}")
+        raise user_error(
+            ShapeError,
+            f"all input arrays must have the same shape, got {sorted(shapes)}. Fix: pad or "
+            f"slice them to one shape, or use jnp.concatenate along an existing axis.",
+        )
     nd = ndim(arrays[0]) + 1
     ax = canonical_axis(axis, nd)
     return concatenate([expand_dims(a, ax) for a in arrays], axis=ax, dtype=dtype)
@@ -226,7 +244,9 @@ def split(ary, indices_or_sections, axis=0):
         k = int(indices_or_sections)
         if n % k:
             raise user_error(
-                ShapeError, f"array split does not result in an equal division ({n} by {k})"
+                ShapeError,
+                f"array split does not result in an equal division ({n} by {k}). Fix: use "
+                f"jnp.array_split for unequal pieces, or split points (a list of indices).",
             )
         bounds = [i * (n // k) for i in range(k + 1)]
     else:
