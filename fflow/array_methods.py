@@ -11,8 +11,8 @@ import numpy as np
 import fflow.numpy as jnp
 from fflow import core, dtypes
 from fflow import lax_ops as lax
-from fflow.errors import user_error
 from fflow.array import Array, root_trace
+from fflow.errors import user_error
 from fflow.numpy.indexing import _IndexUpdateHelper, getitem
 
 
