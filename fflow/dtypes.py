@@ -180,3 +180,14 @@ def result_type(*dtypes_and_weak):
 
 # JAX's dtype of the tangent of an integer or boolean value: it carries no data.
 float0 = np.dtype([("float0", np.void, 0)])
+
+
+def scalar_to(x, dtype):
+    """`x` as a 0-d array of `dtype`; a Python int out of range wraps around (JAX's
+    conversion of a weak int: uint8 + -1 adds 255) instead of NumPy's OverflowError."""
+    dtype = np.dtype(dtype)
+    if type(x) is int and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= x <= info.max:
+            return np.asarray(x % (1 << (8 * dtype.itemsize)), np.uint64).astype(dtype)
+    return np.asarray(x, dtype)

@@ -187,7 +187,7 @@ def full(shape, fill_value, dtype=None):
                 if _is_scalar(fill_value)
                 else np.asarray(fill_value).dtype
             )
-        value = np.asarray(fill_value, dtype=dtypes.canonicalize(dtype))
+        value = dtypes.scalar_to(fill_value, dtypes.canonicalize(dtype))
     else:
         value = fill_value
         if dtype is not None:

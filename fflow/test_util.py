@@ -125,6 +125,8 @@ def check_close(actual, expected, atol=None, rtol=None, err_msg=""):
         a, e = _np(a), _np(e)
         if a.shape != e.shape:
             raise AssertionError(f"{err_msg}: shapes differ: {a.shape} vs {e.shape}")
+        if dtypes.float0 in (a.dtype, e.dtype):
+            continue  # the tangent of an integer value carries no data (JAX's float0)
         if not (_is_float(a.dtype) or _is_float(e.dtype)):
             np.testing.assert_array_equal(a, e, err_msg=err_msg)
             continue

@@ -7,8 +7,9 @@ fflow/lax_control.py.
 
 cond: operands (index, *ops); params branches=(program, ...) with equal signatures.
 while: operands (*cond_consts, *body_consts, *carry); params cond_jaxpr, body_jaxpr,
-cond_nconsts, body_nconsts. A while loop has no partial-evaluation rule:
-reverse-mode differentiation asks for `max_steps=` (a scan) instead.
+cond_nconsts, body_nconsts. Reverse mode through a while loop works only where no
+cotangent reaches it (its known carries run eagerly); otherwise it asks for
+`max_steps=` (a scan).
 """
 
 import numpy as np
@@ -18,6 +19,7 @@ from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
 from fflow.transforms.staging import partial_eval_rules
 
+from fflow import core
 from fflow import lax_ops as lax
 from fflow.core import Primitive, Var
 from fflow.errors import FflowError, ShapeError, user_error
@@ -329,17 +331,67 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
 ad.jvp_rules[while_p] = _while_jvp
 
 
+_WHILE_REVERSE_MSG = (
+    "Reverse-mode differentiation (grad / vjp / linearize) does not work through a "
+    "while_loop whose number of iterations is only known at run time. Fix: pass "
+    "max_steps=N to fflow.lax.while_loop (it then becomes a scan of N steps that "
+    "stops updating once cond_fun is False), or use fori_loop with static Python-int "
+    "bounds. Forward mode (jvp, jacfwd) works as is."
+)
+
+
+def _depends(program, flags):
+    """Which outputs of `program` depend on the invars flagged in `flags` (conservative)."""
+    from fflow.core import Literal
+
+    hit = {v for v, f in zip(program.invars, flags) if f}
+    for eqn in program.eqns:
+        if any(type(v) is not Literal and v in hit for v in eqn.inputs):
+            hit.update(eqn.outputs)
+    return [type(v) is not Literal and v in hit for v in program.outvars]
+
+
 def _while_partial_eval(trace, args, params):
-    raise user_error(
-        FflowError,
-        "Reverse-mode differentiation (grad / vjp / linearize) does not work through a "
-        "while_loop whose number of iterations is only known at run time. Fix: pass "
-        "max_steps=N to fflow.lax.while_loop (it then becomes a scan of N steps that "
-        "stops updating once cond_fun is False), or use fori_loop with static Python-int "
-        "bounds. Forward mode (jvp, jacfwd) works as is.",
+    """JAX's split: carries that do not depend on unknown (tangent) values run now in a
+    loop of their own; the unknown ones stage the whole loop (recomputing the known
+    part). Only a cotangent that reaches a staged loop needs a transpose, which fails
+    with the fix (an aux metric or dead code computed by a while_loop is fine)."""
+    cn, bn = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    unknown = [pt.is_tracer_of(a, trace) for a in args]
+    c_uk, b_uk, k_uk = unknown[:cn], unknown[cn : cn + bn], unknown[cn + bn :]
+    for _ in range(len(k_uk) + 1):
+        out_uk = _depends(body, b_uk + k_uk)
+        new = [a or b for a, b in zip(k_uk, out_uk)]
+        if new == k_uk:
+            break
+        k_uk = new
+    if any(c_uk) or any(_depends(cond, c_uk + k_uk)):
+        raise user_error(FflowError, _WHILE_REVERSE_MSG)
+    cconsts, bconsts, carry = _split_while(args, cn, bn)
+    keep_b = [not u for u in b_uk]
+    keep_k = [not u for u in k_uk]
+    known_body = pt.prune(body.replace(outvars=[v for v, k in zip(body.outvars, keep_k) if k]))
+    known_body = known_body.replace(invars=[v for v, k in zip(body.invars, keep_b + keep_k) if k])
+    known_cond = pt.prune(cond)
+    known_cond = known_cond.replace(
+        invars=[v for v, k in zip(cond.invars, [True] * cn + keep_k) if k]
     )
+    kb = [a for a, k in zip(bconsts, keep_b) if k]
+    kc = [a for a, k in zip(carry, keep_k) if k]
+    known_outs = iter([])
+    if kc:
+        with core.set_current_trace(trace.parent):
+            known_outs = iter(while_bind(cconsts, kb, kc, known_cond, known_body))
+    staged = trace.stage(while_p, args, params) if any(k_uk) else None
+    return [staged[i] if u else next(known_outs) for i, u in enumerate(k_uk)]
 
 
+def _while_transpose(cts, *args, **params):
+    raise user_error(FflowError, _WHILE_REVERSE_MSG)
+
+
+ad.transpose_rules[while_p] = _while_transpose
 partial_eval_rules[while_p] = _while_partial_eval
 
 

@@ -48,7 +48,36 @@ def _linalg_prim(name, impl, abstract_eval, multiple_results=False):
 
 
 def _solve_impl(a, b):
-    return np.linalg.solve(a, b).astype(b.dtype)
+    try:
+        return np.linalg.solve(a, b).astype(b.dtype)
+    except np.linalg.LinAlgError:
+        # JAX (LU without a singularity check) returns inf/nan for a singular matrix
+        return _lu_solve_unchecked(a, b).astype(b.dtype)
+
+
+def _lu_solve_unchecked(a, b):
+    """Gaussian elimination with partial pivoting that divides by a zero pivot
+    instead of raising (inf/nan results, as XLA's LU-based solve gives)."""
+    a = np.array(a, dtype=np.result_type(a, np.float32))
+    x = np.array(b, dtype=a.dtype)
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    a = a.reshape((-1, n, n))
+    x = x.reshape((-1, n, x.shape[-1]))
+    rows = np.arange(a.shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(n):
+            p = k + np.argmax(np.abs(a[:, k:, k]), axis=1)
+            a[rows, k], a[rows, p] = a[rows, p].copy(), a[rows, k].copy()
+            x[rows, k], x[rows, p] = x[rows, p].copy(), x[rows, k].copy()
+            f = a[:, k + 1 :, k] / a[:, k : k + 1, k]
+            a[:, k + 1 :] -= f[:, :, None] * a[:, k : k + 1]
+            x[:, k + 1 :] -= f[:, :, None] * x[:, k : k + 1]
+        for k in range(n - 1, -1, -1):
+            x[:, k] = (x[:, k] - np.einsum("bj,bjc->bc", a[:, k, k + 1 :], x[:, k + 1 :])) / a[
+                :, k, k : k + 1
+            ]
+    return x.reshape(batch + x.shape[1:])
 
 
 def _solve_abstract(a, b):

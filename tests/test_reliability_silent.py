@@ -301,3 +301,37 @@ def test_pickling_a_tracer_raises():
 
     with pytest.raises(TypeError, match="cannot pickle a traced value"):
         fflow.jit(lambda a: pickle.dumps(a))(np.ones(2, np.float32))
+
+
+def test_grad_through_while_loop_whose_carry_does_not_reach_the_output():
+    def f(x):
+        steps, prod = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x), (0, x))
+        return x**2, prod  # the loop's carry depends on x but feeds only the aux output
+
+    g, aux = fflow.grad(f, has_aux=True)(2.0)
+    assert float(g) == 4.0 and float(aux) == 16.0  # d(x^2)/dx, x^4
+    g, aux = fflow.jit(fflow.grad(f, has_aux=True))(2.0)
+    assert float(g) == 4.0 and float(aux) == 16.0
+    with pytest.raises(fflow.errors.FflowError, match="max_steps"):
+        fflow.grad(lambda x: f(x)[1])(2.0)  # a cotangent reaches the loop: JAX fails too
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_inv_of_singular_matrix_is_not_finite_instead_of_raising(wrap):
+    out = np.asarray(_WRAPS[wrap](jnp.linalg.inv)(np.ones((2, 2), np.float32)))
+    assert out.shape == (2, 2) and not np.isfinite(out).all()
+    a = np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)
+    np.testing.assert_allclose(
+        np.asarray(_WRAPS[wrap](jnp.linalg.inv)(a)), np.linalg.inv(a), rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_weak_python_int_out_of_range_wraps_like_jax(wrap):
+    x = jnp.asarray(np.array([1, 2, 250], np.uint8))
+    add, mul = _WRAPS[wrap](lambda v: v + -1), _WRAPS[wrap](lambda v: v * 300)
+    # JAX converts the weak int to uint8 with wrap-around: -1 -> 255, 300 -> 44
+    xn = np.asarray(x)
+    np.testing.assert_array_equal(np.asarray(add(x)), (xn + np.uint8(255)).astype(np.uint8))
+    np.testing.assert_array_equal(np.asarray(mul(x)), (xn * np.uint8(44)).astype(np.uint8))
+    assert add(x).dtype == np.uint8

@@ -85,7 +85,7 @@ def convert(x, dtype):
     """`x` as `dtype` (a cast primitive for traced/array values)."""
     t = type(x)
     if t in _SCALARS:
-        return np.asarray(x, dtype)
+        return dtypes.scalar_to(x, dtype)
     if t is np.ndarray or isinstance(x, np.generic):
         return x if x.dtype == dtype else np.asarray(x, dtype)
     x = operand(x)
