@@ -21,7 +21,7 @@ from fflow.transforms.staging import partial_eval_rules
 
 from fflow import core
 from fflow import lax_ops as lax
-from fflow.core import Primitive, Var
+from fflow.core import Literal, Primitive, Var
 from fflow.errors import FflowError, ShapeError, user_error
 
 cond_p = Primitive("cond", multiple_results=True)
@@ -342,8 +342,6 @@ _WHILE_REVERSE_MSG = (
 
 def _depends(program, flags):
     """Which outputs of `program` depend on the invars flagged in `flags` (conservative)."""
-    from fflow.core import Literal
-
     hit = {v for v, f in zip(program.invars, flags) if f}
     for eqn in program.eqns:
         if any(type(v) is not Literal and v in hit for v in eqn.inputs):
