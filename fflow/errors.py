@@ -5,6 +5,10 @@ import functools
 import inspect
 import os
 import sys
+import types
+import warnings
+
+from fflow.config import config
 
 _internal_dirs = None
 _SKIP_FILES = ("contextlib.py", "functools.py", "threading.py")
@@ -165,5 +169,61 @@ def check_keywords(fn):
                 f"Python function of arrays.",
             )
         return fn(*args, **kwargs)
+
+    return wrapped
+
+
+# JAX computes inf and nan silently; NumPy's RuntimeWarnings raised inside fflow's own
+# kernels (eager primitives, generated jit code) would leak to the user as noise.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fflow(\.|$)")
+
+
+# -- traceback filtering (JAX's): errors leave fflow without its internal frames --------
+
+config.define("traceback_filtering", "auto")  # "off" shows fflow's own frames too
+
+_HIDDEN_NOTE = (
+    "(fflow-internal frames are hidden from this traceback; "
+    "fflow.config.update('traceback_filtering', 'off') shows them.)"
+)
+
+
+def filter_traceback(tb):
+    """`tb` without the frames of fflow's own files (None if nothing is left)."""
+    kept = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def filtered_traceback(e):
+    """The traceback to re-raise `e` with at an API boundary (None: leave it as is)."""
+    if config.traceback_filtering == "off":
+        return None
+    tb = filter_traceback(e.__traceback__)
+    if tb is not None and _HIDDEN_NOTE not in getattr(e, "__notes__", ()):
+        e.add_note(_HIDDEN_NOTE)
+    return tb
+
+
+def api_boundary(fn):
+    """Decorator for public entry points (grad, vmap, jvp...): an exception leaving
+    through it keeps only the user's frames, as JAX's tracebacks do."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841  (pytest and IPython hide this frame)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            tb = filtered_traceback(e)
+            if tb is None:
+                raise
+            raise e.with_traceback(tb)  # noqa: B904  (the same exception, fewer frames)
 
     return wrapped

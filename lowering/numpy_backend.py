@@ -99,7 +99,8 @@ class _Ctx:
         self.steps = steps
         self.live = live
         self.names = {}
-        self.globals = {"np": np, "Array": Array}
+        # a module name of fflow's: NumPy's inf/nan RuntimeWarnings from kernels are hidden
+        self.globals = {"np": np, "Array": Array, "__name__": "fflow.lowering.generated"}
         self.lines = []
         self.fresh = set()  # vars whose buffer this function allocated
         self.donated = {}  # donated invar -> name of its runtime "may overwrite" flag

@@ -339,3 +339,69 @@ def test_bad_backend_keeps_the_previous_one():
         fflow.config.update("jit_backend", "gpu")
     assert fflow.config.jit_backend == "numpy"
     np.testing.assert_array_equal(np.asarray(fflow.jit(lambda a: a * 2)(x3)), 2 * x3)
+
+
+# -- tracebacks: only the user's frames (JAX's filtering), with a switch --------------
+
+
+def _frames(err):
+    import traceback
+
+    return [f.filename for f in traceback.extract_tb(err.__traceback__)]
+
+
+def _model(x):
+    return jnp.dot(x, jnp.ones(5))  # 3 != 5
+
+
+@pytest.mark.parametrize("wrap", ["jit", "grad", "vmap", "jit_grad"])
+def test_tracebacks_hide_fflow_internal_frames(wrap):
+    f = {
+        "jit": fflow.jit(_model),
+        "grad": fflow.grad(lambda x: jnp.sum(_model(x))),
+        "vmap": fflow.vmap(_model),
+        "jit_grad": fflow.jit(fflow.grad(lambda x: jnp.sum(_model(x)))),
+    }[wrap]
+    x = np.ones(3, np.float32) if wrap != "vmap" else np.ones((2, 3), np.float32)
+    with pytest.raises(fflow.errors.ShapeError) as info:
+        f(x)
+    frames = _frames(info.value)
+    internal = [p for p in frames if fflow.errors._is_internal(p)]
+    assert frames[-1] == HERE  # the deepest frame is the user's line
+    assert len(internal) <= 1, internal  # at most the boundary that re-raised
+    assert "traceback_filtering" in "".join(info.value.__notes__)
+
+
+def test_traceback_filtering_switch_shows_internal_frames():
+    fflow.config.update("traceback_filtering", "off")
+    try:
+        with pytest.raises(fflow.errors.ShapeError) as info:
+            fflow.jit(_model)(np.ones(3, np.float32))
+    finally:
+        fflow.config.update("traceback_filtering", "auto")
+    assert sum(fflow.errors._is_internal(p) for p in _frames(info.value)) > 3
+
+
+_WARNING_SCRIPT = """
+import numpy as np
+import fflow, fflow.numpy as jnp
+x = jnp.array([-1.0, 0.0, 1.0])
+jnp.log(x); x / 0.0; jnp.sqrt(x)
+fflow.jit(lambda v: jnp.exp(v * 100.0) * 1e30)(x)
+fflow.grad(lambda v: jnp.sum(jnp.log(v)))(x)
+print("computed")
+np.log(np.array([-1.0]))  # the user's own NumPy call still warns
+"""
+
+
+def test_no_numpy_runtime_warnings_leak():
+    # a script, as a user runs it (pytest resets warning filters around collection)
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _WARNING_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "computed" in proc.stdout, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warned) == 1 and "<string>" in warned[0], proc.stderr

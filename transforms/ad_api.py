@@ -11,7 +11,7 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun, normalize_argnums
 from fflow.core import aval_of_value
-from fflow.errors import check_keywords, user_error
+from fflow.errors import api_boundary, check_keywords, user_error
 from fflow.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
@@ -33,6 +33,7 @@ def _instantiate_like(t, primal):
 
 
 @check_keywords
+@api_boundary
 def jvp(fun, primals, tangents, has_aux=False):
     """Forward-mode: (fun(*primals), J @ tangents).
 
@@ -127,6 +128,7 @@ def _strip(tree):
 
 
 @check_keywords
+@api_boundary
 def linearize(fun, *primals):
     """(fun(*primals), f_jvp) where f_jvp(*tangents) applies the linear map."""
     p_leaves, p_tree = tree_flatten((primals, {}))
@@ -147,6 +149,7 @@ def linearize(fun, *primals):
 
 
 @check_keywords
+@api_boundary
 def vjp(fun, *primals, has_aux=False):
     """(fun(*primals), vjp_fn[, aux]); vjp_fn(ct) returns a tuple with one cotangent per primal.
 
@@ -201,6 +204,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
     """
 
     @functools.wraps(fun)
+    @api_boundary
     def value_and_grad_fun(*args, **kwargs):
         single, nums = normalize_argnums(argnums, len(args))
         diff_args = [args[i] for i in nums]
@@ -270,6 +274,7 @@ def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     @functools.wraps(fun)
+    @api_boundary
     def grad_fun(*args, **kwargs):
         (value, g) = vg(*args, **kwargs)
         if has_aux:
@@ -299,6 +304,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """Jacobian by forward mode: vmap of jvp over the standard basis."""
     from fflow.transforms.vmap import vmap
 
+    @api_boundary
     def jac_fun(*args, **kwargs):
         single, nums = normalize_argnums(argnums, len(args))
         diff = [args[i] for i in nums]
@@ -346,6 +352,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """Jacobian by reverse mode: vmap of vjp over the output's standard basis."""
     from fflow.transforms.vmap import vmap
 
+    @api_boundary
     def jac_fun(*args, **kwargs):
         single, nums = normalize_argnums(argnums, len(args))
         diff = [args[i] for i in nums]

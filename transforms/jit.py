@@ -19,7 +19,12 @@ from fflow.api_util import Store, as_value
 from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import ShapedArray, Tracer
-from fflow.errors import unknown_keyword_error, user_error, user_source_info
+from fflow.errors import (
+    filtered_traceback,
+    unknown_keyword_error,
+    user_error,
+    user_source_info,
+)
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 RETRACE_WARNING_THRESHOLD = 8
@@ -209,41 +214,48 @@ class Jitted:
 
     # -- the call path ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        # fast path: positional Array arguments, eager, no static/donated args:
-        # one pass over the args, one tuple hash, one call
-        if self._fast_ok and not kwargs and _FAST[0] and core._state.trace is root_trace:
-            key = []
-            for x in args:
-                if type(x) is not Array:
-                    break
-                v = x._value
-                where = x._sharding if type(v) is np.ndarray else _where(x)
-                key.append((v.shape, v.dtype, x._weak, where))
-            else:
-                entry = self.fast_cache.get(tuple(key))
-                if entry is not None:
-                    out = entry.call(args)
-                    if self.donate_argnums:
-                        self._mark_donated(args)
-                    return out
-                return self._call_slow(args, kwargs)
-            # pytree arguments (lists/dicts of Arrays): one flatten, one tuple hash
-            leaves, treedef = tree_flatten(args)
-            key = [treedef]
-            for x in leaves:
-                if type(x) is not Array:
-                    break
-                v = x._value
-                where = x._sharding if type(v) is np.ndarray else _where(x)
-                key.append((v.shape, v.dtype, x._weak, where))
-            else:
-                entry = self.fast_cache.get(tuple(key))
-                if entry is not None:
-                    out = entry.call(leaves)
-                    if self.donate_argnums:
-                        self._mark_donated(args)
-                    return out
-        return self._call_slow(args, kwargs)
+        try:
+            # fast path: positional Array arguments, eager, no static/donated args:
+            # one pass over the args, one tuple hash, one call
+            if self._fast_ok and not kwargs and _FAST[0] and core._state.trace is root_trace:
+                key = []
+                for x in args:
+                    if type(x) is not Array:
+                        break
+                    v = x._value
+                    where = x._sharding if type(v) is np.ndarray else _where(x)
+                    key.append((v.shape, v.dtype, x._weak, where))
+                else:
+                    entry = self.fast_cache.get(tuple(key))
+                    if entry is not None:
+                        out = entry.call(args)
+                        if self.donate_argnums:
+                            self._mark_donated(args)
+                        return out
+                    return self._call_slow(args, kwargs)
+                # pytree arguments (lists/dicts of Arrays): one flatten, one tuple hash
+                leaves, treedef = tree_flatten(args)
+                key = [treedef]
+                for x in leaves:
+                    if type(x) is not Array:
+                        break
+                    v = x._value
+                    where = x._sharding if type(v) is np.ndarray else _where(x)
+                    key.append((v.shape, v.dtype, x._weak, where))
+                else:
+                    entry = self.fast_cache.get(tuple(key))
+                    if entry is not None:
+                        out = entry.call(leaves)
+                        if self.donate_argnums:
+                            self._mark_donated(args)
+                        return out
+            return self._call_slow(args, kwargs)
+        except Exception as e:
+            # errors leave without fflow's own frames (JAX's traceback filtering)
+            tb = filtered_traceback(e)
+            if tb is None:
+                raise
+            raise e.with_traceback(tb)  # noqa: B904  (the same exception, fewer frames)
 
     def _call_slow(self, args, kwargs):
         if kwargs and (self.static_argnames or self.static_argnums):

@@ -56,7 +56,7 @@ from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun
 from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
-from fflow.errors import check_keywords, user_error
+from fflow.errors import api_boundary, check_keywords, user_error
 from fflow.sharding import (
     B,
     SbpParallel,
@@ -296,6 +296,7 @@ class Sharded:
             self.captured[key] = list(lifted)
         return sp, out_tree, list(lifted) + leaves
 
+    @api_boundary
     def __call__(self, *args):
         sp, out_tree, leaves = self._entry(args)
         outs = bind_call(sp, leaves)

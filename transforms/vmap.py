@@ -24,7 +24,7 @@ from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import as_value
 from fflow.core import aval_of_value, set_current_trace
-from fflow.errors import check_keywords, user_error
+from fflow.errors import api_boundary, check_keywords, user_error
 from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 batch_rules = {}
@@ -387,6 +387,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         )
 
     @functools.wraps(fun)
+    @api_boundary
     def batched_fun(*args, **kwargs):
         if (
             isinstance(in_axes, tuple)
