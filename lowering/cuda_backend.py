@@ -22,6 +22,7 @@ source and the plan (grid, block, bytes read and written per kernel).
 """
 
 import numpy as np
+from fflow.lowering import cuda_gemm
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
     SOLVER,
@@ -249,9 +250,13 @@ def plan_text(plan):
                 )
         elif t is BlasStep:
             e = s.eqn
+            what = (
+                cuda_gemm.describe(e)
+                if cuda_gemm.is_16bit(e)
+                else f"cublas gemm (batched) {e.params['dimension_numbers']}"
+            )
             lines.append(
-                f"{i:3d} cublas gemm (batched) {e.params['dimension_numbers']}  "
-                f"({', '.join(nm(v) for v in e.inputs)}) -> {nm(e.outputs[0])}"
+                f"{i:3d} {what}  ({', '.join(nm(v) for v in e.inputs)}) -> {nm(e.outputs[0])}"
             )
         elif t is AliasStep:
             lines.append(f"{i:3d} view reshape {nm(s.src)} -> {nm(s.out)}")

@@ -149,6 +149,10 @@ class CupyRuntime:
         return self.to_runtime(np.asarray(host, aval.dtype), aval)
 
     def matmul(self, eqn, lhs, rhs):
+        from fflow.lowering import cuda_gemm
+
+        if cuda_gemm.is_16bit(eqn):  # bf16/fp16 on tensor cores, fp32 accumulate, no copies
+            return cuda_gemm.gemm16(self.cp, eqn, lhs, rhs, self.empty)
         cp = self.cp
         (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
         la, ra = eqn.inputs[0].aval, eqn.inputs[1].aval

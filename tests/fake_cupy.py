@@ -87,6 +87,55 @@ class RawModule:
         return launch
 
 
+# -- cuBLAS's 16-bit GEMMs, column-major as the real ones, on raw device pointers --------------
+
+_CUDA_TYPES = {0: np.float32, 2: np.float16, 14: "bfloat16"}
+
+
+def _to_f32(bits_or_vals, t):
+    if _CUDA_TYPES[t] == "bfloat16":
+        return (bits_or_vals.astype(np.uint32) << 16).view(np.float32)
+    return bits_or_vals.astype(np.float32)
+
+
+def _matrix(ptr, t, rows, cols, ld, stride, batch):
+    """The column-major [batch, rows, cols] matrices at `ptr` (leading dimension `ld`)."""
+    import ctypes
+
+    dt = np.dtype(np.uint16 if _CUDA_TYPES[t] == "bfloat16" else _CUDA_TYPES[t])
+    count = (batch - 1) * stride + (cols - 1) * ld + rows
+    buf = np.frombuffer((ctypes.c_char * (count * dt.itemsize)).from_address(ptr), dt)
+    isz = dt.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        buf, (batch, rows, cols), (stride * isz, isz, ld * isz), writeable=True
+    )
+    return view
+
+
+def gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb,  # noqa: N802
+                         beta, c, ct, ldc, sc, batch, compute, algo):  # fmt: skip
+    _use("gemmEx")
+    assert compute == 68, "fp32 accumulation expected"
+    A = _to_f32(_matrix(a, at, *((m, k) if ta == 0 else (k, m)), lda, sa, batch), at)
+    B = _to_f32(_matrix(b, bt, *((k, n) if tb == 0 else (n, k)), ldb, sb, batch), bt)
+    A = A if ta == 0 else A.transpose(0, 2, 1)
+    B = B if tb == 0 else B.transpose(0, 2, 1)
+    C = np.matmul(A.astype(np.float64), B.astype(np.float64)).astype(np.float32)  # fp32 acc
+    dst = _matrix(c, ct, m, n, ldc, sc, batch)
+    if _CUDA_TYPES[ct] == "bfloat16":
+        import ml_dtypes
+
+        dst[...] = C.astype(ml_dtypes.bfloat16).view(np.uint16)
+    else:
+        dst[...] = C.astype(_CUDA_TYPES[ct])
+
+
+def gemmEx(handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,  # noqa: N802
+           compute, algo):  # fmt: skip
+    gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0, beta, c,
+                         ct, ldc, 0, 1, compute, algo)  # fmt: skip
+
+
 class _Device:
     def __init__(self, i=0):
         self.id = i
@@ -115,6 +164,13 @@ def install(device_count=1):
     mod = sys.modules[__name__]
     cuda = types.SimpleNamespace(
         Device=_Device,
+        cublas=types.SimpleNamespace(
+            gemmEx=gemmEx,
+            gemmStridedBatchedEx=gemmStridedBatchedEx,
+            getPointerMode=lambda h: 0,
+            setPointerMode=lambda h, m: None,
+        ),
+        device=types.SimpleNamespace(get_cublas_handle=lambda: 1),
         runtime=types.SimpleNamespace(getDeviceCount=lambda: device_count),
     )
     mod.cuda = cuda

@@ -386,6 +386,11 @@ def _einsum_pair(a, sa, b, sb, out, preferred_element_type=None):
         b = _einsum_single(b, sb, keep)
         sb = keep
     batch = [c for c in sa if c in sb and c in out]
+    swapped = "".join(batch) + "".join(c for c in sb if c not in sa)
+    if swapped + "".join(c for c in sa if c not in sb) == out:
+        # the other operand order gives the output layout directly: no transpose after
+        # the GEMM (the contraction path may hand the operands over in either order)
+        a, sa, b, sb = b, sb, a, sa
     contract = [c for c in sa if c in sb and c not in out]
     dn = (
         (tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
