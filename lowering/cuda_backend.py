@@ -251,7 +251,7 @@ def plan_text(plan):
         elif t is BlasStep:
             e = s.eqn
             what = (
-                cuda_gemm.describe(e)
+                "cublas gemm " + cuda_gemm.describe(e)
                 if cuda_gemm.is_16bit(e)
                 else f"cublas gemm (batched) {e.params['dimension_numbers']}"
             )

@@ -37,8 +37,11 @@ print("=== compiled", cuda_backend.compile_count)
 """
 
 
+_TMP = re.compile(r"/tmp/\S+")  # temporary folders an example prints (one per run)
+
+
 def _clean(lines):
-    return [_DIFF.sub("", _TIME.sub("", line)).strip() for line in lines]
+    return [_TMP.sub("", _DIFF.sub("", _TIME.sub("", line))).strip() for line in lines]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
