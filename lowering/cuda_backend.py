@@ -40,6 +40,7 @@ from fflow.lowering.cuda_runtime import CupyRuntime, ShimRuntime, _tuple  # noqa
 from fflow import core
 from fflow.array import Array, root_trace
 from fflow.core import Literal, Var
+from fflow.device import DeviceBuffer
 
 # -- executable -----------------------------------------------------------------------------
 
@@ -47,10 +48,11 @@ from fflow.core import Literal, Var
 class Executable:
     """A compiled program: call with Arrays, get a list of Arrays."""
 
-    def __init__(self, program, runtime, verify_nvrtc=False):
+    def __init__(self, program, runtime, verify_nvrtc=False, donate=()):
         self.program = program
         self.runtime = runtime
         self.plan = Plan(program)
+        self.donate = _donatable(self.plan, program, donate)
         if verify_nvrtc:
             from fflow.lowering import nvrtc
 
@@ -71,7 +73,15 @@ class Executable:
         prog = self.program
         with rt.scope():
             vals = [rt.to_runtime(_raw(a), v.aval) for v, a in zip(prog.invars, args)]
-            outs = self.run_raw(vals)
+            # donated device buffers (never a caller's host array) may hold later outputs
+            donated = [
+                (v, x)
+                for i, (v, x, a) in enumerate(zip(prog.invars, vals, args))
+                if i in self.donate
+                and type(_raw(a)) is DeviceBuffer
+                and sum(y is x for y in vals) == 1
+            ]
+            outs = self._run(vals, donated)
         return [rt.wrap(value, v.aval) for value, v in zip(outs, prog.outvars)]
 
     def run_raw(self, vals):
@@ -79,8 +89,10 @@ class Executable:
         with self.runtime.scope():  # the program's device is current for all of it
             return self._run(vals)
 
-    def _run(self, vals):
+    def _run(self, vals, donated=()):
         rt = self.runtime
+        donated = dict(donated)
+        free = {}  # (shape, dtype) -> donated buffers past their last use
         prog = self.program
         if self.functions is None:
             self.functions = rt.load(_unique(self.plan.kernels))
@@ -96,11 +108,15 @@ class Executable:
         for i, step in enumerate(self.plan.steps):
             t = type(step)
             if t is KernelStep:
-                for k in step.kernels:
+                for j, k in enumerate(step.kernels):
                     call_args = []
+                    later = step.kernels[j + 1 :]
+                    dying = _dying_donated(k, later, donated, env, self.last_use.get(i, ()))
                     for kind, v in k.args:
                         if kind == "out" and v not in env:
-                            env[v] = rt.empty(v.aval)
+                            key = (v.aval.shape, np.dtype(v.aval.dtype))
+                            reuse = free.get(key) or dying.get(key)
+                            env[v] = reuse.pop() if reuse else rt.empty(v.aval)
                         call_args.append(env[v])
                     rt.launch(self.functions[k.name], k, call_args)
             elif t is BlasStep:
@@ -115,7 +131,9 @@ class Executable:
             else:
                 self._host(step.eqn, env)
             for v in self.last_use.get(i, ()):
-                env.pop(v, None)
+                buf = env.pop(v, None)
+                if v in donated and buf is donated[v]:
+                    free.setdefault((v.aval.shape, np.dtype(v.aval.dtype)), []).append(buf)
         outs = []
         for v in prog.outvars:
             if type(v) is Literal:
@@ -200,6 +218,39 @@ def _read(env, v, rt):
     if type(v) is Literal:
         return np.asarray(v.value, v.aval.dtype)
     return env[v]
+
+
+def _dying_donated(kernel, later, donated, env, dying_vars):
+    """Donated inputs a pointwise kernel reads for the last time: its outputs may be
+    written into them in place (each element is read before the same thread writes it)."""
+    if not donated or not kernel.pointwise:
+        return {}
+    read_later = {v for k in later for _, v in k.args}
+    out = {}
+    for kind, v in kernel.args:
+        if (
+            kind == "in"
+            and v in donated
+            and v in dying_vars
+            and v not in read_later
+            and env.get(v) is donated[v]
+        ):
+            out.setdefault((v.aval.shape, np.dtype(v.aval.dtype)), []).append(donated.pop(v))
+    return out
+
+
+def _donatable(plan, program, donate):
+    """Indices of donated inputs whose buffers may be reused: not an output, not the
+    source of a view (reshape alias) that could outlive it."""
+    viewed = {s.src for s in plan.steps if type(s) is AliasStep}
+    outs = {v for v in program.outvars if type(v) is Var}
+    return {
+        i
+        for i in donate
+        if i < len(program.invars)
+        and program.invars[i] not in viewed
+        and program.invars[i] not in outs
+    }
 
 
 def _unique(kernels):
@@ -315,7 +366,7 @@ def compile_program(program, donate=(), backend="cuda_shim", device=None, verify
 
             verify_nvrtc = nvrtc.available()
         verify = verify_nvrtc
-    return Executable(program, runtime, verify_nvrtc=verify)
+    return Executable(program, runtime, verify_nvrtc=verify, donate=donate)
 
 
 _eager_cache = {}

@@ -403,6 +403,7 @@ class Kernel:
         self.block = block
         self.bytes_read = bytes_read
         self.bytes_written = bytes_written
+        self.pointwise = False  # True: an output may share a dying input's buffer
 
     def __repr__(self):
         return f"Kernel({self.name}, grid={self.grid}, block={self.block})"
@@ -580,6 +581,7 @@ def elementwise_kernel(outputs, inline, wide=False, vectorize=True):
         body += _indent(scalar_body("i")) + ["}"]
     kernel = k.finish(body, _grid(n // vec if vec else n), BLOCK)
     kernel.vector_width = vec or 1
+    kernel.pointwise = bool(flat)  # element i is read and written by the same thread only
     return kernel
 
 
