@@ -45,7 +45,8 @@ def test_gpu_check_runs_through_the_shim_from_a_bare_checkout(tmp_path):
     # fflow and its mapped packages came from the bare copy, not an installed checkout
     assert report["fflow_root"] == str(tree / "fflow")
     names = [r["name"] for r in report["results"]]
-    assert "elementwise chain" in names and "softmax float32" in names, names
+    # the first case always runs; later ones may be skipped on a loaded machine (budget)
+    assert "elementwise chain" in names and "elementwise chain grad" in names, names
     assert report["passed"] == len(report["results"]) >= 2
     for r in report["results"]:
         assert r["max_rel_err"] <= r["tol"] and r["wall_s"] > 0 and r["first_call_s"] > 0
