@@ -115,6 +115,29 @@ def torch_setup(torch, params):
     return step
 
 
+def step_flops(batch, dims):
+    """FLOPs of the GEMMs of one step: forward, weight gradients, input gradients of
+    every layer but the first (the data needs none)."""
+    pairs = list(zip(dims[:-1], dims[1:]))
+    fwd = sum(2 * batch * a * b for a, b in pairs)
+    return 2 * fwd + sum(2 * batch * a * b for a, b in pairs[1:])
+
+
+def sgemm_limit(reps):
+    """Best float32 GFLOP/s of a 512^3 GEMM here: one thread and fflow's pool, interleaved."""
+    from fflow.lowering import cpu_gemm
+
+    from fflow import threads
+
+    rng = np.random.default_rng(0)
+    a, b = rng.random((512, 512), np.float32), rng.random((512, 512), np.float32)
+    out = np.empty((512, 512), np.float32)
+    cores = threads.available_cores()
+    fns = {n: (lambda n=n: cpu_gemm.matmul(a, b, out, n)) for n in sorted({1, cores})}
+    times = interleaved_times(fns, reps)
+    return {n: 2 * 512**3 / t / 1e9 for n, t in times.items()}
+
+
 def main():
     args = parse_args(__doc__)
     batch, dims = sizes(args.tiny)
@@ -175,9 +198,23 @@ def main():
 
     step_times = interleaved_times(step_times_fns, reps)
     name = f"MLP step {'-'.join(map(str, dims))}, batch {batch}"
+    note = ""
+    if "fflow" in step_times:
+        limit = sgemm_limit(reps)
+        flops = step_flops(batch, dims)
+        rates = ", ".join(f"{n} thread(s) {g:.0f}" for n, g in limit.items())
+        jax_rate = ""
+        if "jax.jit" in step_times:
+            jax_rate = f", JAX {flops / step_times['jax.jit'] / 1e9:.0f}"
+        note = (
+            f"GEMM work of the step: {flops / 1e6:.0f} MFLOP; fflow achieves "
+            f"{flops / step_times['fflow'] / 1e9:.0f} GFLOP/s{jax_rate}; sgemm limit "
+            f"measured in the same run (512^3, GFLOP/s): {rates}."
+        )
     print_table(
         "MLP training step",
         [(name, step_times), ("first call (trace+lower+compile+run)", first_times)],
+        note,
     )
 
 

@@ -190,6 +190,10 @@ def main():
                 hogs.pause()
             title = quiet.splitlines()[0].lstrip("# ").strip()
             table = side_by_side(title, parse_rows(quiet), parse_rows(loaded), args.load)
+            for label, text in (("quiet", quiet), (f"load {args.load}", loaded)):
+                notes = [n for n in text.splitlines()[1:] if n.strip() and n[0] not in "|#"]
+                if notes:
+                    table += f"\n\n{label}: " + " ".join(notes)
             print(table, flush=True)
             outputs.append(table)
         if args.example:

@@ -7,17 +7,20 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
   OpenBLAS's workers busy-wait ~0.1 s after every call and its caller spins until
   every worker has finished its share: on a machine whose cores are taken by other
   processes one descheduled worker made a 1 ms GEMM take 35-45 ms.
-* **Large GEMMs are split over fflow's own pool** (`GemmPool`): chunks of the output,
-  each one single-threaded BLAS call; the calling thread takes every chunk no worker
-  has started, so a late worker costs at most one chunk, and idle workers block.
+* **Large GEMMs are split over fflow's own pool**: chunks of the output, each one
+  single-threaded BLAS call, on the C pool of `lowering/cpu_gemm.c` (pthreads, no
+  GIL) or, without a C compiler, `GemmPool` here (Python threads). The calling
+  thread takes every chunk no worker has started and backs up chunks a descheduled
+  worker holds, and idle workers block (no busy-waiting between GEMMs).
 * **Small GEMMs run on the caller alone**: below `SMALL_GEMM_FLOPS` a second thread
   costs more than it saves.
 * **The pool follows the cores we may use**: `available_cores()` is the CPU affinity
   mask intersected with the cgroup CPU quota (containers), not `os.cpu_count()`.
 * **Each compiled step adapts** (`StepThreads`): a jitted program with large GEMMs
-  times its own calls and runs on the thread count whose recent wall times are
-  best, probing the others now and then, so it backs off to one thread while other
-  processes hold the cores and goes back up when they leave.
+  uses no more threads than cores are free right now (`free_cores`), and otherwise
+  the thread count whose recent wall times are best, probing the others now and
+  then, so it backs off to one thread while other processes hold the cores and goes
+  back up when they leave.
 
 Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
 large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
@@ -162,8 +165,8 @@ def _openblas_setter(ctl):
 def blas():
     """fflow's handle on NumPy's BLAS, found on first use: it runs on one thread.
 
-    fflow splits large GEMMs over its own pool (`GemmPool`), whose idle workers
-    block instead of spinning; OpenBLAS's own workers would busy-wait ~0.1 s after
+    fflow splits large GEMMs over its own pool (lowering/cpu_gemm.c), whose idle
+    workers block instead of spinning; OpenBLAS's own workers would busy-wait ~0.1 s after
     every call and stall when a core is taken by another process.
     """
     global _blas
@@ -208,7 +211,11 @@ def set_fixed(n):
             ctl.set_num_threads(count)
         _blas = None
     elif _fixed[0] >= 0:
-        blas()
+        if _blas is not None and not _blas.setters:
+            _blas = None  # made while fflow left BLAS alone: take it over now
+        b = blas()
+        b.current = None  # someone else may have changed it (threadpool_limits): set again
+        b.set(1)
 
 
 def gemm_threads(flops, pool):
