@@ -16,6 +16,7 @@ from fflow import threads
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_gemm.c")
 _lib = None  # the loaded library, or False when unavailable
+_pid = None  # the process that started the pool's threads (a forked child has none)
 _pending = []  # (job, a, b): operands a late worker may still read
 _NO_TRANS, _TRANS = 111, 112
 
@@ -35,10 +36,11 @@ def _cblas(name):
 
 
 def _load():
-    global _lib
+    global _lib, _pid
     if _lib is not None:
         return _lib
     _lib = False
+    _pid = os.getpid()
     from fflow.lowering import native  # the C compiler path
 
     if not native.enabled():
@@ -104,6 +106,7 @@ def matmul(a, b, out, n_threads):
     batch = out.shape[:-2]
     ok = (
         lib
+        and _pid == os.getpid()
         and len(batch) <= 2
         and a.dtype == b.dtype == out.dtype
         and out.dtype in (np.float32, np.float64)

@@ -306,3 +306,22 @@ def test_blas_threads_minus_one_hands_blas_back_and_zero_takes_it_again():
         fflow.config.update("blas_threads", 0)
     infos = threadpoolctl.threadpool_info()
     assert all(i["num_threads"] == 1 for i in infos if i["user_api"] == "blas")
+
+
+def test_c_pool_in_a_forked_child():
+    from fflow.lowering import cpu_gemm
+
+    a = np.random.default_rng(5).normal(size=(64, 80)).astype(np.float32)
+    out = np.empty((64, 64), np.float32)
+    cpu_gemm.matmul(a, a.T, out, 2)  # the parent's pool threads exist
+    pid = os.fork()
+    if pid == 0:  # the child has no pool threads: the Python pool takes over
+        ok = False
+        try:
+            child = np.empty((64, 64), np.float32)
+            cpu_gemm.matmul(a, a.T, child, 2)
+            ok = bool(np.allclose(child, a.astype(np.float64) @ a.T, rtol=1e-4, atol=1e-4))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
