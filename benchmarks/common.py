@@ -63,14 +63,19 @@ def interleaved_times(fns, reps, warmup=3, inner=1):
     """Median seconds per call of each `fns[name]`, timed round-robin.
 
     Interleaving gives every framework the same share of a machine whose load
-    changes while the benchmark runs (other processes on a shared box).
+    changes while the benchmark runs (other processes on a shared box); the order
+    rotates every round.
     """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     samples = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(reps):
+        # rotate the order: a framework whose idle threads keep spinning after its call
+        # (OpenMP, OpenBLAS) slows whichever call follows it; rotation spreads that
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()
