@@ -263,7 +263,10 @@ def main(argv=None):
         args.steps, args.batch, args.context, args.d_model, args.layers = 6, 8, 16, 32, 1
         args.heads, args.train_chars, args.val_chars, args.eval_every = 2, 20_000, 4_000, 3
         args.ckpt_every = 3
-        scratch = tempfile.mkdtemp(prefix="gpt_chars_")
+        # one scratch dir for all ranks: under fflow.launch the job's own directory
+        job = os.environ.get("FFLOW_LAUNCH_DIR")
+        scratch = job.rstrip("/") + "-gpt_chars" if job else tempfile.mkdtemp(prefix="gpt_chars_")
+        os.makedirs(scratch, exist_ok=True)
         args.ckpt_dir = args.ckpt_dir if "--ckpt-dir" in (argv or sys.argv) else scratch
         args.png = args.png if "--png" in (argv or sys.argv) else os.path.join(scratch, "loss.png")
     rank0 = runtime().rank == 0
@@ -312,7 +315,7 @@ def main(argv=None):
         return float(np.mean(total)) / math.log(2)
 
     curve, val_curve = [], []
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     bar = progress(total=args.steps, initial=state["step"], desc="train", disable=not rank0)
     model, opt_state = state["model"], state["opt"]
     stopped = None
@@ -330,12 +333,13 @@ def main(argv=None):
             stopped = i
             break
     bar.close()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     final_step = stopped or args.steps
     val_bits = validate(model)
     val_curve.append((final_step, val_bits))
     steps_run = len(curve)
-    say(f"\n{steps_run} steps in {seconds:.0f} s ({seconds / max(steps_run, 1):.2f} s/step)"
+    say(f"\n{steps_run} steps in {seconds:.0f} s wall, {cpu:.0f} s CPU of this process "
+        f"({seconds / max(steps_run, 1):.2f} s/step; planning and compiling included)"
         + (f", stopped early at step {stopped}" if stopped else ""))  # fmt: skip
     say(f"validation: GPT {val_bits:.3f} bits/char vs bigram {bigram:.3f} bits/char "
         f"({bigram - val_bits:+.3f})")  # fmt: skip
