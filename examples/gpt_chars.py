@@ -346,7 +346,7 @@ def main(argv=None):
     if rank0 and plot_losses(args.png, {"train (bits/char)": curve, "validation": val_curve},
                              title="gpt_chars", ylabel="bits per character",
                              hlines={"bigram (validation)": bigram}):  # fmt: skip
-        say(f"loss curve: {args.png}")
+        say("loss curve written" if args.tiny else f"loss curve: {args.png}")  # tiny: a temp dir
     sample = generate(model, vocab, "def ", 200 if not args.tiny else 20, args.context)
     say("sample:\n" + sample)
     return {"val_bits": val_bits, "bigram_bits": bigram, "curve": curve, "steps": steps_run}
