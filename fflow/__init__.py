@@ -34,7 +34,11 @@ from fflow.transforms.ad_api import (  # noqa: E402
 )
 from fflow.transforms.jit import jit, make_jaxpr  # noqa: E402
 
-__version__ = "0.1.0"
+# The JAX API version fflow implements (libraries gate on `jax.__version__`); fflow's own
+# release is `__fflow_version__`.
+__version__ = __jax_version__ = "0.10.2"
+__version_info__ = (0, 10, 2)
+__fflow_version__ = "0.1.0"
 
 # Names provided by modules that load on first use (keeps `import fflow` fast and
 # keeps optional parts optional).
@@ -45,7 +49,7 @@ _LAZY = {
     "custom_vjp": ("fflow.transforms.custom", "custom_vjp"),
     "checkpoint": ("fflow.transforms.remat", "checkpoint"),
     "remat": ("fflow.transforms.remat", "checkpoint"),
-    "checkpoint_policies": ("fflow.transforms.remat", "checkpoint_policies"),
+    "checkpoint_policies": ("fflow.ad_checkpoint", "checkpoint_policies"),
     "test_util": ("fflow.test_util", None),
     "nn": ("fflow.nn", None),
     "random": ("fflow.random", None),
@@ -74,6 +78,26 @@ _LAZY = {
     "load": ("fflow.serialization", "load"),
     "CheckpointManager": ("fflow.serialization", "CheckpointManager"),
     "optim": ("fflow.optim", None),
+    # JAX names for JAX programs (fflow.compat makes `import jax` resolve here)
+    "typing": ("fflow.typing", None),
+    "flatten_util": ("fflow.flatten_util", None),
+    "experimental": ("fflow.experimental", None),
+    "extend": ("fflow.extend", None),
+    "interpreters": ("fflow.interpreters", None),
+    "ad_checkpoint": ("fflow.ad_checkpoint", None),
+    "stages": ("fflow.stages", None),
+    "compat": ("fflow.compat", None),
+    "Device": ("fflow.device", "Device"),
+    "jacobian": ("fflow.jax_api", "jacobian"),
+    "device_count": ("fflow.jax_api", "device_count"),
+    "local_device_count": ("fflow.jax_api", "local_device_count"),
+    "local_devices": ("fflow.jax_api", "local_devices"),
+    "default_backend": ("fflow.jax_api", "default_backend"),
+    "default_matmul_precision": ("fflow.jax_api", "default_matmul_precision"),
+    "ensure_compile_time_eval": ("fflow.jax_api", "ensure_compile_time_eval"),
+    "named_scope": ("fflow.jax_api", "named_scope"),
+    "named_call": ("fflow.jax_api", "named_call"),
+    "print_environment_info": ("fflow.jax_api", "print_environment_info"),
 }
 
 

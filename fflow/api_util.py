@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from fflow import dtypes
 from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import user_error
@@ -41,13 +42,12 @@ def as_value(x):
     if t is Array or isinstance(x, Tracer):
         return x
     if t in (float, int, bool, complex):
-        from fflow import dtypes
-
         return Array(np.asarray(x, dtypes.python_scalar_dtype(x)), weak_type=True)
-    if t is np.ndarray:
-        return Array(x.copy())  # never alias the caller's buffer (JAX copies to the device)
+    if t is np.ndarray:  # 64-bit NumPy inputs are narrowed unless x64 is on, as in JAX
+        narrow = dtypes.canonical_array(x)
+        return Array(narrow if narrow is not x else x.copy())  # never alias the caller's buffer
     if isinstance(x, np.generic):
-        return Array(np.asarray(x))
+        return Array(dtypes.canonical_array(np.asarray(x)))
     if isinstance(x, Array):
         return x
     from fflow.numpy._util import asarray_value

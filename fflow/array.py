@@ -262,8 +262,8 @@ class EvalTrace(core.Trace):
                     f"a tracer of {a._trace} reached eager evaluation of {prim.name}; "
                     "a traced value escaped its transformation."
                 )
-            aval = core.aval_of_value(a)
-            v = np.asarray(a, aval.dtype) if aval.weak_type else np.asarray(a)
+            aval = core.aval_of_value(a)  # canonical: x64 off narrows NumPy's 64-bit inputs
+            v = np.asarray(a, aval.dtype)
             vals.append(v)
             avals.append((aval.shape, aval.dtype, aval.weak_type))
             if v.ndim and not aval.weak_type:

@@ -23,6 +23,12 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
   the CPU through the host shim (tests); inputs on a GPU always use "cuda".
+* `enable_x64` (False; JAX's name `jax_enable_x64`, env `JAX_ENABLE_X64` too): 64-bit
+  mode. Off, 64-bit inputs and requested dtypes are narrowed to 32 bits, as in JAX.
+
+JAX's option names (`jax_enable_x64`, `jax_debug_nans`, ...) are accepted: a `jax_`
+name of an fflow option sets that option; the other JAX options are kept and read
+back but change nothing here (`jax_default_matmul_precision`, `jax_platforms`...).
 """
 
 import os
@@ -50,6 +56,34 @@ def _parse(default, text):
     return text
 
 
+# JAX option names that are fflow options under another name
+_ALIASES = {
+    "jax_enable_x64": "enable_x64",
+    "jax_debug_nans": "debug_nans",
+    "jax_debug_infs": "debug_infs",
+}
+# JAX options fflow accepts and stores (no effect here: one CPU/GPU backend, full precision)
+_JAX_ONLY = {
+    "jax_default_matmul_precision": None,
+    "jax_default_prng_impl": "threefry2x32",
+    "jax_disable_jit": False,
+    "jax_platforms": None,
+    "jax_platform_name": None,
+    "jax_default_device": None,
+    "jax_numpy_rank_promotion": "allow",
+    "jax_numpy_dtype_promotion": "standard",
+    "jax_log_compiles": False,
+    "jax_traceback_filtering": "auto",
+    "jax_threefry_partitionable": True,
+    "jax_compilation_cache_dir": None,
+    "jax_persistent_cache_min_compile_time_secs": 1.0,
+    "jax_check_tracer_leaks": False,
+    "jax_transfer_guard": None,
+    "jax_pmap_shmap_merge": False,
+    "jax_use_shardy_partitioner": False,
+}
+
+
 class Config:
     """fflow's options. Read them as attributes; change them with `update`."""
 
@@ -59,9 +93,12 @@ class Config:
         for name, default in _DEFAULTS.items():
             env = os.environ.get("FFLOW_" + name.upper())
             self._values[name] = default if env is None else _parse(default, env)
+        self._values.update(_JAX_ONLY)
+        self._values["enable_x64"] = self._values["enable_x64"] or _env_flag("JAX_ENABLE_X64")
 
     def update(self, name, value):
         """Set option `name` (raises for an unknown name, listing the known ones)."""
+        name = _ALIASES.get(name, name)
         if name not in self._values:
             known = ", ".join(sorted(self._values))
             raise AttributeError(f"unknown fflow config option {name!r}; known options: {known}")
@@ -83,7 +120,7 @@ class Config:
 
     def __getattr__(self, name):
         try:
-            return self._values[name]
+            return self._values[_ALIASES.get(name, name)]
         except KeyError:
             raise AttributeError(f"unknown fflow config option {name!r}") from None
 
@@ -93,11 +130,36 @@ class Config:
     def values(self):
         return dict(self._values)
 
+    def read(self, name):
+        """JAX's `config.read(name)`: the value of an option."""
+        return getattr(self, name)
+
+    def config_with_absl(self):
+        """JAX's absl hook; fflow reads no absl flags (a no-op for JAX test files)."""
+
+    def parse_flags_with_absl(self):
+        """JAX's absl hook; fflow reads no absl flags (a no-op for JAX test files)."""
+
     def __repr__(self):
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items())) + ")"
 
 
+def _env_flag(name):
+    text = os.environ.get(name)
+    return text is not None and text.strip().lower() in ("1", "true", "yes", "on")
+
+
 config = Config()
+
+
+def _x64_hook(value):
+    from fflow import dtypes
+
+    dtypes.set_x64(value)
+
+
+config.on_update("enable_x64", _x64_hook)
+_x64_hook(config.enable_x64)
 
 
 def _blas_threads_hook(value):

@@ -84,7 +84,7 @@ def aval_of_value(x):
     if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return ShapedArray((), dtypes.python_scalar_dtype(x), weak_type=True)
     x = np.asarray(x)
-    return ShapedArray(x.shape, x.dtype)
+    return ShapedArray(x.shape, dtypes.canonical(x.dtype))
 
 
 # ----------------------------------------------------------------------------
@@ -115,6 +115,10 @@ class Literal:
         self.value = value
         self.aval = aval if aval is not None else aval_of_value(value)
 
+    @property
+    def val(self):  # JAX's name
+        return self.value
+
     def __repr__(self):
         return f"Literal({self.value})"
 
@@ -142,6 +146,19 @@ class Eqn:
         fields.update(kw)
         return Eqn(**fields)
 
+    # JAX's JaxprEqn names, for interpreters written against jax.core
+    @property
+    def invars(self):
+        return self.inputs
+
+    @property
+    def outvars(self):
+        return self.outputs
+
+    @property
+    def effects(self):
+        return frozenset({"effect"} & self.primitive.traits)
+
     def __repr__(self):
         return f"Eqn({self.primitive.name}, {self.inputs} -> {self.outputs})"
 
@@ -168,6 +185,19 @@ class Program:
     @property
     def out_avals(self):
         return [v.aval for v in self.outvars]
+
+    # A Program is both of JAX's ClosedJaxpr (`.jaxpr`, `.consts`/`.literals`) and Jaxpr
+    @property
+    def jaxpr(self):
+        return self
+
+    @property
+    def literals(self):
+        return self.consts
+
+    @property
+    def effects(self):
+        return frozenset()
 
     def replace(self, **kw):
         fields = dict(
@@ -452,3 +482,15 @@ def safe_zip(*lists):
         if len(other) != n:
             raise ValueError(f"safe_zip: length mismatch {[len(x) for x in lists]}")
     return list(zip(*lists))
+
+
+# JAX's `jax.core` names for custom interpreters (defined in fflow/jax_core.py)
+_JAX_CORE_NAMES = ("ClosedJaxpr", "Jaxpr", "JaxprEqn", "eval_jaxpr", "jaxpr_as_fun", "get_aval")
+
+
+def __getattr__(name):
+    if name in _JAX_CORE_NAMES:
+        from fflow import jax_core  # the layer above: loaded on first use
+
+        return getattr(jax_core, name)
+    raise AttributeError(f"module 'fflow.core' has no attribute {name!r}")

@@ -115,6 +115,15 @@ def callback(fn, *args, **kwargs):
     debug_callback_p.bind(*leaves, callback=_Splat(unpack), in_tree=in_tree)
 
 
+def breakpoint(*, backend=None, filter_frames=True, num_frames=None, ordered=False, **kwargs):  # noqa: A001
+    """Stop in the Python debugger when this point runs (also under jit/vmap), as
+    `jax.debug.breakpoint`. The values of the enclosing jitted function are concrete
+    there; `PYTHONBREAKPOINT=0` turns it off, as for Python's own `breakpoint()`."""
+    import sys
+
+    callback(lambda: sys.breakpointhook())
+
+
 class _Splat:
     """Calls `fn(args, kwargs)` from the flat (args, kwargs) pytree; hashable by identity."""
 
@@ -271,4 +280,4 @@ def _eager_checks_hook(_value):
     install_eager_checks(config.debug_nans or config.debug_infs)
 
 
-__all__ = ["print", "callback", "debug_callback_p", "run_interpreted", "NanError"]
+__all__ = ["print", "callback", "breakpoint", "debug_callback_p", "run_interpreted", "NanError"]

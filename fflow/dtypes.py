@@ -1,8 +1,18 @@
-"""dtypes: JAX's defaults (float32, int32) and its type-promotion lattice.
+"""dtypes: JAX's defaults (float32, int32), its 64-bit rule and its promotion lattice.
 
-Requested dtypes are honoured: a float64 NumPy array stays float64. Only values
-without a dtype of their own (Python scalars and lists) get the 32-bit defaults.
+With 64-bit mode off (the default, as in JAX) every 64-bit dtype a value has or a
+user asks for is canonicalised to its 32-bit counterpart: a NumPy float64 array
+becomes float32, `dtype=jnp.int64` gives int32. `fflow.config.update(
+"jax_enable_x64", True)` (or `JAX_ENABLE_X64=1` / `FFLOW_ENABLE_X64=1` in the
+environment) turns 64-bit mode on; then the defaults are float64/int64 too.
+
+Example:
+    >>> import numpy as np, fflow.numpy as jnp
+    >>> jnp.asarray(np.ones(2)).dtype
+    dtype('float32')
 """
+
+import os
 
 import numpy as np
 
@@ -22,6 +32,56 @@ uint8 = np.dtype(np.uint8)
 uint32 = np.dtype(np.uint32)
 uint64 = np.dtype(np.uint64)
 complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
+uint16 = np.dtype(np.uint16)
+complex_ = complex64
+uint = uint32
+
+# 64-bit dtype -> its 32-bit counterpart, used while 64-bit mode is off
+_NARROW = {
+    float64: float32,
+    int64: int32,
+    uint64: uint32,
+    complex128: complex64,
+}
+_narrow = dict(_NARROW)  # the table in force (empty while x64 is on)
+
+
+def x64_enabled():
+    """Whether 64-bit mode (JAX's `jax_enable_x64`) is on."""
+    return not _narrow
+
+
+def set_x64(on):
+    """Turn 64-bit mode on or off (use `fflow.config.update("jax_enable_x64", on)`)."""
+    global float_, int_, complex_, uint
+    on = bool(on)
+    _narrow.clear()
+    if not on:
+        _narrow.update(_NARROW)
+    float_, int_, complex_, uint = (
+        (float64, int64, complex128, uint64) if on else (float32, int32, complex64, uint32)
+    )
+
+
+def _env_x64():
+    for name in ("JAX_ENABLE_X64", "FFLOW_ENABLE_X64"):
+        text = os.environ.get(name)
+        if text is not None and text.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+    return False
+
+
+def canonical(dtype):
+    """`dtype` (a np.dtype) as fflow stores it: 64-bit -> 32-bit unless x64 is on."""
+    return _narrow.get(dtype, dtype)
+
+
+def canonical_array(arr):
+    """A NumPy array in its canonical dtype (the same array when it already is)."""
+    narrow = _narrow.get(arr.dtype)
+    return arr if narrow is None else arr.astype(narrow)
+
 
 _bfloat16 = None
 
@@ -66,7 +126,8 @@ def short_name(dtype):
 
 
 def canonicalize(dtype):
-    """The dtype fflow uses for a user-requested dtype (bfloat16 by name included)."""
+    """The dtype fflow uses for a user-requested dtype (bfloat16 by name included;
+    64-bit dtypes are narrowed to 32 bits unless x64 is on, as in JAX)."""
     if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
         return bfloat16_dtype()
     if dtype is float:
@@ -76,11 +137,12 @@ def canonicalize(dtype):
     if dtype is bool:
         return bool_
     if dtype is complex:
-        return complex64
+        return complex_
     try:
-        return np.dtype(dtype)
+        dtype = np.dtype(dtype)
     except TypeError:
         raise _bad_dtype(dtype) from None
+    return _narrow.get(dtype, dtype)
 
 
 def _bad_dtype(dtype):
@@ -123,7 +185,7 @@ def python_scalar_dtype(x):
     if isinstance(x, float):
         return float_
     if isinstance(x, complex):
-        return complex64
+        return complex_
     raise TypeError(f"not a Python scalar: {x!r}")
 
 
@@ -157,8 +219,13 @@ def _promote_two(a, b):
     return np.promote_types(a, b)
 
 
-def result_type(*dtypes_and_weak):
+def promote_pairs(*dtypes_and_weak):
     """Promote (dtype, weak) pairs the way JAX does; returns (dtype, weak)."""
+    dtype, weak = _result_type(*dtypes_and_weak)
+    return _narrow.get(dtype, dtype), weak
+
+
+def _result_type(*dtypes_and_weak):
     strong = [d for d, weak in dtypes_and_weak if not weak]
     weak = [d for d, weak in dtypes_and_weak if weak]
     if strong:
@@ -171,7 +238,7 @@ def result_type(*dtypes_and_weak):
                 # a weak scalar of a higher kind wins and stays weak (i32 + 2.5 -> weak f32)
                 if top.kind == "c":
                     wide = out.kind == "f" and out.itemsize == 8
-                    return np.dtype(np.complex128 if wide else np.complex64), True
+                    return (complex128 if wide else complex_), True
                 return (float_ if top.kind == "f" else int_), True
         return out, False
     top = max(weak, key=_kind_rank)
@@ -191,3 +258,107 @@ def scalar_to(x, dtype):
         if not info.min <= x <= info.max:
             return np.asarray(x % (1 << (8 * dtype.itemsize)), np.uint64).astype(dtype)
     return np.asarray(x, dtype)
+
+
+set_x64(_env_x64())
+
+
+# -- JAX's `jax.dtypes` functions -------------------------------------------------
+
+_ML_KINDS = {"bfloat16": "f", "float8_e4m3fn": "f", "float8_e5m2": "f", "float8_e4m3b11fnuz": "f",
+             "float8_e4m3fnuz": "f", "float8_e5m2fnuz": "f", "float8_e3m4": "f",
+             "float8_e4m3": "f", "float8_e8m0fnu": "f", "float4_e2m1fn": "f",
+             "int4": "i", "uint4": "u", "int2": "i", "uint2": "u"}  # fmt: skip
+
+
+_PARENTS = {
+    "f": (np.floating, np.inexact, np.number, np.generic),
+    "i": (np.signedinteger, np.integer, np.number, np.generic),
+    "u": (np.unsignedinteger, np.integer, np.number, np.generic),
+}
+
+
+def _ml_kind(x):
+    """ "f"/"i"/"u" for an ml_dtypes type (bfloat16, float8_*, int4...), else None."""
+    if isinstance(x, type) and issubclass(x, np.generic) and x.__module__ == "numpy":
+        return None
+    try:
+        return _ML_KINDS.get(np.dtype(x).name)
+    except TypeError:
+        return None
+
+
+def issubdtype(a, b):
+    """`np.issubdtype` that also knows bfloat16/float8/int4 (as `jax.dtypes.issubdtype`).
+
+    Example:
+        >>> import numpy as np
+        >>> from fflow import dtypes
+        >>> dtypes.issubdtype(dtypes.bfloat16_dtype(), np.floating)
+        True
+    """
+    if a is None or b is None:
+        return False
+    kind = _ml_kind(a)
+    if kind is not None:
+        if b in _PARENTS[kind]:
+            return True
+        return _ml_kind(b) is not None and np.dtype(a) == np.dtype(b)
+    if _ml_kind(b) is not None:
+        return False
+    return bool(np.issubdtype(_dtype_arg(a), _dtype_arg(b)))
+
+
+def _dtype_arg(x):
+    # fflow.numpy's scalar types carry a np.dtype; NumPy's abstract types do not
+    dtype = getattr(x, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else x
+
+
+def canonicalize_dtype(dtype, allow_extended_dtype=False):
+    """The dtype fflow stores for `dtype` (64-bit -> 32-bit unless x64 is on)."""
+    return canonicalize(dtype)
+
+
+def is_weakly_typed(x):
+    return bool(getattr(x, "weak_type", isinstance(x, (bool, int, float, complex))))
+
+
+def _dtype_and_weak(x):
+    if x is int or x is float or x is complex:
+        return canonicalize(x), True
+    if x is bool:
+        return bool_, False
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
+        return python_scalar_dtype(x), not isinstance(x, bool)
+    if isinstance(x, (np.dtype, str, type)):
+        return canonicalize(x), False
+    dtype = getattr(x, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return canonical(dtype), bool(getattr(x, "weak_type", False))
+    return canonical(np.asarray(x).dtype), False
+
+
+def result_type(*args, return_weak_type_flag=False):
+    """The dtype JAX's promotion gives for arrays, scalars and dtypes (`jax.dtypes.result_type`).
+
+    Example:
+        >>> import numpy as np
+        >>> from fflow import dtypes
+        >>> dtypes.result_type(np.int32, 2.5)
+        dtype('float32')
+    """
+    if not args:
+        raise ValueError("at least one array or dtype is required")
+    dtype, weak = promote_pairs(*[_dtype_and_weak(a) for a in args])
+    return (dtype, weak) if return_weak_type_flag else dtype
+
+
+def scalar_type_of(x):
+    """The Python scalar type (bool, int, float, complex) of an array's dtype."""
+    kind = np.dtype(getattr(x, "dtype", np.asarray(x).dtype)).kind
+    return {"b": bool, "i": int, "u": int, "f": float, "c": complex}.get(kind, float)
+
+
+def iinfo(dtype):
+    return np.iinfo(dtype)

@@ -14,6 +14,7 @@ Example:
     [8.0, 8.0]
 """
 
+from fflow.core import primitives
 from fflow.lax_control import (  # noqa: F401  (re-exported: __all__)
     all_gather,
     associative_scan,
@@ -29,9 +30,18 @@ from fflow.lax_control import (  # noqa: F401  (re-exported: __all__)
     switch,
     while_loop,
 )
+from fflow.lax_conv import (  # noqa: F401  (re-exported: __all__)
+    ConvDimensionNumbers,
+    conv_dimension_numbers,
+    conv_general_shape_tuple,
+    padtype_to_pads,
+    reduce_window_shape_tuple,
+)
 from fflow.lax_extra import (  # noqa: F401  (re-exported: __all__)
     Precision,
+    conv,
     conv_general_dilated,
+    conv_with_general_padding,
     cumlogsumexp,
     reduce,
     reduce_window,
@@ -58,9 +68,24 @@ __all__ = sorted(
         "while_loop",
         "Precision",
         "conv_general_dilated",
+        "conv",
+        "conv_with_general_padding",
+        "ConvDimensionNumbers",
+        "conv_dimension_numbers",
+        "conv_general_shape_tuple",
+        "padtype_to_pads",
+        "reduce_window_shape_tuple",
         "cumlogsumexp",
         "reduce",
         "reduce_window",
         "top_k",
     }
 )
+
+
+def __getattr__(name):
+    # `lax.sin_p`, `lax.add_p`...: the registered primitives, as custom interpreters use them
+    prim = primitives.get(name[:-2]) if name.endswith("_p") else None
+    if prim is None:
+        raise AttributeError(f"module 'fflow.lax' has no attribute {name!r}")
+    return prim

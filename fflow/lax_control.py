@@ -82,7 +82,7 @@ def _promote_weak_inputs(leaves, in_avals, out_avals):
     out, changed = [], False
     for x, a, b in zip(leaves, in_avals, out_avals):
         if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
-            dtype, _ = dtypes.result_type((a.dtype, True), (b.dtype, b.weak_type))
+            dtype, _ = dtypes.promote_pairs((a.dtype, True), (b.dtype, b.weak_type))
             x = lax.convert_element_type(x, dtype, weak_type=False)
             changed = True
         out.append(x)

@@ -53,7 +53,7 @@ def _match(x, y):
         a = aval_of_value(y)
         return full(a.shape, x, a.dtype), y
     if _is_scalar(x) and _is_scalar(y):
-        dt, _ = dtypes.result_type((aval_of_value(x).dtype, True), (aval_of_value(y).dtype, True))
+        dt, _ = dtypes.promote_pairs((aval_of_value(x).dtype, True), (aval_of_value(y).dtype, True))
         return _weak_scalar(x, dt), _weak_scalar(y, dt)
     return x, y
 

@@ -69,7 +69,7 @@ def _eps(args, given):
 def _to_fflow(tree):
     from fflow.array import Array
 
-    return tree_map(lambda x: Array(np.asarray(x)), tree)
+    return tree_map(lambda x: Array(dtypes.canonical_array(np.asarray(x))), tree)
 
 
 def _rand_like(rng, x):
@@ -177,7 +177,7 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
     Args:
         f: a function of positional array arguments (pytrees allowed) returning a
             pytree of float arrays.
-        args: tuple of arguments. Use float64 inputs for tight checks.
+        args: tuple of arguments. Use float64 inputs with x64 on for tight checks.
         order: highest derivative order to check.
         modes: any of "fwd" (jvp vs. finite differences) and "rev" (vjp vs. jvp by
             inner products).
@@ -196,7 +196,8 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
     from fflow.transforms.ad_api import jvp, vjp
 
     args = tuple(args)
-    args = tree_map(_np, args)
+    # as JAX: 64-bit inputs are checked as 32-bit ones unless x64 is on
+    args = tree_map(lambda x: dtypes.canonical_array(_np(x)), args)
     eps = _eps(args, eps)
     unknown = set(modes) - {"fwd", "rev"}
     if unknown:

@@ -14,14 +14,44 @@ import collections
 import dataclasses
 import functools
 
-from fflow.errors import user_error
-
 _registry = {}  # type -> (flatten(x) -> (children, aux), unflatten(aux, children))
 
 
 def register_pytree_node(cls, flatten_func, unflatten_func):
     """Register `cls` as a pytree node type (JAX's signature)."""
     _registry[cls] = (flatten_func, unflatten_func)
+    return cls
+
+
+_key_registry = {}  # type -> flatten_with_keys(x) -> ([(key, child), ...], aux)
+
+
+def register_pytree_with_keys(cls, flatten_with_keys, unflatten_func, flatten_func=None):
+    """Register `cls` with key paths: `flatten_with_keys(x) -> ([(key, child)...], aux)`."""
+
+    def flatten(x):
+        pairs, aux = flatten_with_keys(x)
+        return [c for _, c in pairs], aux
+
+    register_pytree_node(cls, flatten_func or flatten, unflatten_func)
+    _key_registry[cls] = flatten_with_keys
+    return cls
+
+
+def register_pytree_with_keys_class(cls):
+    """Class decorator: `tree_flatten_with_keys()` and `tree_unflatten(aux, children)`."""
+    flatten = getattr(cls, "tree_flatten", None)
+    return register_pytree_with_keys(
+        cls,
+        lambda x: x.tree_flatten_with_keys(),
+        cls.tree_unflatten,
+        None if flatten is None else (lambda x: x.tree_flatten()),
+    )
+
+
+def register_static(cls):
+    """Register `cls` as a node with no children: its instances are static structure."""
+    register_pytree_node(cls, lambda x: ((), x), lambda aux, _: aux)
     return cls
 
 
@@ -202,19 +232,50 @@ def tree_structure(tree, is_leaf=None):
 
 
 def tree_map(f, tree, *rest, is_leaf=None):
-    """Apply `f` to corresponding leaves of `tree` and of each tree in `rest`."""
+    """Apply `f` to corresponding leaves of `tree` and of each tree in `rest`.
+
+    As in JAX, `tree` need only be a prefix of each tree in `rest`: where `tree` has
+    a leaf, `f` gets the whole corresponding subtree of the others.
+    """
     leaves, treedef = tree_flatten(tree, is_leaf)
     others = []
     for r in rest:
         r_leaves, r_def = tree_flatten(r, is_leaf)
         if r_def != treedef:
-            raise user_error(
-                ValueError,
-                f"tree_map: tree structures differ: {treedef} vs {r_def}. Fix: pass trees "
-                f"of one structure (the first tree's is the reference).",
-            )
+            r_leaves = flatten_up_to(treedef, r)
         others.append(r_leaves)
     return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
+
+
+def flatten_up_to(treedef, tree):
+    """The subtrees of `tree` at the leaves of `treedef` (`treedef` must be a prefix)."""
+    out = []
+    _up_to(treedef, tree, out, treedef)
+    return out
+
+
+def _up_to(node, x, out, whole):
+    if node.kind == "leaf":
+        out.append(x)
+        return
+    if node.kind == "none":
+        if x is not None:
+            raise ValueError(f"Tree structure mismatch: expected None, got {x!r}; tree: {whole}")
+        return
+    here = _flatten(x, [], lambda y: y is not x)  # one level: children stay leaves
+    if here.kind != node.kind or here.aux != node.aux or len(here.children) != len(node.children):
+        raise ValueError(
+            f"Tree structure mismatch: {whole} is not a prefix of the other tree "
+            f"(at a {type(x).__name__} node). Fix: pass trees whose structures match."
+        )
+    for child_def, child in zip(node.children, _node_children(x, here)):
+        _up_to(child_def, child, out, whole)
+
+
+def _node_children(x, here):
+    leaves = []
+    _flatten(x, leaves, lambda y: y is not x)
+    return leaves
 
 
 def tree_reduce(f, tree, initializer=None, is_leaf=None):
@@ -333,6 +394,8 @@ def _child_keys(x, n):
         return [SequenceKey(i) for i in range(n)]
     if isinstance(x, dict) and t not in _registry:
         return [DictKey(k) for k in (sorted(x) if t is dict else _dictlike_keys(x))]
+    if t in _key_registry:
+        return [k for k, _ in _key_registry[t](x)[0]]
     if t in _registry:
         return [FlattenedIndexKey(i) for i in range(n)]
     if _is_namedtuple(x):

@@ -10,6 +10,7 @@ import pytest
 
 import fflow
 import fflow.numpy as jnp
+from fflow.experimental import enable_x64
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -141,13 +142,14 @@ def test_float64_and_integers_are_left_alone():
     def f(a, b, i):
         return jnp.sum(a @ b), i * 3 + 1
 
-    a = np.ones((3, 3), np.float64)
-    i = jnp.arange(4)
-    prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(a, a, i)
-    assert not eqns_of(prog, "convert_element_type"), str(prog)
-    (s, j) = fflow.amp(f, "bf16")(a, a, i)
-    assert s.dtype == np.float64 and float(s) == 27.0
-    assert j.dtype == i.dtype and j.tolist() == [1, 4, 7, 10]
+    with enable_x64():  # float64 on purpose
+        a = np.ones((3, 3), np.float64)
+        i = jnp.arange(4)
+        prog = fflow.make_jaxpr(fflow.amp(f, "bf16"))(a, a, i)
+        assert not eqns_of(prog, "convert_element_type"), str(prog)
+        (s, j) = fflow.amp(f, "bf16")(a, a, i)
+        assert s.dtype == np.float64 and float(s) == 27.0
+        assert j.dtype == i.dtype and j.tolist() == [1, 4, 7, 10]
 
 
 def test_explicit_user_casts_are_honoured():

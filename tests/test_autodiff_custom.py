@@ -14,6 +14,8 @@ import fflow.numpy as jnp
 from fflow import lax
 from fflow.core import primitives
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references at 1e-12 on purpose
+
 X = np.array([0.3, -1.2, 2.0])
 
 

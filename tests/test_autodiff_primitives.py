@@ -3,7 +3,7 @@
 finite differences, reverse mode against forward mode) on several shapes.
 
 A new primitive needs a case in `CASES` below, or an entry in `NOT_GRAD_CHECKED`
-with the reason. Inputs are float64 (so finite differences are accurate) and kept
+with the reason. Inputs are float64 with x64 on (so finite differences are accurate) and kept
 inside each function's domain and away from kinks, ties and discontinuities.
 """
 
@@ -18,6 +18,8 @@ import fflow.numpy as jnp
 from fflow import lax
 from fflow.core import primitives
 from fflow.test_util import check_grads
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 on purpose: tight finite differences
 
 RNG_SEED = 0
 SHAPES = [(), (3,), (2, 3)]

@@ -11,6 +11,8 @@ import fflow
 import fflow.numpy as jnp
 from fflow import lax
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references on purpose
+
 HAS_VMAP = importlib.util.find_spec("fflow.transforms.vmap") is not None
 needs_vmap = pytest.mark.skipif(not HAS_VMAP, reason="fflow.transforms.vmap is not available")
 

@@ -9,6 +9,8 @@ import fflow.numpy as jnp
 from fflow import lax
 from fflow.test_util import check_grads
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references on purpose
+
 rng = np.random.default_rng(1)
 
 

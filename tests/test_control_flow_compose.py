@@ -2,11 +2,14 @@
 each against a plain Python or NumPy reference."""
 
 import numpy as np
+import pytest
 
 import fflow
 import fflow.numpy as jnp
 from fflow import lax
 from fflow.typecheck import check_program
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references on purpose
 
 
 def power_loop(x, n):

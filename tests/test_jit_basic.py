@@ -8,6 +8,7 @@ import pytest
 
 import fflow
 import fflow.numpy as jnp
+from fflow.experimental import enable_x64
 
 
 def _counted(fn):
@@ -37,7 +38,7 @@ def test_second_call_with_same_shapes_does_not_rerun_python():
     "change",
     [
         lambda x: x[:3],  # shape
-        lambda x: x.astype(np.float64),  # dtype
+        lambda x: x.astype(np.float16),  # dtype
         lambda x: x.reshape(1, 5),  # rank
     ],
     ids=["shape", "dtype", "rank"],
@@ -82,7 +83,10 @@ def test_static_argnames_and_kwargs():
 
 def test_dtypes_are_honoured_and_weak_scalars_do_not_promote():
     jf = fflow.jit(lambda x: x * 2 + 1.5)
-    assert jf(np.ones(3, np.float64)).dtype == np.float64
+    assert jf(np.ones(3, np.float64)).dtype == np.float32  # JAX with x64 off
+    with enable_x64():
+        assert jf(np.ones(3, np.float64)).dtype == np.float64
+    assert jf(np.ones(3, np.float16)).dtype == np.float16
     assert jf(np.ones(3, np.float32)).dtype == np.float32
     assert jf(np.ones(3, np.int32) * 2).dtype == np.float32  # int * weak float -> default float
 
@@ -139,6 +143,7 @@ def test_make_jaxpr_with_static_argnums():
     assert str(program) == "{ lambda ; a:f32[]. let b:f32[] = mul a 3.0:f32[] in (b,) }"
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference at 1e-12
 def test_jit_under_transformations_does_not_retrace_needlessly():
     f = _counted(lambda x: jnp.sum(jnp.sin(x) ** 2))
     jf = fflow.jit(f)

@@ -233,6 +233,7 @@ def test_every_primitive_is_covered():
     assert not missing, f"no kernel-vs-eager test for {missing}"
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 needs x64, as in JAX
 def test_float64_and_float16_keep_their_dtype():
     x64 = jnp.asarray(np.linspace(-1, 1, 6))
     assert x64.dtype == np.float64

@@ -10,6 +10,7 @@ import fflow
 import fflow.numpy as jnp
 import fflow.random as random
 from fflow import nn
+from fflow.experimental import enable_x64
 from fflow.scipy import special
 
 _erf = np.vectorize(math.erf)
@@ -62,6 +63,7 @@ def test_gelu_exact():
 @pytest.mark.parametrize(
     "name", ["sigmoid", "softplus", "log_sigmoid", "silu", "gelu", "elu", "tanh", "mish"]
 )
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_activation_grad_matches_finite_differences(name):
     f = getattr(nn, name)
     x = np.linspace(-3.1, 2.9, 13).astype(np.float64)
@@ -193,7 +195,9 @@ def test_initializer_variance(name, scale):
 def test_simple_initializers():
     key = random.PRNGKey(0)
     assert np.asarray(nn.initializers.zeros(key, (2, 3))).sum() == 0
-    assert np.asarray(nn.initializers.ones(key, (2, 3), jnp.float64)).dtype == np.float64
+    assert np.asarray(nn.initializers.ones(key, (2, 3), jnp.float64)).dtype == np.float32
+    with enable_x64():  # float64 needs x64, as in JAX
+        assert np.asarray(nn.initializers.ones(key, (2, 3), jnp.float64)).dtype == np.float64
     w = np.asarray(nn.initializers.normal(0.5)(key, (4000,)))
     assert abs(w.std() - 0.5) < 0.03
     q = np.asarray(nn.initializers.orthogonal()(key, (6, 4)))
@@ -265,6 +269,7 @@ def test_small_helpers():
     )
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_special_gamma_functions_match_scipy():
     sp = pytest.importorskip("scipy.special")
     x = np.float64([0.3, 0.7, 1.5, 3.0, 7.25])
@@ -282,6 +287,7 @@ def test_special_gamma_functions_match_scipy():
     np.testing.assert_allclose(np.asarray(h), sp.polygamma(1, x), rtol=1e-12)
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_stats_match_scipy():
     st = pytest.importorskip("scipy.stats")
     from fflow.scipy import stats

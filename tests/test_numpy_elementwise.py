@@ -9,6 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 import fflow
 import fflow.numpy as jnp
+from fflow.experimental import enable_x64
 
 SETTINGS = settings(max_examples=8, deadline=None)
 
@@ -92,6 +93,7 @@ UNARY = {
 @pytest.mark.parametrize("name", sorted(UNARY))
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_unary_matches_numpy(name, data):
     np_fn, (lo, hi) = UNARY[name]
     dtype = data.draw(st.sampled_from(FLOATS))
@@ -130,6 +132,7 @@ BINARY = {
 @pytest.mark.parametrize("name", sorted(BINARY))
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_binary_broadcasting_matches_numpy(name, data):
     dtype = data.draw(st.sampled_from(FLOATS[:2] + INTS))
     shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4))
@@ -192,7 +195,9 @@ PROMOTION = [
     (np.bool_, np.int8, np.int8),
     (np.bool_, np.float16, np.float16),
     (np.int16, np.float16, np.float16),
-    (np.float64, np.float32, np.float64),  # requested f64 is honoured
+    (np.float64, np.float32, np.float32),  # x64 off: float64 is float32
+    (np.int64, np.int8, np.int32),
+    (np.uint32, np.int32, np.int32),  # int64 narrowed
     (np.int32, np.int32, np.int32),
 ]
 WEAK = [
@@ -203,7 +208,8 @@ WEAK = [
     (np.float16, 3, np.float16),
     (np.bool_, 3, np.int32),
     (np.bool_, 2.5, np.float32),
-    (np.float64, 2.5, np.float64),
+    (np.float64, 2.5, np.float32),
+    (np.int64, 3, np.int32),
     (np.uint8, 2.5, np.float32),
 ]
 
@@ -230,8 +236,14 @@ def test_python_values_get_32_bit_defaults():
     assert jnp.array([1.0, 2.0]).dtype == np.float32
     assert jnp.array([1, 2]).dtype == np.int32
     assert jnp.asarray(3.0).dtype == np.float32
-    assert jnp.array(np.ones(2, np.float64)).dtype == np.float64
-    assert jnp.sin(np.ones(2, np.float64)).dtype == np.float64
+    assert jnp.array(np.ones(2, np.float64)).dtype == np.float32  # x64 off, as in JAX
+    assert jnp.sin(np.ones(2, np.float64)).dtype == np.float32
+    with enable_x64():
+        assert jnp.array([1.0, 2.0]).dtype == np.float64
+        assert jnp.array([1, 2]).dtype == np.int64
+        assert jnp.sin(np.ones(2, np.float64)).dtype == np.float64
+        assert jnp.add(np.ones(2), np.ones(2, np.float32)).dtype == np.float64
+        assert (np.ones(2, np.float32) * jnp.asarray(2.5)).dtype == np.float32
     assert jnp.float32(3).dtype == np.float32 and jnp.int8(3).dtype == np.int8
     assert np.dtype(jnp.bfloat16).name == "bfloat16"
 
@@ -258,6 +270,7 @@ def test_promotion_same_as_jax():
 @pytest.mark.parametrize(
     "name", ["exp", "sin", "tanh", "log1p", "sqrt", "arctan", "square", "cbrt", "sinh", "expm1"]
 )
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_unary_jit_and_grad(name):
     f = getattr(jnp, name)
     x = np.linspace(0.2, 1.7, 7)
@@ -271,6 +284,7 @@ def test_unary_jit_and_grad(name):
 @pytest.mark.parametrize(
     "name", ["add", "subtract", "multiply", "divide", "power", "arctan2", "logaddexp", "hypot"]
 )
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_binary_jit_and_grad(name):
     f = getattr(jnp, name)
     x = np.linspace(0.5, 2.0, 6)

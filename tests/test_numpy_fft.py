@@ -6,6 +6,7 @@ import pytest
 
 import fflow
 import fflow.numpy as jnp
+from fflow.experimental import enable_x64
 
 RNG = np.random.RandomState(0)
 
@@ -19,6 +20,7 @@ Z = RNG.randn(4, 6) + 1j * RNG.randn(4, 6)
 
 
 @pytest.mark.parametrize("norm", [None, "ortho", "forward"])
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_transforms_match_numpy(norm):
     cases = [
         (jnp.fft.fft(X, norm=norm), np.fft.fft(X, norm=norm)),
@@ -44,17 +46,21 @@ def test_transforms_match_numpy(norm):
 
 def test_dtypes_and_helpers():
     assert jnp.fft.fft(np.ones(4, np.float32)).dtype == np.complex64
-    assert jnp.fft.rfft(np.ones(4, np.float64)).dtype == np.complex128
+    assert jnp.fft.rfft(np.ones(4, np.float64)).dtype == np.complex64  # x64 off, as in JAX
+    with enable_x64():
+        assert jnp.fft.rfft(np.ones(4, np.float64)).dtype == np.complex128
     assert jnp.fft.irfft(np.ones(3, np.complex64)).dtype == np.float32
     assert jnp.fft.fft(np.arange(5)).dtype == np.complex64
     np.testing.assert_allclose(np.asarray(jnp.fft.fftfreq(6, 0.5)), np.fft.fftfreq(6, 0.5))
     np.testing.assert_allclose(np.asarray(jnp.fft.rfftfreq(6)), np.fft.rfftfreq(6))
-    np.testing.assert_array_equal(np.asarray(jnp.fft.fftshift(X)), np.fft.fftshift(X))
+    x32 = X.astype(np.float32)  # a shift moves values: exact in the input's own dtype
+    np.testing.assert_array_equal(np.asarray(jnp.fft.fftshift(x32)), np.fft.fftshift(x32))
     np.testing.assert_array_equal(
-        np.asarray(jnp.fft.ifftshift(X, axes=1)), np.fft.ifftshift(X, axes=1)
+        np.asarray(jnp.fft.ifftshift(x32, axes=1)), np.fft.ifftshift(x32, axes=1)
     )
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_jit_vmap_and_derivatives():
     np.testing.assert_allclose(
         np.asarray(fflow.jit(lambda a: jnp.fft.rfft(a))(X)), np.fft.rfft(X), rtol=1e-10
@@ -81,6 +87,7 @@ def _fd_grad(f, x, eps=1e-6):
     return out
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_reverse_mode_through_rfft_and_irfft():
     x = RNG.randn(2, 6)
     w = RNG.randn(2, 4)

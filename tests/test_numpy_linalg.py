@@ -27,6 +27,7 @@ def _close(out, expected, rtol=1e-10):
 
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_matmul_broadcasting_matches_numpy(data):
     batch = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=3))
     m, k, n = (data.draw(st.integers(1, 4)) for _ in range(3))
@@ -42,6 +43,7 @@ def test_matmul_broadcasting_matches_numpy(data):
     _close(jnp.matmul(v, b), np.matmul(v, b))
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_products_match_numpy():
     a3 = RNG.randn(2, 3, 4)
     _close(jnp.dot(A, B), np.dot(A, B))
@@ -83,11 +85,13 @@ EINSUM = [
 
 
 @pytest.mark.parametrize("spec, operands", EINSUM, ids=[e[0] for e in EINSUM])
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_einsum_matches_numpy(spec, operands):
     _close(jnp.einsum(spec, *operands), np.einsum(spec, *operands))
     _close(fflow.jit(lambda *o: jnp.einsum(spec, *o))(*operands), np.einsum(spec, *operands))
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_einsum_grad():
     x, y, z = A, B, RNG.randn(5, 2)
     f = lambda a, b, c: jnp.sum(jnp.einsum("ij,jk,kl->il", a, b, c) ** 2)  # noqa: E731
@@ -98,6 +102,7 @@ def test_einsum_grad():
     _close(gz, (x @ y).T @ (2 * r), 1e-8)
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_norms_match_numpy():
     a3 = RNG.randn(2, 3, 4)
     _close(jnp.linalg.norm(a3), np.linalg.norm(a3))
@@ -114,6 +119,7 @@ def test_norms_match_numpy():
     _close(g, A / np.linalg.norm(A))
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_solves_and_decompositions_match_numpy():
     la = jnp.linalg
     _close(la.solve(SQ, V[:3]), np.linalg.solve(SQ, V[:3]))
@@ -170,11 +176,13 @@ W = RNG.randn(3, 3)
         ("pinv", lambda a: jnp.sum(jnp.linalg.pinv(a) * A.T), A),
     ],
 )
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_linalg_grads_match_finite_differences(name, f, x):
     _fd_check(f, x)
     np.testing.assert_allclose(float(fflow.jit(f)(x)), float(f(x)), rtol=1e-10)
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_linalg_vmap_matches_loop():
     mats = np.stack([SQ, SQ + np.eye(3), SPD])
     out = fflow.vmap(jnp.linalg.inv)(mats)

@@ -56,6 +56,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, fn", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_matches_numpy(name, fn):
     ours, ref = fn(jnp), fn(np)
     if isinstance(ref, (tuple, list)):
@@ -69,6 +70,7 @@ def test_matches_numpy(name, fn):
         np.testing.assert_allclose(o, r, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_vectorize_and_apply_along_axis():
     f = jnp.vectorize(lambda a, b: a * b + 1)
     np.testing.assert_allclose(np.asarray(f(M, V[:4])), M * V[:4] + 1)
@@ -84,6 +86,7 @@ def test_vectorize_and_apply_along_axis():
     np.testing.assert_allclose(np.asarray(jnp.apply_along_axis(k, 0, M)), 2 * M)
 
 
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
 def test_functional_updates():
     out = jnp.fill_diagonal(M, 0.0, inplace=False)
     ref = M.copy()

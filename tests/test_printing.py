@@ -47,8 +47,8 @@ GOLDEN = {
     ),
     "dtypes": (
         lambda x: lax.convert_element_type(x, np.int32),
-        (np.ones(2, np.float64),),
-        "{ lambda ; a:f64[2]. let b:i32[2] = convert_element_type[new_dtype=i32 weak_type=False] a"
+        (np.ones(2, np.float16),),
+        "{ lambda ; a:f16[2]. let b:i32[2] = convert_element_type[new_dtype=i32 weak_type=False] a"
         " in (b,) }",
     ),
     "dot": (

@@ -20,6 +20,8 @@ from fflow.tree_util import (
     tree_unflatten,
 )
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references on purpose
+
 Point = collections.namedtuple("Point", ["x", "y"])
 
 

@@ -10,6 +10,7 @@ from fflow.primitives.random_bits import threefry2x32
 import fflow
 import fflow.numpy as jnp
 import fflow.random as random
+from fflow.experimental import enable_x64
 
 
 def test_threefry_known_answers():
@@ -71,8 +72,10 @@ def test_normal_statistics():
     assert abs(x.mean()) < 0.03 and abs(x.std() - 1) < 0.03
     cdf = np.vectorize(lambda v: 0.5 * (1 + math.erf(v / math.sqrt(2))))
     assert _ks_stat(x, cdf) < 1.63 / math.sqrt(len(x))
-    x64 = random.normal(random.PRNGKey(2), (10,), dtype=np.float64)
-    assert x64.dtype == np.float64
+    assert random.normal(random.PRNGKey(2), (10,), dtype=np.float64).dtype == np.float32
+    with enable_x64():  # as in JAX, float64 needs x64
+        x64 = random.normal(random.PRNGKey(2), (10,), dtype=np.float64)
+        assert x64.dtype == np.float64
 
 
 def test_discrete_distributions():

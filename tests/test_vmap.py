@@ -209,6 +209,7 @@ def test_jit_vmap_compositions():
     np.testing.assert_allclose(np.asarray(fflow.vmap(fflow.jit(fflow.grad(f)))(xs)), gref, 1e-5)
 
 
+@pytest.mark.usefixtures("x64_case")  # finite differences with eps 1e-6 need float64
 def test_jacfwd_jacrev_hessian():
     x = rng.standard_normal(4)
 

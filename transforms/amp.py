@@ -111,7 +111,7 @@ def _widest(dts):
     out = dts[0]
     for d in dts[1:]:
         if d != out:
-            out, _ = dtypes.result_type((out, False), (d, False))
+            out, _ = dtypes.promote_pairs((out, False), (d, False))
     return out
 
 

@@ -17,7 +17,7 @@ from fflow.transforms.custom import _flat_outputs, _is_eager, _name, _run_on_roo
 from fflow.transforms.staging import StagingTracer, eval_program, partial_eval_rules
 
 from fflow.api_util import Store, as_value
-from fflow.core import Literal, Primitive, Program, aval_of_value, set_current_trace
+from fflow.core import Literal, Primitive, Program, Var, aval_of_value, set_current_trace
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 checkpoint_p = Primitive("checkpoint", multiple_results=True)
@@ -87,17 +87,89 @@ def _saveable(policy, eqn):
     return bool(policy(eqn.primitive, *[v.aval for v in eqn.inputs], **eqn.params))
 
 
+def _unknown_outputs(program, unknown_in):
+    """Which outputs of `program` depend on the inputs flagged in `unknown_in`."""
+    unknown = {v for v, u in zip(program.invars, unknown_in) if u}
+    for eqn in program.eqns:
+        flags = [_is_var(v) and v in unknown for v in eqn.inputs]
+        if not any(flags):
+            continue
+        if eqn.primitive is checkpoint_p:
+            outs = _unknown_outputs(eqn.params["program"], flags)
+            unknown.update(o for o, u in zip(eqn.outputs, outs) if u)
+        else:
+            unknown.update(eqn.outputs)
+    return [_is_var(v) and v in unknown for v in program.outvars]
+
+
+def _split_mixed(eqns, unknown):
+    """(all, known): `eqns` with each nested checkpoint that has known and unknown inputs
+    split in its known half and the rest, and the equations of known values only.
+    `unknown` (a set of vars) is updated with every unknown output."""
+    known_eqns, all_eqns = [], []
+    for eqn in eqns:
+        if not any(_is_var(v) and v in unknown for v in eqn.inputs):
+            known_eqns.append(eqn)
+            all_eqns.append(eqn)
+            continue
+        known_part = _known_part(eqn, unknown)  # a nested checkpoint: its primal half
+        if known_part is None:
+            unknown.update(eqn.outputs)
+            all_eqns.append(eqn)
+        else:
+            known_eqns.append(known_part)
+            done = set(known_part.outputs)
+            rest = eqn.replace(outputs=[Var(o.aval) if o in done else o for o in eqn.outputs])
+            all_eqns.extend([known_part, rest])
+            unknown.update(o for o in eqn.outputs if o not in done)
+    return all_eqns, known_eqns
+
+
+def _known_eqns(program, unknown_in):
+    """The equations of `program` that compute what depends on known inputs only
+    (nested checkpoints with unknown inputs reduced to their known halves)."""
+    unknown = {v for v, u in zip(program.invars, unknown_in) if u}
+    out = []
+    for eqn in program.eqns:
+        if not any(_is_var(v) and v in unknown for v in eqn.inputs):
+            out.append(eqn)
+            continue
+        part = _known_part(eqn, unknown)
+        if part is not None:
+            out.append(part)
+        unknown.update(o for o in eqn.outputs if part is None or o not in part.outputs)
+    return out
+
+
+def _known_part(eqn, unknown):
+    """For a nested checkpoint with some unknown inputs: an equation computing its outputs
+    that depend on known inputs only (its primal half), or None."""
+    if eqn.primitive is not checkpoint_p:
+        return None
+    sub = eqn.params["program"]
+    flags = [_is_var(v) and v in unknown for v in eqn.inputs]
+    out_unknown = _unknown_outputs(sub, flags)
+    if all(out_unknown):
+        return None
+    keep = [i for i, u in enumerate(out_unknown) if not u]
+    outvars = [sub.outvars[i] for i in keep]
+    eqns = _needed_eqns(_known_eqns(sub, flags), outvars, set())
+    used = {v for e in eqns for v in e.inputs} | set(outvars)
+    ins = [i for i, (v, u) in enumerate(zip(sub.invars, flags)) if v in used and not u]
+    pruned = Program([sub.invars[i] for i in ins], [], eqns, outvars, [])
+    return eqn.replace(
+        inputs=[eqn.inputs[i] for i in ins],
+        params=dict(eqn.params, program=pruned),
+        outputs=[eqn.outputs[i] for i in keep],
+    )
+
+
 def _checkpoint_partial_eval(trace, args, params):
     """Known outputs now; the unknown ones staged as a `checkpoint` of the inputs."""
     program, policy = params["program"], params["policy"]
     is_unknown = [isinstance(a, StagingTracer) and a._trace is trace for a in args]
     unknown = {v for v, u in zip(program.invars, is_unknown) if u}
-    known_eqns = []
-    for eqn in program.eqns:
-        if any(_is_var(v) and v in unknown for v in eqn.inputs):
-            unknown.update(eqn.outputs)
-        else:
-            known_eqns.append(eqn)
+    all_eqns, known_eqns = _split_mixed(program.eqns, unknown)
     out_unknown = [_is_var(v) and v in unknown for v in program.outvars]
     unknown_outvars = [v for v, u in zip(program.outvars, out_unknown) if u]
     invars = set(program.invars)
@@ -106,10 +178,10 @@ def _checkpoint_partial_eval(trace, args, params):
     saved = []
     if policy is not None:
         known_ids = {id(e) for e in known_eqns}
-        for eqn in _needed_eqns(program.eqns, unknown_outvars, invars):
+        for eqn in _needed_eqns(all_eqns, unknown_outvars, invars):
             if id(eqn) in known_ids and _saveable(policy, eqn):
                 saved.extend(eqn.outputs)
-        staged_eqns = _needed_eqns(program.eqns, unknown_outvars, invars | set(saved))
+        staged_eqns = _needed_eqns(all_eqns, unknown_outvars, invars | set(saved))
         read = {v for e in staged_eqns for v in e.inputs} | set(unknown_outvars)
         saved = [v for v in saved if v in read]
     known_outvars = [v for v, u in zip(program.outvars, out_unknown) if not u]
@@ -123,7 +195,7 @@ def _checkpoint_partial_eval(trace, args, params):
     staged_program = Program(
         list(program.invars) + saved,
         [],
-        _needed_eqns(program.eqns, unknown_outvars, invars | set(saved)),
+        _needed_eqns(all_eqns, unknown_outvars, invars | set(saved)),
         unknown_outvars,
         [],
     )
@@ -150,7 +222,9 @@ def _checkpoint_transpose(cts, *args, program, prevent_cse, policy):
     linear = [ad.is_undefined(a) for a in args]
     known_vars = [v for v, lin in zip(program.invars, linear) if not lin]
     known_vals = [a for a, lin in zip(args, linear) if not lin]
-    eqns = program.eqns
+    # a nested checkpoint with linear and known inputs: its primal half runs forward
+    eqns, _ = _split_mixed(program.eqns, {v for v, lin in zip(program.invars, linear) if lin})
+    program = Program(program.invars, [], eqns, program.outvars, [])
     if prevent_cse:
         eqns, known_vars, known_vals = _recompute_first(program, linear, known_vars, known_vals)
     # backward_pass evaluates any remaining non-linear equation forward (recomputation)

@@ -8,7 +8,7 @@ trace instead, so only the unknown (tangent) part is staged.
 
 import numpy as np
 
-from fflow import core
+from fflow import core, dtypes
 from fflow.array import Array
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
 from fflow.errors import SourceInfo, user_source_info
@@ -57,7 +57,8 @@ class StagingTrace(core.Trace):
         if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
             # before the Python-scalar check: np.float64 subclasses float; a 0-d array
             # is copied (captured now, as JAX does: later writes to it do not show)
-            return Literal(x[()] if isinstance(x, np.ndarray) else x, ShapedArray((), x.dtype))
+            x = dtypes.canonical_array(np.array(x))
+            return Literal(x[()], ShapedArray((), x.dtype))
         if isinstance(x, (bool, int, float, complex)):
             return Literal(x)
         if getattr(x, "_weak", False) and type(x).__name__ == "Array" and x.ndim == 0:
@@ -69,8 +70,8 @@ class StagingTrace(core.Trace):
             value = x
             if not isinstance(x, (core.Tracer, Array)):
                 # a closed-over NumPy array is captured when traced (as in JAX): a later
-                # write into it must not change the compiled function
-                value = np.array(x)
+                # write into it must not change the compiled function; x64 off narrows it
+                value = dtypes.canonical_array(np.array(x))
                 self._keep_alive.append(x)  # its id keys const_vars
             entry = (Var(aval_of_value(value)), value)
             self.const_vars[id(x)] = entry

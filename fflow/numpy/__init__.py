@@ -12,6 +12,7 @@ import importlib as _importlib
 
 import numpy as _np
 
+from fflow import dtypes as _dtypes
 from fflow.array import Array as ndarray
 from fflow.dtypes import (
     bfloat16_dtype as _bf16,
@@ -95,10 +96,6 @@ uint64 = _scalar_type(_np.uint64)
 bool_ = _scalar_type(_np.bool_)
 complex64 = _scalar_type(_np.complex64)
 complex128 = _scalar_type(_np.complex128)
-float_ = float32
-int_ = int32
-uint = uint32
-complex_ = complex64
 inexact = _np.inexact
 floating = _np.floating
 integer = _np.integer
@@ -117,11 +114,23 @@ newaxis = None
 euler_gamma = _np.euler_gamma
 
 
+_DEFAULT_TYPES = {"float_": "float_", "int_": "int_", "uint": "uint", "complex_": "complex_"}
+
+
 def __getattr__(name):
     if name in ("fft", "linalg"):  # submodules, loaded on first use (import time)
         module = _importlib.import_module("fflow.numpy." + name)
         globals()[name] = module
         return module
+    if name in _DEFAULT_TYPES:  # float32 or float64 as x64 is off or on
+        return _scalar_type(getattr(_dtypes, _DEFAULT_TYPES[name]))
+    if name.startswith(("float8_", "float4_")) or name in ("int4", "uint4", "int2", "uint2"):
+        import ml_dtypes  # optional (the bf16 extra): the low-precision dtypes live there
+
+        if hasattr(ml_dtypes, name):
+            value = _scalar_type(getattr(ml_dtypes, name))
+            globals()[name] = value
+            return value
     if name == "bfloat16":
         global bfloat16
         bfloat16 = _scalar_type(_bf16())
@@ -149,13 +158,13 @@ def result_type(*args):
         else:
             d, weak, _ = info(a)
             pairs.append((d, weak))
-    return _d.result_type(*pairs)[0]
+    return _d.promote_pairs(*pairs)[0]
 
 
 def promote_types(a, b):
     from fflow import dtypes as _d
 
-    return _d.result_type((_np.dtype(a), False), (_np.dtype(b), False))[0]
+    return _d.promote_pairs((_np.dtype(a), False), (_np.dtype(b), False))[0]
 
 
 def can_cast(from_, to, casting="safe"):

@@ -24,9 +24,9 @@ def info(x):
     if t in _SCALARS:
         return dtypes.python_scalar_dtype(x), True, ()
     if t is np.ndarray:
-        return x.dtype, False, x.shape
+        return dtypes.canonical(x.dtype), False, x.shape
     if isinstance(x, np.generic):
-        return x.dtype, False, ()
+        return dtypes.canonical(x.dtype), False, ()
     if isinstance(x, Array):
         return x.dtype, x._weak, x.shape
     arr = asarray_value(x)
@@ -53,14 +53,8 @@ def _flat(x):
 
 
 def default_dtype_array(arr):
-    """Values without a dtype of their own get JAX's defaults (f64 -> f32 for lists)."""
-    if arr.dtype == np.float64:
-        return arr.astype(np.float32)
-    if arr.dtype == np.int64:
-        return arr.astype(np.int32)
-    if arr.dtype == np.complex128:
-        return arr.astype(np.complex64)
-    return arr
+    """`arr` in its canonical dtype (64-bit -> 32-bit unless x64 is on, as in JAX)."""
+    return dtypes.canonical_array(arr)
 
 
 def operand(x):
@@ -71,14 +65,20 @@ def operand(x):
     if t is Array or isinstance(x, Tracer):
         return x
     if t is np.ndarray:
-        return Array(x.copy())
+        return Array(_own_canonical(x))
     if t in _SCALARS:
         return Array(np.asarray(x, dtypes.python_scalar_dtype(x)), weak_type=True)
     if isinstance(x, np.generic):
-        return Array(np.asarray(x))
+        return Array(dtypes.canonical_array(np.asarray(x)))
     if isinstance(x, Array):
         return x
     return Array(asarray_value(x))
+
+
+def _own_canonical(x):
+    """A NumPy array in its canonical dtype that does not alias the caller's buffer."""
+    narrow = dtypes.canonical_array(x)
+    return narrow if narrow is not x else x.copy()
 
 
 def convert(x, dtype):
@@ -126,7 +126,7 @@ def promote_dtypes(*args):
     first = infos[0][0]
     if all(i[0] == first for i in infos):
         return first, all(i[1] for i in infos)
-    return dtypes.result_type(*[(i[0], i[1]) for i in infos])
+    return dtypes.promote_pairs(*[(i[0], i[1]) for i in infos])
 
 
 def promote(*args, to_inexact=False):
@@ -136,7 +136,7 @@ def promote(*args, to_inexact=False):
     if all(i[0] == first for i in infos):
         dtype = first
     else:
-        dtype, _ = dtypes.result_type(*[(i[0], i[1]) for i in infos])
+        dtype, _ = dtypes.promote_pairs(*[(i[0], i[1]) for i in infos])
     if to_inexact and not dtypes.is_inexact(dtype):
         dtype = dtypes.float_
     shapes = [i[2] for i in infos]
@@ -145,7 +145,9 @@ def promote(*args, to_inexact=False):
         shape = broadcast_shapes(*shapes)
     out = []
     for a, (d, _, s) in zip(args, infos):
-        a = convert(a, dtype) if d != dtype or type(a) in _SCALARS else a
+        t = type(a)
+        if d != dtype or t in _SCALARS or (t is np.ndarray and a.dtype != dtype):
+            a = convert(a, dtype)
         if s != shape:
             a = broadcast_to_shape(a, shape)
         out.append(a)

@@ -15,8 +15,8 @@ def _dtype(dtype):
 
 
 def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
-    """Create an array. Python values get JAX's defaults (float32, int32); a NumPy
-    array keeps its dtype (a float64 array stays float64).
+    """Create an array. Python values get JAX's defaults (float32, int32); 64-bit
+    values and dtypes are narrowed to 32 bits unless x64 is on, as in JAX.
 
     Example:
         >>> import fflow.numpy as jnp
@@ -43,8 +43,8 @@ def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
                 value = np.array(object, dtype=dtype)
             except ValueError as e:
                 raise _ragged_error(object, e) from None
-            if dtype is None:
-                value = default_dtype_array(value)
+        if dtype is None:  # 64-bit -> 32-bit unless x64 is on
+            value = default_dtype_array(value)
         out = Array(value, weak_type=weak and dtype is None)
     if ndmin and info(out)[2].__len__() < ndmin:
         shape = info(out)[2]
@@ -66,7 +66,9 @@ def asarray(a, dtype=None, order=None, copy=None):
     if isinstance(a, (Array, Tracer)) and (dtype is None or info(a)[0] == _dtype(dtype)):
         return a
     if isinstance(a, np.ndarray) and (dtype is None or a.dtype == _dtype(dtype)):
-        return Array(a.copy())  # the caller may write into `a` later; JAX copies too
+        value = default_dtype_array(a)
+        # the caller may write into `a` later; JAX copies too
+        return Array(value.copy() if value is a else value)
     return array(a, dtype=dtype, copy=False)
 
 
@@ -239,7 +241,7 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
 
 
 def from_numpy(x):
-    return Array(np.asarray(x))
+    return Array(default_dtype_array(np.asarray(x)))
 
 
 def _ragged_error(obj, err):

@@ -77,12 +77,16 @@ def inv(a):
     return solve_p.bind(a, eye)
 
 
+def _mH(x):
+    return _ew.conjugate(_mT(x)) if info(x)[0].kind == "c" else _mT(x)
+
+
 def cholesky(a, *, upper=False, symmetrize_input=True):
     a = _float(a)
-    if symmetrize_input:
-        a = _ew.multiply(_ew.add(a, _mT(a)), 0.5)
+    if symmetrize_input:  # (a + a^H) / 2: Hermitian, so complex inputs keep their phase
+        a = _ew.multiply(_ew.add(a, _mH(a)), 0.5)
     L = cholesky_p.bind(a)
-    return _mT(L) if upper else L
+    return _mH(L) if upper else L
 
 
 def eigh(a, UPLO=None, symmetrize_input=True):  # noqa: N803  (JAX's name)

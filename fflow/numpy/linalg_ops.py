@@ -101,10 +101,16 @@ def dot(a, b, precision=None, preferred_element_type=None):
     )
 
 
-def vdot(a, b):
+def vdot(a, b, *, precision=None, preferred_element_type=None):
+    """Dot product of the flattened inputs, conjugating `a` when complex (as JAX)."""
+    from fflow.numpy.elementwise import conjugate
     from fflow.numpy.shapes import ravel
 
-    return dot(ravel(a), ravel(b))
+    if dtypes.is_inexact(info(a)[0]) and info(a)[0].kind == "c":
+        a = conjugate(a)
+    return dot(
+        ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type
+    )
 
 
 def inner(a, b):

@@ -1,3 +1,4 @@
-"""fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`)."""
+"""fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`, `stats`,
+`linalg`, `signal`)."""
 
-from fflow.scipy import special, stats  # noqa: F401
+from fflow.scipy import linalg, signal, special, stats  # noqa: F401

@@ -9,6 +9,7 @@ Example:
 """
 
 import math
+import sys
 import types
 
 import numpy as np
@@ -16,6 +17,15 @@ import numpy as np
 import fflow.numpy as jnp
 from fflow import dtypes, lax
 from fflow.scipy import special
+
+
+def _namespace(**fns):
+    # a module object, so `import fflow.scipy.stats.norm` works as `jax.scipy.stats.norm` does;
+    # registered in sys.modules once the distribution's name is known (below)
+    module = types.ModuleType("fflow.scipy.stats._dist")
+    for name, fn in fns.items():
+        setattr(module, name, fn)
+    return module
 
 
 def _f(*xs):
@@ -41,7 +51,7 @@ def _norm_ppf(q, loc=0, scale=1):
     return loc + scale * special.ndtri(q)
 
 
-norm = types.SimpleNamespace(
+norm = _namespace(
     logpdf=_norm_logpdf,
     pdf=lambda x, loc=0, scale=1: jnp.exp(_norm_logpdf(x, loc, scale)),
     cdf=_norm_cdf,
@@ -57,7 +67,7 @@ def _uniform_logpdf(x, loc=0, scale=1):
     return jnp.where(inside, -jnp.log(scale), -np.inf)
 
 
-uniform = types.SimpleNamespace(
+uniform = _namespace(
     logpdf=_uniform_logpdf,
     pdf=lambda x, loc=0, scale=1: jnp.exp(_uniform_logpdf(x, loc, scale)),
 )
@@ -69,7 +79,7 @@ def _expon_logpdf(x, loc=0, scale=1):
     return jnp.where(z >= 0, -z - jnp.log(scale), -np.inf)
 
 
-expon = types.SimpleNamespace(
+expon = _namespace(
     logpdf=_expon_logpdf, pdf=lambda x, loc=0, scale=1: jnp.exp(_expon_logpdf(x, loc, scale))
 )
 
@@ -79,7 +89,7 @@ def _laplace_logpdf(x, loc=0, scale=1):
     return -jnp.abs(x - loc) / scale - jnp.log(2 * scale)
 
 
-laplace = types.SimpleNamespace(
+laplace = _namespace(
     logpdf=_laplace_logpdf,
     pdf=lambda x, loc=0, scale=1: jnp.exp(_laplace_logpdf(x, loc, scale)),
 )
@@ -92,7 +102,7 @@ def _bernoulli_logpmf(k, p, loc=0):
     return jnp.where(jnp.logical_or(k == 0, k == 1), val, -np.inf)
 
 
-bernoulli = types.SimpleNamespace(
+bernoulli = _namespace(
     logpmf=_bernoulli_logpmf, pmf=lambda k, p, loc=0: jnp.exp(_bernoulli_logpmf(k, p, loc))
 )
 
@@ -104,7 +114,7 @@ def _poisson_logpmf(k, mu, loc=0):
     return jnp.where(jnp.logical_and(k >= 0, k == jnp.floor(k)), val, -np.inf)
 
 
-poisson = types.SimpleNamespace(
+poisson = _namespace(
     logpmf=_poisson_logpmf, pmf=lambda k, mu, loc=0: jnp.exp(_poisson_logpmf(k, mu, loc))
 )
 
@@ -116,7 +126,7 @@ def _gamma_logpdf(x, a, loc=0, scale=1):
     return jnp.where(y >= 0, val, -np.inf)
 
 
-gamma = types.SimpleNamespace(
+gamma = _namespace(
     logpdf=_gamma_logpdf,
     pdf=lambda x, a, loc=0, scale=1: jnp.exp(_gamma_logpdf(x, a, loc, scale)),
 )
@@ -130,7 +140,7 @@ def _beta_logpdf(x, a, b, loc=0, scale=1):
     return jnp.where(jnp.logical_and(y >= 0, y <= 1), val, -np.inf)
 
 
-beta = types.SimpleNamespace(
+beta = _namespace(
     logpdf=_beta_logpdf,
     pdf=lambda x, a, b, loc=0, scale=1: jnp.exp(_beta_logpdf(x, a, b, loc, scale)),
 )
@@ -145,7 +155,7 @@ def _t_logpdf(x, df, loc=0, scale=1):
     return out - half * jnp.log1p(z * z / df)
 
 
-t = types.SimpleNamespace(
+t = _namespace(
     logpdf=_t_logpdf, pdf=lambda x, df, loc=0, scale=1: jnp.exp(_t_logpdf(x, df, loc, scale))
 )
 
@@ -162,9 +172,15 @@ def _mvn_logpdf(x, mean, cov, allow_singular=None):
     return -0.5 * jnp.sum(z * z, axis=-1) - log_det - 0.5 * n * math.log(2 * math.pi)
 
 
-multivariate_normal = types.SimpleNamespace(
+multivariate_normal = _namespace(
     logpdf=_mvn_logpdf,
     pdf=lambda x, mean, cov, allow_singular=None: jnp.exp(_mvn_logpdf(x, mean, cov)),
 )
+
+for _name in ("norm", "uniform", "expon", "laplace", "bernoulli", "poisson", "gamma", "beta", "t",
+              "multivariate_normal"):  # fmt: skip
+    _module = globals()[_name]
+    _module.__name__ = f"{__name__}.{_name}"
+    sys.modules[_module.__name__] = _module
 
 del lax
