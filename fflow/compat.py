@@ -65,6 +65,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             module = _jaxlib(name)
         elif name == "jax" or name.startswith("jax."):
             module = _fflow_module(name)
+            _alias_submodules(name, module)
         else:
             return None
         return importlib.machinery.ModuleSpec(name, _Loader(module))
@@ -86,6 +87,19 @@ def _fflow_module(name):
             f"fflow.compat: {name} is not provided by fflow (looked for {target}). "
             f"Fix: use the fflow equivalent, or run this program with real JAX."
         ) from None
+
+
+def _alias_submodules(name, module):
+    # submodules fflow registers itself (fflow.scipy.stats.norm) are importable as
+    # jax.scipy.stats.norm without the parent being a package
+    prefix = module.__name__ + "."
+    for key, value in list(sys.modules.items()):
+        if key.startswith(prefix):
+            sys.modules.setdefault(name + "." + key[len(prefix) :], value)
+    if not hasattr(module, "__path__"):  # a plain module: its module attributes too
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, types.ModuleType) and not attr.startswith("_"):
+                sys.modules.setdefault(name + "." + attr, value)
 
 
 def _jaxlib(name):
