@@ -16,8 +16,10 @@ BATCH_SIZE = 5
 NUM_TRAIN_STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 RAW_TRAINING_DATA = np.random.RandomState(0).randint(255, size=(NUM_TRAIN_STEPS, BATCH_SIZE, 1))
 TRAINING_DATA = np.unpackbits(RAW_TRAINING_DATA.astype(np.uint8), axis=-1)
-LABELS = jax.nn.one_hot(RAW_TRAINING_DATA % 2, 2).astype(jnp.float32).reshape(
-    NUM_TRAIN_STEPS, BATCH_SIZE, 2
+LABELS = (
+    jax.nn.one_hot(RAW_TRAINING_DATA % 2, 2)
+    .astype(jnp.float32)
+    .reshape(NUM_TRAIN_STEPS, BATCH_SIZE, 2)
 )
 
 initial_params = {
