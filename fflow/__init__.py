@@ -101,6 +101,15 @@ _LAZY = {
 }
 
 
+def _array_sharding(self):
+    # JAX's `x.sharding` (NamedSharding of a global array, else one device), loaded on use
+    return _importlib.import_module("fflow.jax_sharding").sharding_of(self)
+
+
+Array.sharding = property(_array_sharding)
+Array.devices = lambda self: self.sharding.device_set  # JAX's `x.devices()`
+
+
 def __getattr__(name):
     entry = _LAZY.get(name)
     if entry is None:

@@ -103,8 +103,7 @@ def _alias_submodules(name, module):
 
 
 def _jaxlib(name):
-    import fflow
-
+    fflow = importlib.import_module("fflow")
     module = types.ModuleType(name, "fflow stands in for jaxlib (fflow.compat)")
     module.__version__ = fflow.__jax_version__
     module.version = module
@@ -126,9 +125,7 @@ def install():
     for k in saved:
         del sys.modules[k]
     _installed.append((finder, saved))
-    import fflow
-
-    sys.modules["jax"] = fflow
+    sys.modules["jax"] = importlib.import_module("fflow")
     sys.modules["jax.numpy"] = importlib.import_module("fflow.numpy")
 
 

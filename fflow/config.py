@@ -33,7 +33,7 @@ back but change nothing here (`jax_default_matmul_precision`, `jax_platforms`...
 
 import os
 
-from fflow import threads
+from fflow import dtypes, threads
 
 _DEFAULTS = {
     "debug_nans": False,
@@ -153,8 +153,6 @@ config = Config()
 
 
 def _x64_hook(value):
-    from fflow import dtypes
-
     dtypes.set_x64(value)
 
 

@@ -482,15 +482,3 @@ def safe_zip(*lists):
         if len(other) != n:
             raise ValueError(f"safe_zip: length mismatch {[len(x) for x in lists]}")
     return list(zip(*lists))
-
-
-# JAX's `jax.core` names for custom interpreters (defined in fflow/jax_core.py)
-_JAX_CORE_NAMES = ("ClosedJaxpr", "Jaxpr", "JaxprEqn", "eval_jaxpr", "jaxpr_as_fun", "get_aval")
-
-
-def __getattr__(name):
-    if name in _JAX_CORE_NAMES:
-        from fflow import jax_core  # the layer above: loaded on first use
-
-        return getattr(jax_core, name)
-    raise AttributeError(f"module 'fflow.core' has no attribute {name!r}")

@@ -38,6 +38,13 @@ class Device:
     def backend(self):
         return {"gpu": "cuda", "cuda_shim": "cuda_shim"}.get(self.platform, "numpy")
 
+    # JAX's Device fields
+    @property
+    def device_kind(self):
+        return self.platform
+
+    process_index = 0
+
     def __repr__(self):
         return f"Device({self.platform}:{self.id})"
 
@@ -182,8 +189,10 @@ def device_put(x, device=None):
     """
     from fflow.tree_util import tree_map
 
-    if device is None:
-        device = devices("gpu")[0]
+    if device is None:  # as JAX: the default device (the first GPU, else the CPU)
+        device = devices()[0]
+    if hasattr(device, "_fflow_put"):  # a jax.sharding object (fflow.jax_sharding)
+        return device._fflow_put(x)
     if isinstance(device, str):
         device = devices(device)[0]
     _install()

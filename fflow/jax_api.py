@@ -19,6 +19,9 @@ import contextlib
 import platform
 import sys
 
+import numpy as np
+
+from fflow.jax_sharding import cpu_devices
 from fflow.transforms.ad_api import jacrev
 
 jacobian = jacrev
@@ -26,8 +29,6 @@ jacobian = jacrev
 
 def local_devices(process_index=None, backend=None):
     """The simulated devices `shard` uses (config `cpu_devices`), as JAX lists its own."""
-    from fflow.jax_sharding import cpu_devices
-
     return cpu_devices()
 
 
@@ -37,14 +38,6 @@ def device_count(backend=None):
 
 def local_device_count(backend=None):
     return len(local_devices())
-
-
-def process_index(backend=None):
-    return 0
-
-
-def process_count(backend=None):
-    return 1
 
 
 def default_backend():
@@ -80,10 +73,7 @@ def named_call(fun, *, name=None):
 
 def print_environment_info(return_string=False):
     """fflow's and its environment's versions, in the shape of JAX's report."""
-    import numpy as np
-
-    import fflow
-
+    fflow = sys.modules["fflow"]
     text = (
         f"fflow:    {fflow.__fflow_version__} (JAX API {fflow.__version__})\n"
         f"numpy:    {np.__version__}\n"
@@ -106,6 +96,4 @@ __all__ = [
     "named_call",
     "named_scope",
     "print_environment_info",
-    "process_count",
-    "process_index",
 ]

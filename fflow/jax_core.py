@@ -20,6 +20,7 @@ from fflow.core import Eqn as JaxprEqn
 from fflow.core import Literal, ShapedArray, Tracer, Var, aval_of_value
 from fflow.core import Program as ClosedJaxpr
 from fflow.core import Program as Jaxpr
+from fflow.errors import ConcretizationError
 
 get_aval = aval_of_value
 AbstractValue = ShapedArray
@@ -81,8 +82,6 @@ def new_jaxpr_eqn(invars, outvars, primitive, params, effects=None, source_info=
 def concrete_or_error(force, val, context=""):
     """`val` made concrete (an error names the tracer when it is abstract)."""
     if isinstance(val, Tracer):
-        from fflow.errors import ConcretizationError
-
         raise ConcretizationError(val, "a concrete value" + (f" ({context})" if context else ""))
     return val if force is None else force(val)
 

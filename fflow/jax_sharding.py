@@ -19,38 +19,21 @@ Example:
     ((S(0),), PartitionSpec('x',))
 """
 
+import weakref
+
 import numpy as np
 
+from fflow.device import Device, device_of, device_put
 from fflow.errors import user_error
-from fflow.sharding import broadcast, placement, split
-
-
-class CpuDevice:
-    """One simulated CPU device of `shard` (JAX's `Device` fields: id, platform...)."""
-
-    platform = "cpu"
-    device_kind = "cpu"
-    process_index = 0
-    client = None
-
-    def __init__(self, id):  # noqa: A002
-        self.id = int(id)
-
-    def __repr__(self):
-        return f"CpuDevice(id={self.id})"
-
-    def __eq__(self, other):
-        return isinstance(other, CpuDevice) and other.id == self.id
-
-    def __hash__(self):
-        return hash(("cpu", self.id))
+from fflow.sharding import broadcast, device_count, placement, split, to_global
+from fflow.transforms.jit import jit
+from fflow.transforms.shard import shard, with_sbp
+from fflow.tree_util import tree_leaves, tree_map
 
 
 def cpu_devices():
     """The simulated devices (config `cpu_devices`, or the MPI ranks under fflow.launch)."""
-    from fflow.sharding import device_count
-
-    return [CpuDevice(i) for i in range(device_count())]
+    return [Device("cpu", i) for i in range(device_count())]
 
 
 class PartitionSpec(tuple):
@@ -184,6 +167,9 @@ def to_sbp(mesh, spec, ndim=None):
 class Sharding:
     """Base of the shardings (JAX's `jax.sharding.Sharding`)."""
 
+    def _fflow_put(self, x):  # `fflow.device_put(x, sharding)` lands here
+        return put(x, self)
+
 
 class NamedSharding(Sharding):
     """A mesh and a PartitionSpec (JAX's `NamedSharding`); `.sbp` is fflow's N-D SBP."""
@@ -251,14 +237,63 @@ class SingleDeviceSharding(Sharding):
 
 def put(x, sharding):
     """`device_put(x, sharding)`: a global array laid out by a NamedSharding."""
-    from fflow.sharding import to_global
-    from fflow.tree_util import tree_map
 
     if isinstance(sharding, SingleDeviceSharding):
-        from fflow.device import device_put
+        return device_put(x, sharding.device)
 
-        return device_put(x, None)
-    return tree_map(lambda leaf: to_global(leaf, sharding.placement, sharding.sbp), x)
+    def one(leaf):
+        out = to_global(leaf, sharding.placement, sharding.sbp)
+        # `out.sharding` gives back the user's mesh and spec (arrays are unhashable: by id)
+        key = id(out)
+        _named[key] = (weakref.ref(out, lambda _, k=key: _named.pop(k, None)), sharding)
+        return out
+
+    return tree_map(one, x)
+
+
+_named = {}  # id(global array) -> (weak ref to it, the NamedSharding it was put with)
+
+
+def sharding_of(x):
+    """`x.sharding`: a NamedSharding for a global array, else a SingleDeviceSharding."""
+
+    if x.placement is None:
+        return SingleDeviceSharding(device_of(x))
+    pl, sbp = x.placement, x.sbp
+    ref, named = _named.get(id(x), (None, None))
+    if ref is not None and ref() is x and named.placement == pl and named.sbp == tuple(sbp):
+        return named
+    names = tuple(f"d{i}" for i in range(pl.ndim))
+    devs = np.empty(len(pl.ranks), dtype=object)
+    devs[:] = [d for r in pl.ranks for d in cpu_devices()[r : r + 1]]
+    mesh = Mesh(devs.reshape(pl.hierarchy), names)
+    spec = [None] * len(x.shape)
+    for name, s in zip(names, sbp):
+        if s.is_split():
+            prev = spec[s.axis]
+            spec[s.axis] = (
+                name if prev is None else (*(prev if isinstance(prev, tuple) else (prev,)), name)
+            )
+        elif s.is_partial():
+            return _PartialSharding(mesh, sbp)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+class _PartialSharding(Sharding):
+    """A global array with a partial SBP: no PartitionSpec can say that."""
+
+    def __init__(self, mesh, sbp):
+        self.mesh, self.sbp = mesh, sbp
+        self.is_fully_replicated = False
+
+    @property
+    def device_set(self):
+        return set(self.mesh.devices.flat)
+
+    def __repr__(self):
+        return f"PartialSharding(mesh={self.mesh!r}, sbp={self.sbp})"
 
 
 def _spec_sbp(sharding):
@@ -281,7 +316,6 @@ def _current_mesh(what):
 
 
 def _mesh_of(tree):
-    from fflow.tree_util import tree_leaves
 
     for s in tree_leaves(tree, is_leaf=lambda v: isinstance(v, (NamedSharding, PartitionSpec))):
         if isinstance(s, NamedSharding):
@@ -290,7 +324,6 @@ def _mesh_of(tree):
 
 
 def _sbp_tree(tree):
-    from fflow.tree_util import tree_map
 
     def conv(s):
         return None if s is None else _Box(_spec_sbp(s))
@@ -304,8 +337,6 @@ class _Box(tuple):
 
 def sharded_jit(fun, in_shardings=None, out_shardings=None, **jit_kwargs):
     """`jit(fun, in_shardings=, out_shardings=)`: `fflow.shard` with those SBPs, jitted."""
-    from fflow.transforms.jit import jit
-    from fflow.transforms.shard import shard
 
     mesh = _mesh_of((in_shardings, out_shardings))
     in_sbp = _unbox(_sbp_tree(in_shardings)) if in_shardings is not None else None
@@ -334,8 +365,6 @@ def _unbox(tree):
 
 def with_sharding_constraint(x, shardings):
     """Constrain `x`'s layout (JAX's `with_sharding_constraint`): `with_sbp` per leaf."""
-    from fflow.transforms.shard import with_sbp
-    from fflow.tree_util import tree_map
 
     if isinstance(shardings, (NamedSharding, PartitionSpec)):
         sbp = _spec_sbp(shardings)

@@ -1,6 +1,7 @@
-"""JAX's convolution and window-shape helpers in `fflow.lax`: `conv`,
-`conv_with_general_padding`, `conv_dimension_numbers`, `conv_general_shape_tuple`,
-`padtype_to_pads`, `reduce_window_shape_tuple` (all built on `conv_general_dilated`).
+"""JAX's convolution and window-shape helpers in `fflow.lax` (pure shape arithmetic):
+`conv_dimension_numbers`, `conv_general_shape_tuple`, `padtype_to_pads`,
+`reduce_window_shape_tuple`. `conv` itself is in lax_extra, next to
+`conv_general_dilated`.
 
 Example:
     >>> from fflow import lax
@@ -10,25 +11,22 @@ Example:
 
 from collections import namedtuple
 
-from fflow.lax_extra import _padding_pairs, conv_general_dilated
-
 ConvDimensionNumbers = namedtuple("ConvDimensionNumbers", ["lhs_spec", "rhs_spec", "out_spec"])
 
 
 def padtype_to_pads(in_shape, window_shape, window_strides, padding):
     """Explicit (low, high) pads of "SAME"/"VALID"/"SAME_LOWER" padding, as JAX computes."""
-    if isinstance(padding, str) and padding.upper() == "SAME_LOWER":
-        pads = _padding_pairs("SAME", in_shape, window_shape, window_strides)
-        return [(hi, lo) for lo, hi in pads]
-    if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
+    kind = padding.upper() if isinstance(padding, str) else None
+    if kind not in ("SAME", "VALID", "SAME_LOWER"):
         raise TypeError(f"Unknown padding type: {padding}.")
-    return list(_padding_pairs(padding, in_shape, window_shape, window_strides))
-
-
-def _layout(spec, first, second):
-    return (spec.index(first), spec.index(second)) + tuple(
-        i for i, c in enumerate(spec) if c not in (first, second)
-    )
+    if kind == "VALID":
+        return [(0, 0)] * len(in_shape)
+    pads = []
+    for n, w, s in zip(in_shape, window_shape, window_strides):
+        total = max((-(-n // s) - 1) * s + w - n, 0)
+        lo, hi = total // 2, total - total // 2
+        pads.append((hi, lo) if kind == "SAME_LOWER" else (lo, hi))
+    return pads
 
 
 def conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers):
@@ -82,32 +80,10 @@ def reduce_window_shape_tuple(
     return tuple(shape)
 
 
-def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
-    """N-d convolution in the NC.., OI.. layout (JAX's `lax.conv`)."""
-    return conv_general_dilated(
-        lhs, rhs, window_strides, padding, precision=precision,
-        preferred_element_type=preferred_element_type,
-    )  # fmt: skip
-
-
-def conv_with_general_padding(
-    lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, precision=None,
-    preferred_element_type=None,
-):  # fmt: skip
-    """`conv` with explicit padding and dilations (JAX's `lax.conv_with_general_padding`)."""
-    return conv_general_dilated(
-        lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
-        rhs_dilation=rhs_dilation, precision=precision,
-        preferred_element_type=preferred_element_type,
-    )  # fmt: skip
-
-
 __all__ = [
     "ConvDimensionNumbers",
-    "conv",
     "conv_dimension_numbers",
     "conv_general_shape_tuple",
-    "conv_with_general_padding",
     "padtype_to_pads",
     "reduce_window_shape_tuple",
 ]

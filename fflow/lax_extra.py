@@ -236,3 +236,21 @@ def conv_general_dilated(
     if preferred_element_type is not None:
         acc = acc.astype(preferred_element_type)
     return acc
+
+
+def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
+    """N-d convolution in the NC.., OI.. layout (JAX's `lax.conv`)."""
+    return conv_general_dilated(
+        lhs, rhs, window_strides, padding, precision=precision,
+        preferred_element_type=preferred_element_type,
+    )  # fmt: skip
+
+
+def conv_with_general_padding(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                              precision=None, preferred_element_type=None):  # fmt: skip
+    """`conv` with explicit padding and dilations (JAX's `lax.conv_with_general_padding`)."""
+    return conv_general_dilated(
+        lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation, precision=precision,
+        preferred_element_type=preferred_element_type,
+    )  # fmt: skip

@@ -15,13 +15,12 @@ Example:
 import contextlib
 
 from fflow import dtypes
+from fflow.config import config
 
 
 @contextlib.contextmanager
 def enable_x64(new_val=True):
     """64-bit mode on (or `new_val`) inside the block, restored after it."""
-    from fflow.config import config
-
     old = config.enable_x64
     config.update("enable_x64", bool(new_val))
     try:

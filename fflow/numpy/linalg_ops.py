@@ -9,6 +9,7 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
 from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, info, operand, promote_dtypes
+from fflow.numpy.elementwise import conjugate
 
 
 def _promote_pair(a, b):
@@ -103,7 +104,6 @@ def dot(a, b, precision=None, preferred_element_type=None):
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
     """Dot product of the flattened inputs, conjugating `a` when complex (as JAX)."""
-    from fflow.numpy.elementwise import conjugate
     from fflow.numpy.shapes import ravel
 
     if dtypes.is_inexact(info(a)[0]) and info(a)[0].kind == "c":
