@@ -98,6 +98,10 @@ _LAZY = {
     "named_scope": ("fflow.jax_api", "named_scope"),
     "named_call": ("fflow.jax_api", "named_call"),
     "print_environment_info": ("fflow.jax_api", "print_environment_info"),
+    "pmap": ("fflow.jax_api", "pmap"),
+    "shard_map": ("fflow.jax_sharding", "shard_map"),
+    "make_mesh": ("fflow.jax_sharding", "make_mesh"),
+    "with_sharding_constraint": ("fflow.jax_sharding", "with_sharding_constraint"),
 }
 
 
@@ -149,8 +153,31 @@ def device_get(x):
     """NumPy copies of every array leaf of `x`."""
     import numpy as np
 
-    return tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, Array) else a, x)
+    return tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, _array.Array) else a, x)
 
 
 def stop_gradient(x):
     return lax_ops.stop_gradient(x)
+
+
+class _ArrayType(type):
+    def __instancecheck__(cls, x):
+        return isinstance(x, (_array.Array, Tracer))
+
+    def __subclasscheck__(cls, c):
+        return issubclass(c, (_array.Array, Tracer))
+
+
+class Array(metaclass=_ArrayType):  # noqa: F811  (the public name; fflow.array.Array is concrete)
+    """JAX's `jax.Array`: the type of fflow's arrays and of traced values, for
+    `isinstance` checks and annotations (as in JAX, a tracer is an Array).
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> isinstance(jnp.ones(2), fflow.Array)
+        True
+        >>> seen = []
+        >>> _ = fflow.jit(lambda x: seen.append(isinstance(x, fflow.Array)) or x)(1.0)
+        >>> seen
+        [True]
+    """

@@ -27,6 +27,7 @@ import types
 _MODULES = {
     "jax": "fflow",
     "jax.sharding": "fflow.jax_sharding",
+    "jax.experimental.shard_map": "fflow.experimental.shard_map",
     "jax.extend": "fflow.extend",
     "jax.extend.core": "fflow.extend",
     "jax.core": "fflow.jax_core",

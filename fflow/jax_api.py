@@ -21,10 +21,37 @@ import sys
 
 import numpy as np
 
+from fflow.errors import user_error
 from fflow.jax_sharding import cpu_devices
 from fflow.transforms.ad_api import jacrev
+from fflow.transforms.vmap import vmap
+from fflow.tree_util import tree_leaves
 
 jacobian = jacrev
+
+
+def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
+         devices=None, backend=None, axis_size=None, donate_argnums=()):  # fmt: skip
+    """JAX's `pmap`: `fun` mapped over the leading axis with a named axis for
+    collectives, one simulated device per entry (at most `device_count()`); computed as
+    a named `vmap`, so the numbers are those of the SPMD program."""
+    if fun is None:
+        return lambda f: pmap(f, axis_name, in_axes=in_axes, out_axes=out_axes)
+    mapped = vmap(fun, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
+                  axis_size=axis_size)  # fmt: skip
+    limit = len(devices) if devices is not None else device_count()
+
+    def run(*args):
+        sizes = {np.shape(x)[0] for x in tree_leaves(args) if np.ndim(x) > 0}
+        if sizes and max(sizes) > limit:
+            raise user_error(
+                ValueError,
+                f"pmap over an axis of size {max(sizes)} needs that many devices; this run "
+                f"has {limit}. Fix: raise fflow.config cpu_devices, or use vmap.",
+            )
+        return mapped(*args)
+
+    return run
 
 
 def local_devices(process_index=None, backend=None):
@@ -95,5 +122,6 @@ __all__ = [
     "local_devices",
     "named_call",
     "named_scope",
+    "pmap",
     "print_environment_info",
 ]

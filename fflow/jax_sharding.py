@@ -25,10 +25,19 @@ import numpy as np
 
 from fflow.device import Device, device_of, device_put
 from fflow.errors import user_error
+from fflow.numpy import moveaxis
 from fflow.sharding import broadcast, device_count, placement, split, to_global
 from fflow.transforms.jit import jit
 from fflow.transforms.shard import shard, with_sbp
-from fflow.tree_util import tree_leaves, tree_map
+from fflow.transforms.vmap import vmap
+from fflow.tree_util import (
+    flatten_up_to,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
+)
 
 
 def cpu_devices():
@@ -54,6 +63,9 @@ class PartitionSpec(tuple):
 
     def __reduce__(self):
         return (PartitionSpec, tuple(self))
+
+    def _fflow_jit(self, fun, in_shardings, out_shardings, **kw):  # under `with mesh:`
+        return sharded_jit(fun, in_shardings, out_shardings, **kw)
 
 
 P = PartitionSpec
@@ -169,6 +181,9 @@ class Sharding:
 
     def _fflow_put(self, x):  # `fflow.device_put(x, sharding)` lands here
         return put(x, self)
+
+    def _fflow_jit(self, fun, in_shardings, out_shardings, **kw):  # jit(in_shardings=...)
+        return sharded_jit(fun, in_shardings, out_shardings, **kw)
 
 
 class NamedSharding(Sharding):
@@ -336,7 +351,10 @@ class _Box(tuple):
 
 
 def sharded_jit(fun, in_shardings=None, out_shardings=None, **jit_kwargs):
-    """`jit(fun, in_shardings=, out_shardings=)`: `fflow.shard` with those SBPs, jitted."""
+    """`jit(fun, in_shardings=, out_shardings=)`: `fflow.shard` with those SBPs, jitted.
+
+    `.sharded` is the `fflow.shard` object (`.sharded.plan(*args)` prints its plan).
+    """
 
     mesh = _mesh_of((in_shardings, out_shardings))
     in_sbp = _unbox(_sbp_tree(in_shardings)) if in_shardings is not None else None
@@ -345,7 +363,7 @@ def sharded_jit(fun, in_shardings=None, out_shardings=None, **jit_kwargs):
         in_sbp = tuple(in_sbp)
     sharded = shard(fun, mesh.placement, in_sbp=in_sbp, out_sbp=out_sbp)
     wrapped = jit(sharded, **jit_kwargs)
-    wrapped.sharded = sharded  # `.sharded.plan(*args)` shows the planned program
+    wrapped.sharded = sharded
     return wrapped
 
 
@@ -376,8 +394,106 @@ def with_sharding_constraint(x, shardings):
     )
 
 
+# -- shard_map and pmap: the per-device view, as nested named vmaps -------------------
+
+
+def shard_map(f, mesh=None, in_specs=None, out_specs=None, check_rep=True, check_vma=None,
+              auto=frozenset(), axis_names=None):  # fmt: skip
+    """JAX's `shard_map`: `f` runs on each device's block of the inputs (split as
+    `in_specs` say), with collectives (`lax.psum(x, "x")`...) over the mesh axes;
+    the blocks of the outputs are put together as `out_specs` say.
+
+    Each mesh axis is a named `vmap` over the blocks, so the numbers are those of
+    the SPMD program; an output whose spec leaves a mesh axis out must be the same
+    on every device of that axis (as JAX's check_rep asks), and the first is kept.
+    """
+    if f is None or mesh is None:
+        return lambda g: shard_map(g, mesh, in_specs, out_specs, check_rep)
+    names = list(mesh.axis_names)
+    sizes = [mesh.shape[n] for n in names]
+
+    def wrapped(*args):
+        leaves, tree = tree_flatten(args)
+        specs = _spec_leaves(in_specs, args, "in_specs")
+        out_store = []
+
+        def flat(*xs):
+            out = f(*tree_unflatten(tree, list(xs)))
+            out_leaves, out_tree = tree_flatten(out)
+            out_store.append((out_tree, out))
+            return out_leaves
+
+        fn = flat
+        for name, size in reversed(list(zip(names, sizes))):
+            fn = _map_axis(fn, name, size, specs, lambda: out_store, out_specs)
+        out_leaves = fn(*leaves)
+        out_tree = out_store[-1][0]
+        return tree_unflatten(out_tree, list(out_leaves))
+
+    return wrapped
+
+
+def _spec_leaves(specs, args, what):
+    is_spec = lambda s: isinstance(s, PartitionSpec) or s is None  # noqa: E731
+    if isinstance(specs, PartitionSpec):
+        return [specs] * len(tree_leaves(args))
+    prefix = tree_structure(specs, is_leaf=is_spec)
+    subtrees = flatten_up_to(prefix, args)
+    spec_list = tree_leaves(specs, is_leaf=is_spec)
+    out = []
+    for spec, sub in zip(spec_list, subtrees):
+        out.extend([spec] * len(tree_leaves(sub)))
+    return out
+
+
+def _dim_of(spec, name):
+    for dim, entry in enumerate(spec or ()):
+        if entry == name or (isinstance(entry, tuple) and name in entry):
+            return dim
+    return None
+
+
+def _map_axis(fn, name, size, in_specs, get_store, out_specs):
+    def mapped(*xs):
+        in_axes, blocks = [], []
+        for x, spec in zip(xs, in_specs):
+            d = _dim_of(spec, name)
+            if d is None:
+                in_axes.append(None)
+                blocks.append(x)
+                continue
+            shape = tuple(x.shape)
+            if shape[d] % size:
+                raise user_error(
+                    ValueError,
+                    f"shard_map: dimension {d} of size {shape[d]} does not split over mesh "
+                    f"axis {name!r} of size {size}.",
+                )
+            blocks.append(x.reshape(shape[:d] + (size, shape[d] // size) + shape[d + 1 :]))
+            in_axes.append(d)
+        outs = vmap(lambda *b: list(fn(*b)), in_axes=tuple(in_axes), out_axes=0,
+                    axis_name=name, axis_size=size)(*blocks)  # fmt: skip
+        out_tree, out_value = get_store()[-1]
+        specs = _spec_leaves(out_specs, out_value, "out_specs")
+        result = []
+        for o, spec in zip(outs, specs):
+            d = _dim_of(spec, name)
+            if d is None:
+                result.append(o[0])  # replicated over this axis: every lane holds it
+            else:
+                moved = moveaxis(o, 0, d)
+                shape = tuple(moved.shape)
+                result.append(
+                    moved.reshape(shape[:d] + (shape[d] * shape[d + 1],) + shape[d + 2 :])
+                )
+        return result
+
+    return mapped
+
+
 __all__ = [
     "Mesh",
+    "shard_map",
     "NamedSharding",
     "PartitionSpec",
     "P",

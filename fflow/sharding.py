@@ -574,3 +574,16 @@ def _to_local_shards_method(self):
 Array.to_global = _to_global_method
 Array.to_local = _to_local_method
 Array.to_local_shards = _to_local_shards_method
+
+
+_JAX_NAMES = ("Mesh", "NamedSharding", "PartitionSpec", "SingleDeviceSharding", "Sharding")
+
+
+def __getattr__(name):
+    # JAX's jax.sharding names (`fflow.sharding.Mesh`...) live in fflow/jax_sharding.py,
+    # loaded on first use like fflow's other lazy names
+    if name in _JAX_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module("fflow.jax_sharding"), name)
+    raise AttributeError(f"module 'fflow.sharding' has no attribute {name!r}")

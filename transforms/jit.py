@@ -639,6 +639,7 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
             static_argnums=static_argnums,
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
+            **kwargs,
         )
     if not callable(fun):
         raise user_error(
@@ -646,7 +647,16 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
             f"jit expects a function, got {type(fun).__name__} {fun!r:.40}. Fix: "
             f"fflow.jit(f) or the @fflow.jit decorator on a def.",
         )
+    shardings = (kwargs.get("in_shardings"), kwargs.get("out_shardings"))
+    owner = _sharding_owner(shardings)
+    if owner is not None:  # JAX's shardings (fflow/jax_sharding.py): a jitted fflow.shard
+        return owner._fflow_jit(fun, *shardings, static_argnums=static_argnums)
     return Jitted(fun, static_argnums, static_argnames, donate_argnums)
+
+
+def _sharding_owner(shardings):
+    leaves = tree_flatten(shardings, is_leaf=lambda s: hasattr(s, "_fflow_jit"))[0]
+    return next((s for s in leaves if hasattr(s, "_fflow_jit")), None)
 
 
 def make_jaxpr(fun, static_argnums=(), return_shape=False):

@@ -333,7 +333,8 @@ def _to_sentinel_index(idx, shape):
             start, stop, step = e.indices(n)
             out.append(slice(start, None if stop < 0 else stop, step))
         elif _is_static_int(e):
-            out.append(int(e) % n)
+            i = int(e)
+            out.append(i % n if -n <= i < n else n)  # out of range: the fill slot
         else:
             e = operand(e)
             if info(e)[0].kind not in "iu":
