@@ -31,7 +31,7 @@ _MODULES = {
     "jax.extend": "fflow.extend",
     "jax.extend.core": "fflow.extend",
     "jax.core": "fflow.jax_core",
-    "jax.interpreters": "fflow.extend",
+    "jax.interpreters": "fflow.interpreters",
     "jax.api_util": "fflow.api_util",
 }
 

@@ -48,6 +48,7 @@ def test_install_resolves_jax_modules_and_uninstall_restores():
         "from jax import lax, random, tree_util\n"
         "from jax.sharding import PartitionSpec\n"
         "import jax.extend.core, jax.typing, jax.flatten_util, jax.experimental\n"
+        "import jax.interpreters.ad, jax.experimental.shard_map\n"
         "print(jax.__name__, jnp.__name__, lax.__name__, jaxlib.__version__)\n"
         "print(float(jax.grad(lambda x: jnp.sin(x) * x)(0.5)))\n"
         "try:\n"
