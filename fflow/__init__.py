@@ -105,6 +105,17 @@ _LAZY = {
 }
 
 
+# JAX's ClosedJaxpr / Jaxpr / JaxprEqn / Literal field names on fflow's IR, for custom
+# interpreters (fflow/jax_core.py): a Program is a ClosedJaxpr and its Jaxpr at once
+core.Program.jaxpr = property(lambda self: self)
+core.Program.literals = property(lambda self: self.consts)
+core.Program.effects = property(lambda self: frozenset())
+core.Eqn.invars = property(lambda self: self.inputs)
+core.Eqn.outvars = property(lambda self: self.outputs)
+core.Eqn.effects = property(lambda self: frozenset({"effect"} & self.primitive.traits))
+core.Literal.val = property(lambda self: self.value)
+
+
 def _array_sharding(self):
     # JAX's `x.sharding` (NamedSharding of a global array, else one device), loaded on use
     return _importlib.import_module("fflow.jax_sharding").sharding_of(self)

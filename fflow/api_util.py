@@ -88,3 +88,9 @@ def normalize_argnums(argnums, nargs, what="argnums"):
             )
         out.append(n % nargs)
     return single, tuple(out)
+
+
+def sharding_owner(shardings):
+    """The first JAX-style sharding (an object with `_fflow_jit`) in a pytree, or None."""
+    leaves = tree_flatten(shardings, is_leaf=lambda s: hasattr(s, "_fflow_jit"))[0]
+    return next((s for s in leaves if hasattr(s, "_fflow_jit")), None)

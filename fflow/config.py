@@ -33,7 +33,7 @@ back but change nothing here (`jax_default_matmul_precision`, `jax_platforms`...
 
 import os
 
-from fflow import dtypes, threads
+from fflow import threads
 
 _DEFAULTS = {
     "debug_nans": False,
@@ -150,14 +150,6 @@ def _env_flag(name):
 
 
 config = Config()
-
-
-def _x64_hook(value):
-    dtypes.set_x64(value)
-
-
-config.on_update("enable_x64", _x64_hook)
-_x64_hook(config.enable_x64)
 
 
 def _blas_threads_hook(value):

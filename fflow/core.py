@@ -115,10 +115,6 @@ class Literal:
         self.value = value
         self.aval = aval if aval is not None else aval_of_value(value)
 
-    @property
-    def val(self):  # JAX's name
-        return self.value
-
     def __repr__(self):
         return f"Literal({self.value})"
 
@@ -146,19 +142,6 @@ class Eqn:
         fields.update(kw)
         return Eqn(**fields)
 
-    # JAX's JaxprEqn names, for interpreters written against jax.core
-    @property
-    def invars(self):
-        return self.inputs
-
-    @property
-    def outvars(self):
-        return self.outputs
-
-    @property
-    def effects(self):
-        return frozenset({"effect"} & self.primitive.traits)
-
     def __repr__(self):
         return f"Eqn({self.primitive.name}, {self.inputs} -> {self.outputs})"
 
@@ -185,19 +168,6 @@ class Program:
     @property
     def out_avals(self):
         return [v.aval for v in self.outvars]
-
-    # A Program is both of JAX's ClosedJaxpr (`.jaxpr`, `.consts`/`.literals`) and Jaxpr
-    @property
-    def jaxpr(self):
-        return self
-
-    @property
-    def literals(self):
-        return self.consts
-
-    @property
-    def effects(self):
-        return frozenset()
 
     def replace(self, **kw):
         fields = dict(

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from fflow.config import config
 from fflow.errors import user_error
 
 float_ = np.dtype(np.float32)
@@ -260,7 +261,9 @@ def scalar_to(x, dtype):
     return np.asarray(x, dtype)
 
 
-set_x64(_env_x64())
+# fflow.config holds the option (`jax_enable_x64`, env JAX_ENABLE_X64 / FFLOW_ENABLE_X64)
+config.on_update("enable_x64", set_x64)
+set_x64(config.enable_x64 or _env_x64())
 
 
 # -- JAX's `jax.dtypes` functions -------------------------------------------------

@@ -14,6 +14,8 @@ import collections
 import dataclasses
 import functools
 
+from fflow.errors import user_error
+
 _registry = {}  # type -> (flatten(x) -> (children, aux), unflatten(aux, children))
 
 
@@ -260,13 +262,16 @@ def _up_to(node, x, out, whole):
         return
     if node.kind == "none":
         if x is not None:
-            raise ValueError(f"Tree structure mismatch: expected None, got {x!r}; tree: {whole}")
+            raise user_error(
+                ValueError, f"Tree structure mismatch: expected None, got {x!r}; tree: {whole}"
+            )
         return
     here = _flatten(x, [], lambda y: y is not x)  # one level: children stay leaves
     if here.kind != node.kind or here.aux != node.aux or len(here.children) != len(node.children):
-        raise ValueError(
+        raise user_error(
+            ValueError,
             f"Tree structure mismatch: {whole} is not a prefix of the other tree "
-            f"(at a {type(x).__name__} node). Fix: pass trees whose structures match."
+            f"(at a {type(x).__name__} node). Fix: pass trees whose structures match.",
         )
     for child_def, child in zip(node.children, _node_children(x, here)):
         _up_to(child_def, child, out, whole)

@@ -15,7 +15,7 @@ import numpy as np
 from fflow.transforms.staging import eval_program, trace_to_program
 
 from fflow import core
-from fflow.api_util import Store, as_value
+from fflow.api_util import Store, as_value, sharding_owner
 from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import ShapedArray, Tracer
@@ -648,15 +648,10 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
             f"fflow.jit(f) or the @fflow.jit decorator on a def.",
         )
     shardings = (kwargs.get("in_shardings"), kwargs.get("out_shardings"))
-    owner = _sharding_owner(shardings)
-    if owner is not None:  # JAX's shardings (fflow/jax_sharding.py): a jitted fflow.shard
+    owner = sharding_owner(shardings)  # JAX's shardings (jax_sharding.py): jit of fflow.shard
+    if owner is not None:
         return owner._fflow_jit(fun, *shardings, static_argnums=static_argnums)
     return Jitted(fun, static_argnums, static_argnames, donate_argnums)
-
-
-def _sharding_owner(shardings):
-    leaves = tree_flatten(shardings, is_leaf=lambda s: hasattr(s, "_fflow_jit"))[0]
-    return next((s for s in leaves if hasattr(s, "_fflow_jit")), None)
 
 
 def make_jaxpr(fun, static_argnums=(), return_shape=False):
