@@ -179,3 +179,13 @@ def test_stages_and_config_names():
     fflow.config.parse_flags_with_absl()
     with pytest.raises(AttributeError):
         fflow.config.update("jax_not_an_option", 1)
+
+
+def test_fill_mode_static_index_and_tracer_is_an_array():
+    a = jnp.arange(12.0)
+    # JAX 0.10.2: an out-of-range static index reads the fill value; in range reads a[i]
+    assert float(a.at[20].get(mode="fill", fill_value=-1.0)) == -1.0
+    assert float(a.at[-3].get(mode="fill", fill_value=-1.0)) == 9.0
+    seen = []
+    fflow.grad(lambda x: seen.append(isinstance(x, fflow.Array)) or x * 2)(1.0)
+    assert seen == [True] and isinstance(a, fflow.Array) and not isinstance(1.0, fflow.Array)
