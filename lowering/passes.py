@@ -345,7 +345,6 @@ def optimize(program, report=None):
 # fusion grouping and liveness live in schedule.py (it imports the helpers above)
 from fflow.lowering.schedule import (  # noqa: E402
     FRESH_OUTPUT_PRIMITIVES,
-    VIEW_PRIMITIVES,
     FusionGroup,
     Liveness,
     default_may_alias,
@@ -375,6 +374,5 @@ __all__ = [
     "Liveness",
     "liveness",
     "default_may_alias",
-    "VIEW_PRIMITIVES",
     "FRESH_OUTPUT_PRIMITIVES",
 ]

@@ -124,20 +124,6 @@ def fusion_groups(program, min_size=2):
 
 # -- liveness -------------------------------------------------------------------------
 
-# primitives whose NumPy result may be a view of (share memory with) an input
-VIEW_PRIMITIVES = {
-    "reshape",
-    "transpose",
-    "broadcast_in_dim",
-    "squeeze",
-    "slice",
-    "rev",
-    "stop_gradient",
-    "convert_element_type",
-    "dynamic_slice",
-    "expand_dims",
-}
-
 
 class Liveness:
     """When each value dies, and which values share a buffer.
@@ -220,14 +206,14 @@ FRESH_OUTPUT_PRIMITIVES = {
     "scatter_max",
     "dynamic_update_slice",
 }
-# elementwise primitives whose implementation may return its input itself
-_ELEMENTWISE_MAY_RETURN_INPUT = {"stop_gradient", "convert_element_type", "integer_pow"}
 
 
 def default_may_alias(eqn):
     """Whether an output of `eqn` may share memory with an input (conservative)."""
     name = eqn.primitive.name
-    if name in VIEW_PRIMITIVES or name in _ELEMENTWISE_MAY_RETURN_INPUT:
+    # trait "view", set next to the primitive: its NumPy result may share the memory of
+    # an input (a view, or the input itself)
+    if "view" in eqn.primitive.traits:
         return True
     if name in FRESH_OUTPUT_PRIMITIVES:
         return False

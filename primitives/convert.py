@@ -10,6 +10,7 @@ from fflow.core import Primitive, ShapedArray
 convert_element_type_p = Primitive("convert_element_type")
 convert_element_type_p.traits.add("elementwise")
 convert_element_type_p.amp_class = "follow"
+convert_element_type_p.traits.add("view")  # astype(copy=False) may return the input
 
 
 @convert_element_type_p.def_impl

@@ -35,6 +35,7 @@ def _clamp_starts(shape, sizes, starts):
 
 # -- dynamic_slice -------------------------------------------------------------
 dynamic_slice_p = _prim("dynamic_slice")
+dynamic_slice_p.traits.add("view")  # a basic slice of the input
 
 
 @dynamic_slice_p.def_impl

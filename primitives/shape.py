@@ -20,6 +20,7 @@ def _shape_prim(name):
 
 # -- broadcast_in_dim ---------------------------------------------------------
 broadcast_in_dim_p = _shape_prim("broadcast_in_dim")
+broadcast_in_dim_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @broadcast_in_dim_p.def_impl
@@ -62,6 +63,7 @@ deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 # -- reshape -------------------------------------------------------------------
 reshape_p = _shape_prim("reshape")
+reshape_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @reshape_p.def_impl
@@ -84,6 +86,7 @@ deflinear(reshape_p, lambda ct, x, *, new_sizes: [lax.reshape(ct, x.aval.shape)]
 
 # -- transpose -----------------------------------------------------------------
 transpose_p = _shape_prim("transpose")
+transpose_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @transpose_p.def_impl
@@ -110,6 +113,7 @@ deflinear(transpose_p, _transpose_transpose)
 
 # -- squeeze ---------------------------------------------------------------------
 squeeze_p = _shape_prim("squeeze")
+squeeze_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @squeeze_p.def_impl
@@ -134,6 +138,7 @@ deflinear(squeeze_p, lambda ct, x, *, dimensions: [lax.reshape(ct, x.aval.shape)
 
 # -- slice -----------------------------------------------------------------------
 slice_p = _shape_prim("slice")
+slice_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @slice_p.def_impl
@@ -299,6 +304,7 @@ deflinear(concatenate_p, _concatenate_transpose)
 
 # -- rev -----------------------------------------------------------------------------
 rev_p = _shape_prim("rev")
+rev_p.traits.add("view")  # the NumPy result is a view of the input
 
 
 @rev_p.def_impl

@@ -300,6 +300,7 @@ def _integer_pow_jvp(g, x, *, y):
 
 
 integer_pow_p = unary("integer_pow", _integer_pow, float_only=False, amp="fp32")
+integer_pow_p.traits.add("view")  # y == 1 returns the input itself
 defjvp(integer_pow_p, _integer_pow_jvp)
 
 
@@ -308,6 +309,7 @@ def _stop_gradient(x):
 
 
 stop_gradient_p = unary("stop_gradient", _stop_gradient, float_only=False)
+stop_gradient_p.traits.add("view")  # returns the input itself
 defzero(stop_gradient_p)
 
 

@@ -178,3 +178,31 @@ def test_outputs_aliasing_inputs_are_never_overwritten():
     z, w = fflow.jit(f)(x)
     np.testing.assert_array_equal(z, [2.0, 4.0])
     np.testing.assert_array_equal(w, np.exp(np.asarray([2.0, 4.0], np.float32)))
+
+
+def test_view_trait_covers_every_primitive_whose_result_shares_its_input():
+    # independent of the trait table: run each one-operand primitive's NumPy impl and
+    # look at the memory; a result sharing the input must carry the trait "view"
+    # (liveness then keeps the input's buffer alive while the view lives)
+    from fflow.core import primitives
+
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    params = {
+        "reshape": {"new_sizes": (3, 2)},
+        "transpose": {"permutation": (1, 0)},
+        "broadcast_in_dim": {"shape": (2, 3), "broadcast_dimensions": (0, 1)},
+        "squeeze": {"dimensions": ()},
+        "slice": {"start_indices": (0, 0), "limit_indices": (2, 2), "strides": None},
+        "rev": {"dimensions": (0,)},
+        "stop_gradient": {},
+        "convert_element_type": {"new_dtype": np.dtype(np.float32), "weak_type": False},
+        "integer_pow": {"y": 1},
+    }
+    for name, kw in params.items():
+        prim = primitives[name]
+        out = prim.impl(x, **kw)
+        if np.shares_memory(np.asarray(out), x):
+            assert "view" in prim.traits, name
+    for name in ("sin", "exp", "neg"):  # fresh results: no trait, so buffers get reused
+        assert not np.shares_memory(primitives[name].impl(x), x)
+        assert "view" not in primitives[name].traits
