@@ -65,8 +65,7 @@ KNOWN_CYCLES = [
 # Function-level imports of fflow modules that are not heavy parts, per importer; may
 # only shrink.
 KNOWN_FUNCTION_LEVEL = {
-    "fflow.api_util": 2,
-    "fflow.array": 1,
+    "fflow.api_util": 1,
     "fflow.debug": 4,
     "fflow.device": 1,
     "fflow.explain": 1,
