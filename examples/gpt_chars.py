@@ -1,6 +1,6 @@
 """Train a small GPT on Python's own standard library, one character at a time.
 
-    python examples/gpt_chars.py                  # ~8 min on 2 CPU cores: 2 data x 2 model
+    python examples/gpt_chars.py                  # 2 data x 2 model; ~5 CPU-minutes
     python -m fflow.launch -n 4 examples/gpt_chars.py   # the same on 4 MPI ranks
     python examples/gpt_chars.py --resume         # continue from the last checkpoint
     python examples/gpt_chars.py --tiny           # a few steps (used by the tests)
