@@ -3,12 +3,15 @@ fflow.numpy, with broadcasting, reductions and indexing) pass check_grads, eager
 and under jit, to second order."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fflow
 import fflow.numpy as jnp
 from fflow.test_util import check_grads
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references on purpose
 
 # smooth, everywhere-defined steps on (3, 4) arrays, with what makes them safe
 UNARY = {
