@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from mpi_util import mpi_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "mpi_faults_script.py")
@@ -16,17 +17,7 @@ SCRIPT = os.path.join(ROOT, "tests", "mpi_faults_script.py")
 pytest.importorskip("mpi4py")
 
 
-def _mpiexec_ok():
-    from fflow.launch import find_mpiexec
-
-    try:
-        find_mpiexec()
-    except SystemExit:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+pytestmark = pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
 
 # mode -> text the job's output must contain (the failing rank is rank n-1)
 CASES = {

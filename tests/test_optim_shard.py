@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from mpi_util import mpi_available
 
 import fflow
 import fflow.numpy as jnp
@@ -56,19 +57,7 @@ def test_init_on_global_params_keeps_their_sbp():
     assert state[0].mu["w"].sbp == (S(1),) and state[0].nu["w"].sbp == (S(1),)
 
 
-def _mpiexec_ok():
-    try:
-        import mpi4py  # noqa: F401
-
-        from fflow.launch import find_mpiexec
-
-        find_mpiexec()
-    except (ImportError, SystemExit):
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpi4py/mpiexec")
+@pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 def test_sharded_state_on_4_mpi_ranks():
     env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
     cmd = [

@@ -9,21 +9,12 @@ import sys
 
 import numpy as np
 import pytest
+from mpi_util import mpi_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "pipeline_mpi_script.py")
 
 pytest.importorskip("mpi4py")
-
-
-def _mpiexec_ok():
-    from fflow.launch import find_mpiexec
-
-    try:
-        find_mpiexec()
-    except SystemExit:
-        return False
-    return True
 
 
 def run(n=None, timeout=240, script=SCRIPT, devices=4):
@@ -61,7 +52,7 @@ def plain_two_steps(n_stages):
     return float(value), [np.asarray(p["w"]) for p in params]
 
 
-@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+@pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
 def test_mpi_equals_simulated_and_plain():
     mpi = run(n=4)
     sim = run()
@@ -82,7 +73,7 @@ def test_mpi_equals_simulated_and_plain():
     assert sim["bytes"] > 0
 
 
-@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+@pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
 def test_example_runs_under_the_launcher():
     env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
     example = os.path.join(ROOT, "examples", "pipeline_parallel.py")
@@ -94,7 +85,7 @@ def test_example_runs_under_the_launcher():
     assert "equals the un-pipelined model" in proc.stdout
 
 
-@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+@pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
 def test_3d_parallel_step_on_8_ranks_equals_simulated_and_single_device():
     script = os.path.join(ROOT, "tests", "pipeline_3d_mpi_script.py")
     mpi = run(n=8, script=script, devices=8)

@@ -6,21 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from mpi_util import mpi_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "save_mpi_script.py")
-
-
-def _mpiexec_ok():
-    try:
-        import mpi4py  # noqa: F401
-
-        from fflow.launch import find_mpiexec
-
-        find_mpiexec()
-    except (ImportError, SystemExit):
-        return False
-    return True
 
 
 def _run(args, n=None):
@@ -31,7 +20,7 @@ def _run(args, n=None):
     assert "RESULT ok" in proc.stdout
 
 
-@pytest.mark.skipif(not _mpiexec_ok(), reason="no mpi4py/mpiexec")
+@pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 def test_save_on_4_ranks_load_simulated_and_back(tmp_path):
     _run(["save", str(tmp_path / "a")], n=4)
     files = os.listdir(tmp_path / "a")

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from mpi_util import mpi_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "shard_mpi_script.py")
@@ -17,17 +18,7 @@ SCRIPT = os.path.join(ROOT, "tests", "shard_mpi_script.py")
 pytest.importorskip("mpi4py")
 
 
-def _mpiexec_ok():
-    from fflow.launch import find_mpiexec
-
-    try:
-        find_mpiexec()
-    except SystemExit:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _mpiexec_ok(), reason="no mpiexec (pip install mpich)")
+pytestmark = pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
 
 
 def run(args, n=None, timeout=120):
