@@ -434,10 +434,20 @@ def _lookahead(prob, fwd):
                         break  # conversions cost >= 0: no later candidate can win
                     m = min(m, c + prob.bt(i, lab, w))
                 t[lab] += m
+    return _greedy(prob, togo)
+
+
+# ----------------------------------------------------------------------------
+# Greedy in topological order
+
+
+def _greedy(prob, togo=None):
+    """Each equation in order takes its cheapest signature given what its inputs have;
+    with `togo` (cost still to pay per output label) the choice also looks ahead."""
     have = list(prob.init)
     boxed = set()
     sig_idx = []
-    for k in range(n_eqns):
+    for k in range(len(prob.cands)):
         ins = prob.eqn_ins[k]
         best, best_c = 0, INF
         for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
@@ -445,34 +455,9 @@ def _lookahead(prob, fwd):
             for i, w in zip(ins, want):
                 if (i, w) not in boxed:
                     c += prob.bt(i, have[i], w)
-            for i, o in zip(prob.eqn_outs[k], outs):
-                c += togo[i].get(o, 0.0)
-            if c < best_c:
-                best, best_c = s, c
-        sig_idx.append(best)
-        for i, w in zip(ins, prob.cin[k][best]):
-            boxed.add((i, w))
-        for i, o in zip(prob.eqn_outs[k], prob.cout[k][best]):
-            have[i] = o
-    return sig_idx
-
-
-# ----------------------------------------------------------------------------
-# Greedy in topological order
-
-
-def _greedy(prob):
-    have = list(prob.init)
-    boxed = set()
-    sig_idx = []
-    for k in range(len(prob.cands)):
-        ins = prob.eqn_ins[k]
-        best, best_c = 0, INF
-        for s, want in enumerate(prob.cin[k]):
-            c = prob.comp[k][s]
-            for i, w in zip(ins, want):
-                if (i, w) not in boxed:
-                    c += prob.bt(i, have[i], w)
+            if togo is not None:
+                for i, o in zip(prob.eqn_outs[k], outs):
+                    c += togo[i].get(o, 0.0)
             if c < best_c:
                 best, best_c = s, c
         sig_idx.append(best)
