@@ -144,6 +144,15 @@ def _move_placement(x, placement, sbp):
 _sharding.placement_movers.append(_move_placement)
 
 
+def _cut_program(*args):
+    """A sharded program over several placements: transforms/shard_mixed.py, loaded
+    when `shard` first traces a move (import time)."""
+    return _importlib.import_module("fflow.transforms.shard_mixed").MixedProgram(*args)
+
+
+_sharding.program_cutters.append(_cut_program)
+
+
 def _debug_checks(_value):
     """Eager NaN/inf checks live in fflow.debug, loaded when first turned on."""
     if _config.debug_nans or _config.debug_infs or "fflow.debug" in _sys.modules:

@@ -282,6 +282,10 @@ def is_global(x):
 # point-to-point boxing here when fflow is imported (a hook, so this module does not
 # import it back).
 placement_movers = []
+# A sharded program that moves values to other placements (with_sbp(..., placement=))
+# is cut into one sharded program per placement by transforms/shard_mixed.py, through
+# this hook (installed by fflow/__init__, so transforms/shard.py does not import it).
+program_cutters = []
 
 
 def to_global(x, placement=None, sbp=None):

@@ -16,6 +16,7 @@ from fflow.primitives import (  # noqa: F401
     random_bits,
     reduction,
     shape,
+    shard_move,
     sort,
     special,
     unary,

@@ -33,9 +33,51 @@ def make(n_stages, seed=0):
     return out
 
 
+def mixed(x, w1, w2, src, dst, pl_b):
+    """A program on two placements: layer 1 on `a`, moved (src -> dst SBP), layer 2 on b."""
+    h = fflow.with_sbp(jnp.tanh(x @ w1), src)
+    h = fflow.with_sbp(h, dst, placement=pl_b)
+    return jnp.sum(jnp.tanh(h @ w2) ** 2)
+
+
+MIXED_PAIRS = [(s, d) for s in ("S0", "S1", "B") for d in ("S0", "S1", "B", "P")]
+SBPS = {"S0": S(0), "S1": S(1), "B": B, "P": P}
+
+
+def mixed_inputs():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 3)).astype(np.float32)
+    w1 = rng.normal(size=(3, 4)).astype(np.float32)
+    w2 = rng.normal(size=(4, 2)).astype(np.float32)
+    return x, w1, w2
+
+
+def mixed_cases():
+    """Value and gradients of `mixed` sharded over [0,1] -> [2,3] for every SBP pair,
+    and onto a 2x2 mesh."""
+    a, b = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [2, 3])
+    mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+    args = mixed_inputs()
+    out = {}
+    cases = [(f"mixed_{s}_{d}", SBPS[s], SBPS[d], b) for s, d in MIXED_PAIRS]
+    cases.append(("mixed_mesh", S(0), (S(1), B), mesh))
+    for name, src, dst, pl_b in cases:
+        f = fflow.shard(
+            lambda x, w1, w2, src=src, dst=dst, pl_b=pl_b: mixed(x, w1, w2, src, dst, pl_b),
+            a,
+            in_sbp=(S(0), B, B),
+        )
+        value, grads = fflow.value_and_grad(f, argnums=(0, 1, 2))(*args)
+        out[name] = [value] + list(grads)
+    return out
+
+
 def main():
     rt = runtime()
     out = {}
+    for name, vals in mixed_cases().items():
+        for i, v in enumerate(vals):
+            out[f"{name}_{i}"] = v
     a, b = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [2, 3])
     x = np.arange(30.0, dtype=np.float32).reshape(5, 6) / 7
     for src in [S(0), S(1), B, P, partial_max]:

@@ -534,6 +534,8 @@ NOT_GRAD_CHECKED = {
     "pipeline_call": "a pipelined loss over placements; its gradients are checked against "
     "the un-pipelined model in tests/test_pipeline.py",
     "pipeline_call_lin": "the linear tangent map of pipeline_call, checked with it",
+    "shard_move": "a move between placements inside shard: values and gradients checked "
+    "against the unsharded function for every SBP pair in tests/test_shard_mixed.py",
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
     **{

@@ -1,5 +1,5 @@
-"""Pipelines and moves between placements on 4 MPI ranks (`python -m fflow.launch -n 4`)
-give the simulated runtime's numbers bit for bit, with the same bytes moved, and the
+"""Pipelines, moves between placements and sharded programs over two placements on 4
+MPI ranks (`python -m fflow.launch -n 4`) give the simulated runtime's numbers bit for bit, with the same bytes moved, and the
 un-pipelined model's numbers. One launch runs every case (launches are slow)."""
 
 import json
@@ -71,6 +71,16 @@ def test_mpi_equals_simulated_and_plain():
         for s, w in enumerate(ws):
             np.testing.assert_allclose(np.asarray(sim[f"{name}_w{s}"]), w, rtol=1e-4, atol=1e-5)
     assert sim["bytes"] > 0
+    assert len([k for k in sim if k.startswith("mixed_")]) == 4 * (len(script_pairs()) + 1)
+
+
+def script_pairs():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        import pipeline_mpi_script as script
+    finally:
+        sys.path.pop(0)
+    return script.MIXED_PAIRS
 
 
 @pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")

@@ -120,12 +120,13 @@ def test_moved_array_computes_on_its_new_placement():
     np.testing.assert_array_equal(np.asarray(y), np.arange(8.0) * 2)
 
 
-def test_with_sbp_moves_eagerly_and_refuses_inside_shard():
+def test_with_sbp_moves_eagerly_and_inside_shard():
     a, b = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [[2, 3], [4, 5]])
     x = np.arange(12.0, dtype=np.float32).reshape(4, 3)
     y = fflow.with_sbp(fflow.to_global(x, a, S(1)), (S(0), P), placement=b)
     assert y.placement == b and y.sbp == (S(0), P)
     np.testing.assert_array_equal(np.asarray(y), x)
-    f = fflow.shard(lambda v: fflow.with_sbp(v * 2, B, placement=b), a)
-    with pytest.raises(ValueError, match="fflow.to_global"):
-        f(x)
+    f = fflow.shard(lambda v: fflow.with_sbp(v * 2, (S(0), P), placement=b) + 1.0, a, S(1))
+    z = f(x)
+    assert z.placement == b  # the add runs where its input moved
+    np.testing.assert_array_equal(np.asarray(z), x * 2 + 1)

@@ -26,6 +26,7 @@ import functools
 import threading
 
 import numpy as np
+from fflow.primitives.shard_move import shard_move_p
 from fflow.transforms import shard_signatures as _sigs  # noqa: F401  (registers rules)
 from fflow.transforms.autodiff import (
     Zero,
@@ -65,6 +66,7 @@ from fflow.sharding import (
     check_sbp_fits,
     is_global,
     placement,
+    program_cutters,
     to_global,
 )
 from fflow.tree_util import tree_flatten, tree_unflatten
@@ -116,9 +118,12 @@ _ctx = _Ctx()
 def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
     """Constrain the SBP of `x` inside a sharded function (as JAX's sharding constraints).
 
+    With `placement` (another placement than the sharded function's), inside
+    `shard` the value moves there by point-to-point sends and what uses it runs
+    there: one sharded program over several placements (transforms/shard_mixed.py).
     Outside `shard`, a global array is boxed to `sbp` right away (moved onto
-    `placement` if one is given, by point-to-point sends) and a local array is
-    returned unchanged (or placed on `placement`).
+    `placement` if one is given) and a local array is returned unchanged (or placed
+    on `placement`).
 
     Example:
         >>> import fflow, fflow.numpy as jnp
@@ -129,17 +134,20 @@ def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
         >>> y = fflow.with_sbp(f(jnp.arange(4.0)), fflow.sbp.broadcast, fflow.placement("cpu", [2]))
         >>> y.placement.ranks, y.tolist()
         ((2,), [0.0, 2.0, 4.0, 6.0])
+        >>> on3 = fflow.placement("cpu", [3])  # one program, two placements:
+        >>> g = fflow.shard(lambda x: fflow.with_sbp(x * 2, fflow.sbp.broadcast, on3).sum(), pl)
+        >>> z = g(jnp.arange(4.0))
+        >>> z.placement.ranks, float(z)
+        ((3,), 12.0)
     """
     if _ctx.stack:
         pl = _ctx.stack[-1]
         if placement is not None and placement != pl:
-            raise user_error(
-                ValueError,
-                f"with_sbp(..., placement={placement}) inside a function sharded on {pl}: one "
-                "sharded program runs on one placement. Fix: return the value from the "
-                "sharded function and move it with fflow.to_global(y, placement, sbp), or "
-                "put the parts on their devices as stages of fflow.pipeline.",
-            )
+            # a move to another placement: shard cuts the program there (shard_mixed.py)
+            nd = as_nd_sbp(sbp, placement.ndim, "with_sbp")
+            shape = np.shape(x) if not hasattr(x, "shape") else x.shape
+            check_sbp_fits(shape, nd, placement.hierarchy, "with_sbp")
+            return shard_move_p.bind(x, dst=placement, sbp=nd)
         nd = as_nd_sbp(sbp, pl.ndim, "with_sbp")
         check_sbp_fits(
             np.shape(x) if not hasattr(x, "shape") else x.shape, nd, pl.hierarchy, "with_sbp"
@@ -278,7 +286,12 @@ class Sharded:
                 program, self.placement, lifted_sbps + ins, outs, plan_options=self.plan_options
             )
 
-        if self.memory_limit is None:
+        if any(e.primitive is shard_move_p for e in program.eqns):
+            # several placements: one planned segment per placement
+            sp = program_cutters[0](
+                program, self.placement, lifted_sbps + in_sbps, out_specs, self.plan_options
+            )
+        elif self.memory_limit is None:
             sp = make(in_sbps, out_specs)
         else:
             sp = fit_budget(
@@ -299,7 +312,10 @@ class Sharded:
     @api_boundary
     def __call__(self, *args):
         sp, out_tree, leaves = self._entry(args)
-        outs = bind_call(sp, leaves)
+        if getattr(sp, "is_mixed", False):
+            outs = sp.run(leaves)
+        else:
+            outs = bind_call(sp, leaves)
         return tree_unflatten(out_tree, list(outs))
 
 
