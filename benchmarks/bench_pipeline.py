@@ -8,8 +8,8 @@ A 4-layer MLP over 4 stages (one layer each), m in {4, 8, 16} micro-batches:
 1. bubble fraction per schedule: measured on the executed schedule (idle ticks / all
    ticks), next to the theory (p-1)/(m+p-1) (GPipe, 1F1B) and (p-1)/(v*m+p-1)
    (interleaved, v=2, 8 stages); "timed replay" replays the order with the measured
-   seconds of each stage's F and B (medians; B recomputes the stage's forward, so it
-   costs ~2-3 F);
+   seconds of each stage's F and B (medians; B reads the saved residuals, no
+   recomputation, so it costs ~2 F);
    under MPI "wall" is 1 - (compute seconds / step seconds) averaged over ranks;
 2. peak activation bytes per stage, 1F1B vs GPipe (bound: 1F1B <= p/m of GPipe
    on stage 0);

@@ -7,9 +7,11 @@ stage i runs `stages[i](params_list[i], x)` on `placements[i]` (sharded inside b
 move between placements by point-to-point boxing (transforms/shard_transfer.py)
 and the last stage's losses are averaged over the micro-batches.
 
-Each stage is traced once and compiled as two sharded programs: its forward, and
-its backward (the VJP, recomputing the stage's forward from its saved input, so a
-stage keeps only its inputs between F and B). `grad`/`value_and_grad` of the
+Each stage is traced once and compiled as sharded programs: its forward, its
+training forward (outputs and the residuals of its linearization, kept between the
+micro-batch's F and B) and its backward (the transposed linear program: B does not
+recompute the forward; a stage wrapped in `fflow.checkpoint` saves only its inputs
+and recomputes, when memory matters more). `grad`/`value_and_grad` of the
 pipeline run the training schedule (primitives/pipeline_call.py): every rank walks
 the same list of operations in tick order and does the ones on its devices;
 transfers are started when their value is made (MPI: buffer Isend/Irecv) and
@@ -24,6 +26,7 @@ import numpy as np
 
 from fflow import array as array_mod
 from fflow import core
+from fflow.core import Program
 from fflow.errors import user_error
 from fflow.pipeline_schedule import Schedule
 from fflow.primitives.pipeline_call import pipeline_call_p
@@ -38,7 +41,7 @@ from fflow.sharding import (
     to_global,
 )
 from fflow.transforms import shard as shard_mod
-from fflow.transforms.ad_api import vjp
+from fflow.transforms.autodiff import Zero, backward_pass, instantiate, linearize_flat
 from fflow.transforms.shard_transfer import start_transfer
 from fflow.tree_util import tree_flatten, tree_unflatten
 
@@ -51,13 +54,19 @@ def _is_float(dtype):
 
 
 class _Stage:
-    """Stage s compiled for one (params tree, input tree): forward and backward programs."""
+    """Stage s compiled for one (params tree, input tree): three sharded programs.
+
+    `fwd` (inference), `fwd_res` (training: the outputs and the residuals of the
+    stage's linearization, saved until the micro-batch's B) and the backward (the
+    transposed linear program, fed the parameters, the residuals and the output
+    cotangents: no recomputation of the forward, unless the stage asks for it with
+    `fflow.checkpoint`, whose residuals are its inputs)."""
 
     def __init__(self, fn, pl, p_tree, x_tree, p_sbps, x_sbps, p_avals, x_avals):
         self.pl = pl
         self.p_sbps, self.x_sbps = p_sbps, x_sbps
         self.x_float = [_is_float(a.dtype) for a in x_avals]
-        store = {}
+        store = self._store = {}
 
         def fwd(p_list, x_list):
             out = fn(tree_unflatten(p_tree, p_list), tree_unflatten(x_tree, x_list))
@@ -66,38 +75,94 @@ class _Stage:
 
         self.fwd_fn = fwd
         self.fwd = shard_mod.shard(fwd, pl, in_sbp=(p_sbps, x_sbps))
-        plan = self.fwd.lower(
-            [_dummy(a) for a in p_avals], [_dummy(a) for a in x_avals]
-        )  # traces once: output SBPs and the output tree
+        p_dummies = [_dummy(a) for a in p_avals]
+        x_dummies = [_dummy(a) for a in x_avals]
+        plan = self.fwd.lower(p_dummies, x_dummies)  # traces once: the output tree
         self.out_tree = store["tree"]
-        self.out_avals = [v.aval for v in plan.program.outvars]
-        self.out_sbps = list(plan.out_sbps)
-        self.out_float = [_is_float(a.dtype) for a in self.out_avals]
-        # run the planned program directly (its inputs arrive in their SBPs already)
         n_in = len(p_avals) + len(x_avals)
         self.fwd_sp = plan if len(plan.program.invars) == n_in else None
-        self.x_bytes = sum(
-            _local_bytes(a, nd, pl) for a, nd in zip(x_avals, x_sbps)
-        )  # what a device of this stage keeps per micro-batch between F and B
-        self._bwd = {}  # need_dx -> (Sharded, planned program)
         self._p_avals, self._x_avals = p_avals, x_avals
+        self._make_forward_res(plan)
+        self._bwd = {}  # need_dx -> (Sharded, planned program)
         self._ct = {}
+
+    def _make_forward_res(self, plan):
+        x_float, fwd, store = self.x_float, self.fwd_fn, self._store
+        n_p = len(self._p_avals)
+
+        def fwd_res(p_list, xf, xo):
+            def f(*args):
+                fi, oi = iter(args[n_p:]), iter(xo)
+                return fwd(list(args[:n_p]), [next(fi) if isf else next(oi) for isf in x_float])
+
+            outs, lin = linearize_flat(f, list(p_list) + list(xf))
+            # the linear program's constants: parameters (passed again to B), values of
+            # this trace (the residuals, outputs here) and concrete constants
+            kinds, res = [], []
+            for c in lin.consts:
+                i = next((i for i, q in enumerate(p_list) if c is q), None)
+                j = next((j for j, r in enumerate(res) if c is r), None)
+                if i is not None:
+                    kinds.append(("p", i))
+                elif j is not None:
+                    kinds.append(("r", j))
+                elif isinstance(c, core.Tracer):
+                    kinds.append(("r", len(res)))
+                    res.append(c)
+                else:
+                    kinds.append(("c", c))
+            store["lin"], store["kinds"], store["n_out"] = lin, kinds, len(outs)
+            return list(outs) + res
+
+        xf_sbps = [s for s, f in zip(self.x_sbps, x_float) if f]
+        xo_sbps = [s for s, f in zip(self.x_sbps, x_float) if not f]
+        self.fwd_res = shard_mod.shard(fwd_res, self.pl, in_sbp=(self.p_sbps, xf_sbps, xo_sbps))
+        args = (
+            [_dummy(a) for a in self._p_avals],
+            [_dummy(a) for a, f in zip(self._x_avals, x_float) if f],
+            [_dummy(a) for a, f in zip(self._x_avals, x_float) if not f],
+        )
+        rplan = self.fwd_res.lower(*args)
+        n_out = store["n_out"]
+        outvars = rplan.program.outvars
+        self.out_avals = [v.aval for v in outvars[:n_out]]
+        self.out_sbps = list(rplan.out_sbps[:n_out])
+        self.res_sbps = list(rplan.out_sbps[n_out:])
+        self.res_avals = [v.aval for v in outvars[n_out:]]
+        self.out_float = [_is_float(a.dtype) for a in self.out_avals]
+        n_in = sum(len(a) for a in args)
+        self.fwd_res_sp = rplan if len(rplan.program.invars) == n_in else None
+        # what a device of this stage keeps per micro-batch between F and B
+        self.x_bytes = sum(
+            _local_bytes(a, nd, self.pl) for a, nd in zip(self.res_avals, self.res_sbps)
+        )
 
     def forward(self, p_vals, x):
         if self.fwd_sp is not None:
             return self.fwd_sp.run_global(list(p_vals) + list(x))
         return self.fwd(p_vals, x)
 
-    def backward(self, p_vals, xf, xo, ct, need_dx=True):
+    def forward_train(self, p_vals, x):
+        """(outputs, residuals) of one micro-batch."""
+        xf = [v for v, f in zip(x, self.x_float) if f]
+        xo = [v for v, f in zip(x, self.x_float) if not f]
+        if self.fwd_res_sp is not None:
+            outs = self.fwd_res_sp.run_global(list(p_vals) + xf + xo)
+        else:
+            outs = self.fwd_res(p_vals, xf, xo)
+        n = len(self.out_avals)
+        return list(outs[:n]), list(outs[n:])
+
+    def backward(self, p_vals, res, ct, need_dx=True):
         """(parameter gradients, input cotangents; [] unless `need_dx`)."""
         if need_dx not in self._bwd:
             self._bwd[need_dx] = self._make_backward(need_dx)
         sharded, sp = self._bwd[need_dx]
         n_p = len(p_vals)
         if sp is not None:
-            outs = sp.run_global(list(p_vals) + list(xf) + list(xo) + list(ct))
+            outs = sp.run_global(list(p_vals) + list(res) + list(ct))
             return outs[:n_p], outs[n_p:]
-        return sharded(p_vals, xf, xo, ct)
+        return sharded(p_vals, res, ct)
 
     def loss_cotangent(self, scale):
         """The cotangent of the last stage's loss, a global scalar on this placement."""
@@ -109,29 +174,27 @@ class _Stage:
         return ct
 
     def _make_backward(self, need_dx):
-        x_float, out_float, fwd = self.x_float, self.out_float, self.fwd_fn
+        x_float, out_float, store = self.x_float, self.out_float, self._store
+        n_p = len(self._p_avals)
 
-        def bwd(p_list, xf, xo, ct):
-            def f(p_list, xf):
-                fi, oi = iter(xf), iter(xo)
-                x = [next(fi) if isf else next(oi) for isf in x_float]
-                return [y for y, isf in zip(fwd(p_list, x), out_float) if isf]
-
-            if not need_dx:  # stage 0 without input gradients: skip their matmuls
-                _, vjp_fn = vjp(lambda p: f(p, xf), p_list)
-                return list(vjp_fn(list(ct))[0]), []
-            _, vjp_fn = vjp(f, p_list, xf)
-            gp, gx = vjp_fn(list(ct))
-            return list(gp), list(gx)
+        def bwd(p_list, res, ct):
+            lin = store["lin"]
+            consts = [
+                p_list[i] if k == "p" else res[i] if k == "r" else i for k, i in store["kinds"]
+            ]
+            prog = Program(lin.invars, lin.constvars, lin.eqns, lin.outvars, consts)
+            ci = iter(ct)
+            cts = [next(ci) if f else Zero(v.aval) for v, f in zip(lin.outvars, out_float)]
+            g = [instantiate(c) for c in backward_pass(prog, cts)]
+            # stage 0 without input gradients: their matmuls are dead code here
+            return g[:n_p], (g[n_p:] if need_dx else [])
 
         xf_sbps = [s for s, f in zip(self.x_sbps, x_float) if f]
-        xo_sbps = [s for s, f in zip(self.x_sbps, x_float) if not f]
         ct_sbps = [s for s, f in zip(self.out_sbps, out_float) if f]
-        in_sbp = (self.p_sbps, xf_sbps, xo_sbps, ct_sbps)
+        in_sbp = (self.p_sbps, self.res_sbps, ct_sbps)
         args = (
             [_dummy(a) for a in self._p_avals],
-            [_dummy(a) for a, f in zip(self._x_avals, x_float) if f],
-            [_dummy(a) for a, f in zip(self._x_avals, x_float) if not f],
+            [_dummy(a) for a in self.res_avals],
             [_dummy(a) for a, f in zip(self.out_avals, out_float) if f],
         )
         # gradients come out partial on the data-parallel mesh axes (where the stage's
@@ -365,11 +428,13 @@ class _Step:
         x = self._take(("F", s, k))
         x_tree = self.b_tree if s == 0 else self.stages[s - 1].out_tree
         st = self._stage_for(s, x_tree, x)
-        y = st.forward(st.p_vals, x)
         if self.train:
-            self.saved[(s, k)] = x
+            y, res = st.forward_train(st.p_vals, x)
+            self.saved[(s, k)] = res
             self.alive[s] += st.x_bytes
             self.peak[s] = max(self.peak[s], self.alive[s])
+        else:
+            y = st.forward(st.p_vals, x)
         if s == n - 1:
             if len(y) != 1 or y[0].shape != ():
                 raise user_error(
@@ -393,15 +458,13 @@ class _Step:
     def _backward(self, s, k):
         n = len(self.pipe.stages)
         st = self.stages[s]
-        x = self.saved.pop((s, k))
+        res = self.saved.pop((s, k))
         self.alive[s] -= st.x_bytes
         if s == n - 1:
             ct = [st.loss_cotangent(1.0 / self.pipe.m)]
         else:
             ct = self._take(("B", s, k))
-        xf = [v for v, f in zip(x, st.x_float) if f]
-        xo = [v for v, f in zip(x, st.x_float) if not f]
-        gp, gx = st.backward(st.p_vals, xf, xo, ct, need_dx=s > 0 or self._want_batch())
+        gp, gx = st.backward(st.p_vals, res, ct, need_dx=s > 0 or self._want_batch())
         acc = self.grads[s]
         self.grads[s] = list(gp) if acc is None else [_add(a, g) for a, g in zip(acc, gp)]
         if s > 0:
