@@ -8,6 +8,9 @@
  *
  * Late workers may still read A and B after fflow_gemm returns: the caller keeps the
  * operands alive until fflow_gemm_busy(job) says the job was released.
+ *
+ * fflow_parallel runs a native elementwise loop the same way (axis 3): chunks of its
+ * index range, `fn(args, out_chunk, s, e)` writing outputs s..e-1 to out_chunk.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,7 +39,10 @@ typedef struct job {
   char *C;
   long nb0, nb1;                   /* batch shape (1, 1 for none) */
   long sa0, sa1, sb0, sb1, sc0, sc1; /* batch strides in bytes */
-  int axis;                        /* 0 batch, 1 rows of C, 2 columns of C */
+  int axis;                        /* 0 batch, 1 rows of C, 2 columns of C, 3 range */
+  void (*fn)(long *, char *, long, long); /* axis 3: the loop over one chunk */
+  long *args;                      /* axis 3: its pointers (owned by the job) */
+  long unit;                       /* axis 3: output bytes per index */
   int n;
   long bounds[MAXCH + 1];
   int next, left, refs, max_workers, joined, error;
@@ -72,6 +78,7 @@ static void gemm(const job_t *j, long M, long N, const char *A, const char *B, c
 /* Chunk k into `dst` (NULL: straight into C). Returns the bytes of a scratch chunk. */
 static long chunk_bytes(const job_t *j, int k) {
   long s = j->bounds[k], e = j->bounds[k + 1];
+  if (j->axis == 3) return (e - s) * j->unit;
   if (j->axis == 0) return (e - s) * j->M * j->N * j->isz;
   if (j->axis == 1) return (e - s) * j->N * j->isz;
   return j->M * (e - s) * j->isz;
@@ -80,7 +87,9 @@ static long chunk_bytes(const job_t *j, int k) {
 static void run_chunk(const job_t *j, int k, char *dst) {
   long s = j->bounds[k], e = j->bounds[k + 1];
   long isz = j->isz;
-  if (j->axis == 0) {
+  if (j->axis == 3) {
+    j->fn(j->args, dst ? dst : j->C + s * j->unit, s, e);
+  } else if (j->axis == 0) {
     for (long b = s; b < e; b++) {
       long b0 = b / j->nb1, b1 = b % j->nb1;
       const char *A = j->A + b0 * j->sa0 + b1 * j->sa1;
@@ -104,7 +113,9 @@ static void publish(job_t *j, int k, const char *scratch) {
   if (!j->finished[k]) {
     if (scratch) {
       long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
-      if (j->axis == 0) {
+      if (j->axis == 3) {
+        memcpy(j->C + s * j->unit, scratch, (e - s) * j->unit);
+      } else if (j->axis == 0) {
         long mn = j->M * j->N * isz;
         for (long b = s; b < e; b++) {
           long b0 = b / j->nb1, b1 = b % j->nb1;
@@ -133,6 +144,7 @@ static void release(job_t *j) {
   if (last) {
     pthread_mutex_destroy(&j->lock);
     pthread_cond_destroy(&j->cond);
+    free(j->args);
     free(j);
   }
 }
@@ -198,36 +210,8 @@ static double now(void) {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-/* C = A @ B on up to `threads` threads. Returns the job handle (for fflow_gemm_busy),
- * or 0 with *error set. */
-long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
-                const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
-                long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error) {
-  job_t *j = calloc(1, sizeof(job_t));
-  if (!j) {
-    *error = 1;
-    return 0;
-  }
-  j->isz = isz; j->ta = ta; j->tb = tb;
-  j->M = M; j->N = N; j->K = K; j->lda = lda; j->ldb = ldb; j->ldc = ldc;
-  j->A = A; j->B = B; j->C = C;
-  j->nb0 = nb0; j->nb1 = nb1;
-  j->sa0 = sa0; j->sa1 = sa1; j->sb0 = sb0; j->sb1 = sb1; j->sc0 = sc0; j->sc1 = sc1;
-  long nb = nb0 * nb1, extent, align = 16;
-  int parts = 2 * threads;
-  if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
-  else if (N >= M) { j->axis = 2; extent = N; }
-  else { j->axis = 1; extent = M; }
-  if (parts > MAXCH) parts = MAXCH;
-  long step = (extent + parts - 1) / parts;
-  step = (step + align - 1) / align * align;
-  if (step < 1) step = 1;
-  int n = 0;
-  for (long s = 0; s < extent; s += step) j->bounds[n++] = s;
-  j->bounds[n] = extent;
-  j->n = j->left = n;
-  j->refs = 1;
-  j->max_workers = threads - 1;
+/* Publish job j to the workers, compute chunks here, back up late ones. */
+static void lead(job_t *j) {
   pthread_mutex_init(&j->lock, NULL);
   pthread_cond_init(&j->cond, NULL);
 
@@ -267,6 +251,39 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   pthread_mutex_lock(&g_lock);
   if (g_job == j) g_job = NULL; /* late workers skip it */
   pthread_mutex_unlock(&g_lock);
+}
+
+/* C = A @ B on up to `threads` threads. Returns the job handle (for fflow_gemm_busy),
+ * or 0 with *error set. */
+long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
+                const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
+                long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error) {
+  job_t *j = calloc(1, sizeof(job_t));
+  if (!j) {
+    *error = 1;
+    return 0;
+  }
+  j->isz = isz; j->ta = ta; j->tb = tb;
+  j->M = M; j->N = N; j->K = K; j->lda = lda; j->ldb = ldb; j->ldc = ldc;
+  j->A = A; j->B = B; j->C = C;
+  j->nb0 = nb0; j->nb1 = nb1;
+  j->sa0 = sa0; j->sa1 = sa1; j->sb0 = sb0; j->sb1 = sb1; j->sc0 = sc0; j->sc1 = sc1;
+  long nb = nb0 * nb1, extent, align = 16;
+  int parts = 2 * threads;
+  if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
+  else if (N >= M) { j->axis = 2; extent = N; }
+  else { j->axis = 1; extent = M; }
+  if (parts > MAXCH) parts = MAXCH;
+  long step = (extent + parts - 1) / parts;
+  step = (step + align - 1) / align * align;
+  if (step < 1) step = 1;
+  int n = 0;
+  for (long s = 0; s < extent; s += step) j->bounds[n++] = s;
+  j->bounds[n] = extent;
+  j->n = j->left = n;
+  j->refs = 1;
+  j->max_workers = threads - 1;
+  lead(j);
   *error = j->error;
   return (long)j;
 }
@@ -281,3 +298,36 @@ int fflow_gemm_busy(long handle) {
 }
 
 void fflow_gemm_release(long handle) { release((job_t *)handle); }
+
+/* out[s..e) = fn over chunks of 0..n on up to `threads` threads (see the header);
+ * `args` (nargs pointers) are copied. Returns the job handle, or 0 with *error set. */
+long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, long unit,
+                    long grain, int threads, int *error) {
+  job_t *j = calloc(1, sizeof(job_t));
+  long *copy = malloc((nargs ? nargs : 1) * sizeof(long));
+  if (!j || !copy) {
+    free(j);
+    free(copy);
+    *error = 1;
+    return 0;
+  }
+  memcpy(copy, args, nargs * sizeof(long));
+  j->axis = 3;
+  j->fn = (void (*)(long *, char *, long, long))fn;
+  j->args = copy;
+  j->unit = unit;
+  j->C = out;
+  long parts = n / (grain > 0 ? grain : 1);
+  if (parts > MAXCH) parts = MAXCH;
+  if (parts < 1) parts = 1;
+  long step = (n + parts - 1) / parts;
+  int c = 0;
+  for (long s = 0; s < n; s += step) j->bounds[c++] = s;
+  j->bounds[c] = n;
+  j->n = j->left = c;
+  j->refs = 1;
+  j->max_workers = threads - 1;
+  lead(j);
+  *error = j->error;
+  return (long)j;
+}

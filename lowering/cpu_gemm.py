@@ -63,6 +63,10 @@ def _load():
         + [ctypes.c_long] * 8
         + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     )
+    lib.fflow_parallel.restype = ctypes.c_long
+    lib.fflow_parallel.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
+    lib.fflow_parallel.argtypes += [ctypes.c_void_p] + [ctypes.c_long] * 3
+    lib.fflow_parallel.argtypes += [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
     lib.fflow_gemm_release.argtypes = [ctypes.c_long]
     workers = max(0, threads.available_cores() - 1)
@@ -163,4 +167,29 @@ def matmul(a, b, out, n_threads):
     return out
 
 
-__all__ = ["matmul"]
+def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
+    """Run the native chunk loop at address `fn` over indices 0..n on `n_threads`
+    threads of the pool: `fn(ptrs, out + s*unit, s, e)` per chunk of at least `grain`
+    indices (lowering/native.py renders these). `keep`: the arrays behind `ptrs`,
+    alive until no late worker reads them. False when the pool is unavailable."""
+    lib = _lib if _lib is not None else _load()
+    if not lib or _pid != os.getpid():
+        return False
+    args = (ctypes.c_long * len(ptrs))(*ptrs)
+    error = ctypes.c_int(0)
+    if _pending:
+        _collect()
+    err = ctypes.byref(error)
+    job = lib.fflow_parallel(fn, len(ptrs), args, out, n, unit, grain, n_threads, err)
+    if job == 0:
+        raise MemoryError("fflow thread pool: out of memory")
+    if lib.fflow_gemm_busy(job):
+        _pending.append((job, keep, None))
+    else:
+        lib.fflow_gemm_release(job)
+    if error.value:
+        raise MemoryError("fflow thread pool: out of memory for a chunk")
+    return True
+
+
+__all__ = ["matmul", "parallel"]

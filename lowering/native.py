@@ -30,6 +30,11 @@ NATIVE_MIN_SIZE = 1 << 18  # groups with transcendental ops (below: NumPy's own 
 # NumPy passes. Measured on the MLP step (128x512 float32): bias + ReLU 50 -> 12 µs,
 # the ReLU derivative times the cotangent 160 -> 15 µs.
 ARITH_MIN_SIZE = 1 << 14
+# Groups with a transcendental op from this size run in chunks (at least
+# PARALLEL_GRAIN elements, so a chunk's scratch copy stays in cache) on fflow's thread
+# pool (lowering/cpu_gemm.c); pure arithmetic is bound by memory, one thread fills it.
+PARALLEL_MIN_SIZE = 1 << 18
+PARALLEL_GRAIN = 1 << 14
 CFLAGS = [
     "-O3",
     "-march=native",
@@ -221,8 +226,10 @@ def render_group(group, scalars, bcast=None, fname="fflow_group"):
 
     `scalars` are splat constants (passed at run time, so a new learning rate is the
     same library); `bcast` maps inputs that are broadcasts to `broadcast_source`'s
-    answer. Returns (source, array_inputs, runtime_scalars) where array_inputs hold
-    the broadcasts' sources, or None when a member has no row.
+    answer. Returns (source, array_inputs, runtime_scalars, units) where array_inputs
+    hold the broadcasts' sources and `units` is the extent of the chunk loop
+    `fname_range` (rows with broadcasts, else elements), or None when a member has no
+    row.
     """
     bcast = bcast or {}
     out = group.outputs[0]
@@ -281,40 +288,52 @@ def render_group(group, scalars, bcast=None, fname="fflow_group"):
         t = _CTYPES[e.outputs[0].aval.dtype]
         body.append(f"{t} t{k} = {expr};")
         names[e.outputs[0]] = f"t{k}"
-    body.append(f"out[i] = t{len(group.eqns) - 1};")
+    last = f"t{len(group.eqns) - 1}"
     decls = [
         f"#pragma omp declare simd notinbranch\n{t} {_fn(n, t)}({', '.join([t] * arity)});"
         for n, t, arity in sorted(used_math)
     ]
     # no `restrict`: the output may be an input's buffer (same index read, then written)
-    params = [f"const {_CTYPES[v.aval.dtype]}* x{k}" for k, v in enumerate(arrays)]
-    params += [f"const {_CTYPES[v.aval.dtype]}* s{k}" for k, v in enumerate(runtime)]
-    params += [f"{_CTYPES[out.aval.dtype]}* out", "long n"]
+    types = [_CTYPES[v.aval.dtype] for v in arrays] + [_CTYPES[v.aval.dtype] for v in runtime]
+    names_c = [f"x{k}" for k in range(len(arrays))] + [f"s{k}" for k in range(len(runtime))]
+    params = [f"const {t}* {n}" for t, n in zip(types, names_c)]
+    out_t = _CTYPES[out.aval.dtype]
     hoist = "".join(
         f"  const {_CTYPES[v.aval.dtype]} c{k} = s{k}[0];\n" for k, v in enumerate(runtime)
     )
+    # the loop over indices s..e (rows when inputs broadcast), writing out[0..]: the
+    # thread pool runs it per chunk (`fname_range`), the plain call over everything
     if bcast:
         loop = (
-            f"  for (long r = 0; r < {rows}L; r++) {{\n    #pragma omp simd\n"
+            f"  for (long r = s; r < e; r++) {{\n    #pragma omp simd\n"
             f"    for (long c = 0; c < {cols}L; c++) {{\n      long i = r * {cols}L + c;\n"
             + "\n".join("      " + line for line in body)
-            + "\n    }\n  }\n"
+            + f"\n      out[(r - s) * {cols}L + c] = {last};\n    }}\n  }}\n"
         )
+        units = rows
     else:
         loop = (
-            "  #pragma omp simd\n  for (long i = 0; i < n; i++) {\n"
+            "  #pragma omp simd\n  for (long i = s; i < e; i++) {\n"
             + "\n".join("    " + line for line in body)
-            + "\n  }\n"
+            + f"\n    out[i - s] = {last};\n  }}\n"
         )
+        units = None
+    casts = ", ".join(f"(const {t}*)a[{k}]" for k, t in enumerate(types))
+    run_params = ", ".join(params + [f"{out_t}* out", "long s", "long e"])
+    run_all = ", ".join(names_c + ["out", "0", f"{units}L" if units else "n"])
     src = (
         "#include <math.h>\n"
         + "".join(d + "\n" for d in decls)
-        + f"void {fname}({', '.join(params)}) {{\n"
+        + f"static void {fname}_run({run_params}) {{\n"
         + hoist
         + loop
         + "}\n"
+        + f"void {fname}({', '.join(params + [f'{out_t}* out', 'long n'])}) {{\n"
+        + f"  {fname}_run({run_all});\n}}\n"
+        + f"void {fname}_range(long *a, char *o, long s, long e) {{\n"
+        + f"  {fname}_run({casts + ', ' if casts else ''}({out_t}*)o, s, e);\n}}\n"
     )
-    return src, arrays, runtime
+    return src, arrays, runtime, units or group.size
 
 
 def cache_dir():
@@ -402,7 +421,7 @@ def emit_native_group(ctx, group, i):
     rendered = render_group(group, scalars, bcast, fname)
     if rendered is None:
         return False
-    source, arrays, runtime = rendered
+    source, arrays, runtime, units = rendered
     root = group.outputs[0]
     out = ctx.name(root)
     sources = {b[1] for b in bcast.values()}  # read at other indices: never overwritten
@@ -418,11 +437,12 @@ def emit_native_group(ctx, group, i):
         ctx.emit(f"{out} = {alloc}")
     ctx.globals["_contig"] = _contiguous
     kernel = f"native_{fname}"
-    ptrs = []
+    ptrs, keep = [], []
     for v in arrays:
         n = f"{ctx.name(v)}_c"
         ctx.emit(f"{n} = _contig({ctx.name(v)}, {ctx.const(v.aval.dtype, 'dt')})")
         ptrs.append(f"{n}.ctypes.data")
+        keep.append(n)
     for v in runtime:
         if v in scalars:
             # a constant: one buffer for the kernel's life, its address a literal
@@ -433,7 +453,24 @@ def emit_native_group(ctx, group, i):
             n = f"{ctx.name(v)}_c"
             ctx.emit(f"{n} = _contig({ctx.name(v)}, {ctx.const(v.aval.dtype, 'dt')})")
             ptrs.append(f"{n}.ctypes.data")
-    ctx.emit(f"{kernel}({', '.join(ptrs + [f'{out}.ctypes.data', str(group.size)])})")
+            keep.append(n)
+    call = f"{kernel}({', '.join(ptrs + [f'{out}.ctypes.data', str(group.size)])})"
+    if group.size >= PARALLEL_MIN_SIZE and any(
+        e.primitive.name in _TRANSCENDENTAL for e in group.eqns
+    ):
+        # compute-bound: chunks on fflow's thread pool (the step's thread count `_nt`;
+        # `_par` is lowering/cpu_gemm.parallel, installed by the NumPy backend)
+        ctx.gemm_pool = True
+        unit = group.size // units * root.aval.dtype.itemsize
+        grain = max(1, PARALLEL_GRAIN // (group.size // units))
+        ctx.emit(
+            f"if _nt < 2 or not _par({kernel}_range, ({', '.join(ptrs)},), {out}.ctypes.data, "
+            f"{units}, {unit}, {grain}, _nt, ({', '.join(keep)},)):"
+        )
+        ctx.emit(call, indent=2)
+        ctx.native_pending.append((fname + "_range", kernel + "_range", None, None))
+    else:
+        ctx.emit(call)
     ctx.fresh.add(root)
     ctx.native_pending.append((fname, kernel, source, len(ptrs) + 1))
     ctx.native_sources.append(source)
@@ -444,8 +481,10 @@ def build_library(ctx):
     """Compile every native loop of the program into one library; False on failure."""
     head, bodies = ["#include <math.h>"], []
     for _, _, source, _ in ctx.native_pending:
+        if source is None:  # the chunk entry of a group rendered with it
+            continue
         lines = source.split("\n")
-        start = next(k for k, line in enumerate(lines) if line.startswith("void "))
+        start = next(k for k, line in enumerate(lines) if line.startswith(("void ", "static ")))
         for line in lines[:start]:
             if line not in head:
                 head.append(line)
@@ -453,8 +492,11 @@ def build_library(ctx):
     lib = load_library("\n".join(head) + "\n" + "\n".join(bodies))
     if lib is None:
         return False
-    for fname, kernel, _, nptr in ctx.native_pending:
+    for fname, kernel, source, nptr in ctx.native_pending:
         fn = getattr(lib, fname)
+        if source is None:  # called from C by the thread pool: its address
+            ctx.globals[kernel] = ctypes.cast(fn, ctypes.c_void_p).value
+            continue
         fn.restype = None
         # pointers then the element count, or the kernel's own argument types
         fn.argtypes = [ctypes.c_void_p] * nptr + [ctypes.c_long] if type(nptr) is int else nptr

@@ -24,7 +24,7 @@ Rules of the rendering:
 import sys
 
 import numpy as np
-from fflow.lowering import passes
+from fflow.lowering import cpu_gemm, passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback
 from fflow.lowering.passes import FusionGroup
 
@@ -505,6 +505,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
         else:
             emit_eqn(ctx, step, i)
     if ctx.gemm_pool:
+        ctx.globals["_par"] = cpu_gemm.parallel  # native loops in chunks on the pool
         # the thread count of this call's large GEMMs, adapted from past calls' wall times
         ctx.globals["_steps"] = threads.StepThreads()
         ctx.lines.insert(0, "    _nt, _t0 = _steps.begin()")

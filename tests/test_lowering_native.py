@@ -136,3 +136,28 @@ def test_softmax_grad_with_the_row_kernel_matches_eager():
     y = _softmax64(x)
     want = y * (w - np.sum(y * w, axis=-1, keepdims=True))  # softmax's VJP in float64
     np.testing.assert_allclose(lowered.compile()(x), want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_transcendental_groups_run_in_chunks_on_the_pool(threads):
+    # chunks of the same C loop on fflow's thread pool: the same bits on any thread
+    # count (a row-broadcast bias and an output written in place of a donated input)
+    x, b = _small(6, 512, 1024), _small(7, 1024)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+
+    def f(x, b):
+        return jnp.tanh(x * 1.5 + b) * jnp.exp(-x * x)
+
+    step = fflow.jit(f, donate_argnums=0)
+    assert "_par(" in step.lower(x, b).as_text()
+    with np.errstate(all="ignore"):
+        want = np.asarray(f(x, b))
+        fflow.config.update("blas_threads", threads)
+        try:
+            got = [np.asarray(step(jnp.asarray(x), b)) for _ in range(3)]
+        finally:
+            fflow.config.update("blas_threads", 0)
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want))
+    np.testing.assert_allclose(got[0], want, rtol=2e-6, atol=1e-6)
+    for g in got[1:]:
+        np.testing.assert_array_equal(g, got[0])
