@@ -200,6 +200,13 @@ class Schedule:
     def replay(self, durations):
         """(makespan, bubble) of this order when op (kind, stage, mb) takes
         `durations[(kind, stage, mb)]` seconds (e.g. measured), sends taking no time."""
+        makespan, idle = self.replay_devices(durations)
+        return makespan, sum(idle) / self.p
+
+    def replay_devices(self, durations):
+        """(makespan, idle fraction of each device) of the timed replay. With stages of
+        unequal cost, the slowest device's idle fraction is the pipeline bubble (fill
+        and drain); the others idle more by the stage imbalance."""
         done = {}
         free = [0.0] * self.p
         for op in self.ops_in_order():  # tick order respects every dependency
@@ -208,8 +215,8 @@ class Schedule:
             done[(op.kind, op.stage, op.mb)] = end
             free[op.device] = end
         makespan = max(free)
-        busy = sum(durations[(o.kind, o.stage, o.mb)] for d in self.device_ops for o in d)
-        return makespan, 1.0 - busy / (self.p * makespan)
+        busy = [sum(durations[(o.kind, o.stage, o.mb)] for o in ops) for ops in self.device_ops]
+        return makespan, [1.0 - b / makespan for b in busy]
 
     def peak_in_flight(self):
         """Per stage: the most micro-batches whose forward ran and backward did not yet."""

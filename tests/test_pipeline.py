@@ -293,3 +293,20 @@ def test_backward_reads_residuals_instead_of_recomputing():
     mb_input = 4 * WIDTH * 4
     assert peak[1] >= 2 * 5 * mb_input
     assert 2 * mb_input <= ckpt.stats["peak_activation_bytes"][1] < peak[1] / 2
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_timed_replay_idle_per_device(kind):
+    p, m = 4, 8
+    s = Schedule(kind, p, m)
+    keys = [(o.kind, o.stage, o.mb) for ops in s.device_ops for o in ops]
+    # equal stages, B twice F: every device idles (p-1)/(m+p-1) of the time
+    _, idle = s.replay_devices({k: 1.0 if k[0] == "F" else 2.0 for k in keys})
+    np.testing.assert_allclose(idle, [(p - 1) / (m + p - 1)] * p)
+    # stage 2 twice as slow: it is the bottleneck; its idle time is the fill and
+    # drain only, m*6 busy of (m-1)*6 + 3+3+6+3 (GPipe), the others idle longer
+    durations = {k: (1.0 if k[0] == "F" else 2.0) * (2 if k[1] == 2 else 1) for k in keys}
+    _, idle = s.replay_devices(durations)
+    assert min(idle) == idle[2] and max(idle) > (p - 1) / (m + p - 1)
+    if kind == "gpipe":
+        assert idle[2] == pytest.approx(1 - m * 6 / ((m - 1) * 6 + 15))
