@@ -1,6 +1,8 @@
 """Boxing: every SBP conversion on 1-D and 2-D meshes (uneven splits included) gives the
 reference value, and the bytes the runtime measured equal the cost model's."""
 
+import itertools
+
 import numpy as np
 import pytest
 from fflow.transforms.shard_boxing import boxing_bytes, plan_boxing
@@ -143,3 +145,17 @@ def test_size_one_axes_and_merged_axes_are_canonical():
     g2 = fflow.to_global(x, pl2, (S(0), S(0)))  # merged: one balanced 4-way split
     assert [s.shape[0] for s in g2.to_local_shards()] == [2, 1, 1, 1]
     assert check_conversion(x, (S(0), S(0)), (B, B), pl2) == 3 * x.nbytes
+
+
+def test_exchange_bytes_counts_what_the_exchange_plan_sends():
+    # the planner prices the general exchange by a per-device formula; the runtime
+    # sends the messages exchange_plan lists: both must agree
+    from fflow.transforms.shard_boxing import exchange_bytes, exchange_plan
+
+    sbps = [B, S(0), S(1), S(2)]
+    for h in ((2, 2), (2, 3), (3, 2)):
+        for shape in ((4, 6, 5), (7, 3, 2)):
+            for src in itertools.product(sbps, repeat=2):
+                for dst in itertools.product(sbps, repeat=2):
+                    want = exchange_plan(shape, 4, h, src, dst)[1]
+                    assert exchange_bytes(shape, 4, h, src, dst) == want, (h, shape, src, dst)

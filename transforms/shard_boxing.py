@@ -124,8 +124,8 @@ def _work_axes(hierarchy, src, dst):
     _, _, gs = canonical(hierarchy, src)
     _, _, gd = canonical(hierarchy, dst)
     if gs == gd:
-        return [tuple(g) for g in gs]
-    return [(m,) for m, h in enumerate(hierarchy) if h > 1]
+        return tuple(tuple(g) for g in gs)
+    return tuple((m,) for m, h in enumerate(hierarchy) if h > 1)
 
 
 def _expand(hierarchy, work, cur):
@@ -151,7 +151,19 @@ def groups_of(hierarchy, axes):
     return list(groups.values())
 
 
+_step_cache = {}
+
+
 def _step_bytes(shape, itemsize, hierarchy, work, cur, w, x, y):
+    # the same step recurs in many conversions' searches (and in every layer)
+    key = (shape, itemsize, hierarchy, work, cur, w, x, y)
+    nb = _step_cache.get(key)
+    if nb is None:
+        nb = _step_cache[key] = _step_bytes_of(shape, itemsize, hierarchy, work, cur, w, x, y)
+    return nb
+
+
+def _step_bytes_of(shape, itemsize, hierarchy, work, cur, w, x, y):
     p = math.prod(hierarchy[m] for m in work[w])
     piece_sbp = _expand(hierarchy, work, cur[:w] + (B,) + cur[w + 1 :])
     coords = _coords(hierarchy)
@@ -246,7 +258,7 @@ def _fallback(shape, itemsize, hierarchy, work, start, goal):
     if cur != target:
         src_nd = _expand(hierarchy, work, cur)
         dst_nd = _expand(hierarchy, work, target)
-        nb = exchange_plan(shape, itemsize, hierarchy, src_nd, dst_nd)[1]
+        nb = exchange_bytes(shape, itemsize, hierarchy, src_nd, dst_nd)
         steps.append(Step("exchange", None, src_nd, dst_nd, src_nd, nb))
         cur = target
     for w, y in enumerate(goal):
@@ -254,6 +266,18 @@ def _fallback(shape, itemsize, hierarchy, work, start, goal):
             steps.append(Step("axis", work[w], B, y, _expand(hierarchy, work, cur), 0))
             cur = cur[:w] + (y,) + cur[w + 1 :]
     return BoxingPlan(steps, None, None)
+
+
+def exchange_bytes(shape, itemsize, hierarchy, src, dst):
+    """The bytes `exchange_plan` moves, without its message lists: the distinct source
+    boxes (no partial axes) tile the array and each device holds one, so a device
+    receives all of its destination box except what its own source box covers."""
+    total = 0
+    for c in _coords(hierarchy):
+        a, b = local_box(shape, src, hierarchy, c), local_box(shape, dst, hierarchy, c)
+        total += math.prod(hi - lo for lo, hi in b)
+        total -= math.prod(max(0, min(a1, b1) - max(a0, b0)) for (a0, a1), (b0, b1) in zip(a, b))
+    return total * itemsize
 
 
 _exchange_cache = {}

@@ -12,6 +12,9 @@ simulated CPU devices differ where the hardware says they should.
 
 import math
 
+from fflow.transforms import shard_buckets  # noqa: F401  (defines config.grad_bucket_mb)
+
+from fflow.config import config
 from fflow.device_profile import DeviceProfile, default_profile
 
 __all__ = ["DeviceProfile", "default_profile", "eqn_flops", "work_share", "compute_time"]
@@ -74,9 +77,15 @@ def compute_time(eqn, sig, hierarchy, profile, flops=None):
     return t * work_share(eqn, sig, hierarchy)
 
 
-def boxing_time(bp, hierarchy, profile):
-    """Seconds of one BoxingPlan: each communicating step costs latency + bytes/bandwidth."""
+def boxing_time(bp, hierarchy, profile, bucketed=0):
+    """Seconds of one BoxingPlan: each communicating step costs latency + bytes/bandwidth.
+
+    `bucketed` (n > 0): the value is read only late (a gradient in the optimizer tail),
+    so its all-reduce (sum) is fused with others into a bucket of `grad_bucket_mb`
+    (transforms/shard_buckets.py) and pays its share of that bucket's latency: its
+    share of the bucket's bytes, but at least 1/n (a bucket has at most n members)."""
     n = math.prod(hierarchy) if hierarchy else 1
+    bucket = float(config.grad_bucket_mb) * (1 << 20) if bucketed else 0.0
     t = 0.0
     for st in bp.steps:
         if not st.bytes:
@@ -84,5 +93,8 @@ def boxing_time(bp, hierarchy, profile):
         axes = st.axes if st.axes is not None else tuple(range(len(hierarchy)))
         lat = max(profile.latency_of(m) for m in axes)
         bw = min(profile.bandwidth_of(m) for m in axes)
-        t += lat + st.bytes / (n * bw)
+        per_device = st.bytes / n
+        if bucket > 0 and st.kind == "axis" and st.src.is_partial() and st.dst.is_broadcast():
+            lat *= min(1.0, max(per_device / bucket, 1.0 / bucketed))
+        t += lat + per_device / bw
     return t

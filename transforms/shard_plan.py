@@ -26,7 +26,13 @@ N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
 from fflow.transforms.shard_boxing import plan_boxing
-from fflow.transforms.shard_cost import boxing_time, compute_time, default_profile, eqn_flops
+from fflow.transforms.shard_cost import (
+    DeviceProfile,
+    boxing_time,
+    compute_time,
+    default_profile,
+    eqn_flops,
+)
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.core import Literal
@@ -93,14 +99,21 @@ class Plan:
 class _Problem:
     """The program as integers: var ids, per-equation candidate codes and costs."""
 
-    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile):
+    def __init__(
+        self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile, axis=None
+    ):
         from fflow.transforms.shard import sbp_constraint_p
 
         self.program = program
         self.h = tuple(pl.hierarchy)
+        self.profile = profile or default_profile(pl)
+        if axis is not None:  # the 1-D problem of one mesh axis (`_per_axis`)
+            self.h = (self.h[axis],)
+            self.profile = _axis_profile(self.profile, axis)
+            in_sbps = [(tuple(s)[axis],) for s in in_sbps]
+            out_sbps = [None if r is None else (tuple(r)[axis],) for r in out_sbps]
         self.nd = len(self.h)
         self.allow_partial_out = allow_partial_out
-        self.profile = profile or default_profile(pl)
         self.bcode = _code((B,) * self.nd)
         self.vid = {}
         self.avals = []
@@ -134,6 +147,7 @@ class _Problem:
                     ins.append(self.vid[v])
             if constrained and eqn.primitive is sbp_constraint_p:
                 nd = eqn.params["sbp"]
+                nd = nd if axis is None else (tuple(nd)[axis],)
                 cands = [Sig((nd,), (nd,))]
             else:
                 in_avals = [v.aval for v in eqn.inputs]
@@ -175,9 +189,13 @@ class _Problem:
             self.out_req_codes.append(r)
             self.out_reqs[i].append(r)
         self.akey = [(a.shape, a.dtype) for a in self.avals]
+        self.late, self.crossing = _late_vars(program, self)
         akids = {}
-        # one int per (shape, dtype): conversion prices are cached under int keys
-        self.akid = [akids.setdefault(k, len(akids)) * _KEY * _KEY for k in self.akey]
+        # one int per (shape, dtype, late): conversion prices are cached under int keys
+        self.akid = [
+            akids.setdefault(k + (t,), len(akids)) * _KEY * _KEY
+            for k, t in zip(self.akey, self.late)
+        ]
         self._bt = {}
         self._fin = {}
 
@@ -194,7 +212,9 @@ class _Problem:
         if t is None:
             shape, dtype = self.akey[i]
             bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
-            t = boxing_time(bp, self.h, self.profile)
+            # a bucket holds at most the values crossing into the tail (the gradients)
+            members = self.crossing if self.late[i] else 0
+            t = boxing_time(bp, self.h, self.profile, bucketed=members)
             if not t and bp.steps:
                 t = 1e-12  # a local conversion (slice, pad): free, but not nothing
             self._bt[key] = t
@@ -263,6 +283,27 @@ class _Problem:
         return t + sum(self.bt(i, h, w) for i, h, w in self.conversions(sig_idx, have))
 
 
+HEAVY_PRIMS = ("dot_general", "conv_general_dilated")
+
+
+def _late_vars(program, prob):
+    """(per var id: read only after the program's last matmul, number of such values
+    computed by then). A training step's tail is its optimizer update; the values
+    crossing into it are the gradients, whose all-reduces the runtimes fuse into
+    buckets (transforms/shard_buckets.py), so each pays a share of one latency. A
+    program whose only crossing value is its output pays the whole latency."""
+    last = -1
+    for k, eqn in enumerate(program.eqns):
+        if eqn.primitive.name in HEAVY_PRIMS:
+            last = k
+    late = [
+        last >= 0 and bool(cons or reqs) and all(k > last for k, _ in cons)
+        for cons, reqs in zip(prob.consumers, prob.out_reqs)
+    ]
+    crossing = sum(late[i] for outs in prob.eqn_outs[: last + 1] for i in outs)
+    return late, crossing
+
+
 def plan_program(
     program,
     pl,
@@ -280,6 +321,8 @@ def plan_program(
         for pp in PARTIAL_PENALTIES:
             fwd = _forward(prob, pp)
             found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
+        if sum(h > 1 for h in prob.h) > 1:
+            found.append(_per_axis(prob, pl, in_sbps, out_sbps, allow_partial_out))
         if len(program.eqns) <= EXHAUSTIVE_MAX_EQNS:
             exact = _search(prob, min(prob.total(s) for s in found))
             if exact is not None:
@@ -292,6 +335,55 @@ def plan_program(
     if len(found) == 1:
         return Plan(prob, found[0])
     return Plan(prob, min(found, key=prob.total))
+
+
+def _axis_profile(profile, axis):
+    return DeviceProfile(
+        profile.name,
+        profile.flops,
+        profile.mem_bandwidth,
+        latency=profile.latency_of(axis),
+        bandwidth=profile.bandwidth_of(axis),
+        memory=profile.memory,
+    )
+
+
+def _per_axis(prob, pl, in_sbps, out_sbps, allow_partial_out):
+    """A start for N-D meshes: plan each mesh axis as a 1-D problem (its projection of
+    the annotations), then take per equation the N-D signature made of the per-axis
+    choices. A data x model mesh is data parallelism on one axis and Megatron on the
+    other, which each 1-D search finds; the N-D sweeps start far from it (every axis
+    must change together to leave a replicated region)."""
+    per_axis = []
+    for m, h in enumerate(prob.h):
+        if h == 1:
+            per_axis.append(None)
+            continue
+        sub = _Problem(
+            prob.program, pl, in_sbps, out_sbps, allow_partial_out, True, prob.profile, axis=m
+        )
+        starts = []
+        for pp in PARTIAL_PENALTIES:
+            fwd = _forward(sub, pp)
+            starts += [_viterbi(sub, fwd), _lookahead(sub, fwd)]
+        best = _refine(sub, min(starts, key=sub.total))
+        per_axis.append([sub.cands[k][s] for k, s in enumerate(best)])
+    axes = [m for m, h in enumerate(prob.h) if h > 1]
+    sig_idx = []
+    index_of = {}  # id(candidate list) -> {per-axis key: index}, shared like the lists
+    for k, cands in enumerate(prob.cands):
+        table = index_of.get(id(cands))
+        if table is None:
+            table = index_of[id(cands)] = {}
+            for s, sig in enumerate(cands):
+                table.setdefault(_axis_key(sig, axes), s)
+        want = tuple(_axis_key(per_axis[m][k], (0,))[0] for m in axes)
+        sig_idx.append(table.get(want, 0))
+    return sig_idx
+
+
+def _axis_key(sig, axes):
+    return tuple((tuple(x[m] for x in sig.ins), tuple(x[m] for x in sig.outs)) for m in axes)
 
 
 def fixed_plan(program, pl, in_sbps, out_sbps, sigs, profile=None):
