@@ -149,6 +149,11 @@ def rank_child(script, args, module):
             "the job with `python -m fflow.launch -n N` outside srun.\n"
         )
         os._exit(REPORTED)
+    # ranks of one node share its cores: fflow/threads.py sizes each rank's GEMM pool to
+    # its share (2 ranks x 2 threads on 2 cores ran every GEMM oversubscribed)
+    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    os.environ["FFLOW_RANKS_PER_NODE"] = str(node.Get_size())
+    node.Free()
     sys.argv = [script, *args]
     if not module:
         sys.path[0] = os.path.dirname(os.path.abspath(script))

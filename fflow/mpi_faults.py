@@ -25,8 +25,7 @@ from fflow.config import config
 from fflow.errors import FflowError
 
 TAG_LEAVE, TAG_WHERE, TAG_HERE = 31001, 31002, 31003
-_SPIN = 32  # Test() calls between looks at the clock
-_YIELD_AFTER = 0.002  # seconds of pure spinning before a wait starts yielding the CPU
+_SPIN = 16  # Test() calls between looks at the clock (and yields of the CPU)
 _POLL_EVERY = 0.005  # seconds between looks at the control channel
 
 config.define("collective_timeout", 600.0)
@@ -74,7 +73,8 @@ class Control:
             if tag == TAG_LEAVE:
                 self.left[src] = msg
             elif tag == TAG_WHERE:
-                self._send(src, TAG_HERE, self.where)
+                here = self.where
+                self._send(src, TAG_HERE, here if isinstance(here, str) else f"waiting at {here}")
             else:
                 answers[src] = msg
         self._sends = [r for r in self._sends if not r.Test()]
@@ -98,8 +98,7 @@ class Control:
         MPI = self.MPI
         if MPI.Request.Testall(reqs):
             return
-        what = str(what)  # described lazily: only a collective that has to wait pays for it
-        self.where = f"waiting at {what}"
+        self.where = what  # described (str) only when asked or on an error
         timeout = float(config.collective_timeout)
         start = time.monotonic()
         last_poll = start
@@ -108,9 +107,11 @@ class Control:
                 for _ in range(_SPIN):
                     if MPI.Request.Testall(reqs):
                         return
+                # let a peer on the same core run: ranks often outnumber free cores (a
+                # yield costs ~1 us when no one else wants the core; spinning through a
+                # peer's whole time slice cost a 4 ms floor at 4 ranks on 2 cores)
+                os.sched_yield()
                 now = time.monotonic()
-                if now - start > _YIELD_AFTER:
-                    os.sched_yield()  # a long wait: let a peer on the same core run
                 if now - last_poll > _POLL_EVERY:
                     last_poll = now
                     self.poll()

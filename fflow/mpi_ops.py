@@ -27,6 +27,8 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   cannot reduce (bool, bfloat16 max/min...) use the deterministic path.
 """
 
+from itertools import accumulate
+
 import numpy as np
 
 from fflow.config import config
@@ -58,7 +60,7 @@ def _contig(a):
 
 
 def _bounds(sizes):
-    return [int(b) for b in np.cumsum([0] + list(sizes))[:-1]]
+    return list(accumulate(sizes, initial=0))[:-1]
 
 
 def _native_op(op):
@@ -135,22 +137,32 @@ def _native_all_reduce(rt, comm, ranks, x, op, what):
     return out
 
 
-def start_all_reduce(comm, flat, op):
+def start_all_reduce(comm, flat, op, owned=False):
     """Start a native or deterministic all-reduce of a flat buffer; `finish_all_reduce`
-    completes it (gradient buckets overlap this with the backward pass)."""
+    completes it (gradient buckets overlap this with the backward pass). `owned`: the
+    caller gives `flat` away (a bucket's packed copy), so native mode reduces in place.
+    Small buffers take the one-all-gather path of `all_reduce` (one latency)."""
+    MPI = _mpi()
     p = comm.Get_size()
     sizes = balanced(flat.size, p)
     me = comm.Get_rank()
     if use_native(flat.dtype) and flat.dtype.name not in _HALF:
+        if owned:
+            req = comm.Iallreduce(MPI.IN_PLACE, flat, op=_native_op(op))
+            return ("native", req, flat, sizes, op)
         out = np.empty_like(flat)
         return ("native", comm.Iallreduce(flat, out, op=_native_op(op)), out, sizes, op)
+    if flat.nbytes * p <= SMALL_BYTES:
+        rows = np.empty((p, flat.size), flat.dtype)
+        req = comm.Iallgather([_raw(flat), MPI.BYTE], [_raw(rows), MPI.BYTE])
+        return ("rows", req, rows, sizes, op)
     isz = flat.dtype.itemsize
     mine = sizes[me]
     recv = np.empty((p, mine), flat.dtype)
     counts = [s * isz for s in sizes]
     req = comm.Ialltoallv(
-        [_raw(flat), (counts, _bounds(counts)), _mpi().BYTE],
-        [_raw(recv), ([mine * isz] * p, [j * mine * isz for j in range(p)]), _mpi().BYTE],
+        [_raw(flat), (counts, _bounds(counts)), MPI.BYTE],
+        [_raw(recv), ([mine * isz] * p, [j * mine * isz for j in range(p)]), MPI.BYTE],
     )
     return ("chunks", req, recv, sizes, op)
 
@@ -160,8 +172,10 @@ def finish_all_reduce(rt, comm, ranks, handle, what):
     rt.wait([req], ranks, what)
     if kind == "native":
         return buf
-    reduced = _contig(_reduce_parts(list(buf), op, buf.dtype))
-    return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what)
+    reduced = _reduce_parts(list(buf), op, buf.dtype)
+    if kind == "rows":
+        return np.asarray(reduced).reshape(-1)
+    return _allgather_chunks(rt, comm, ranks, _contig(reduced), sizes, 1, what)
 
 
 # -- all_gather: S(axis) -> B --------------------------------------------------------

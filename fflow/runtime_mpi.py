@@ -186,10 +186,10 @@ class MPIRuntime:
 
     def run_request(self, pl, req):
         if req[0] == "start":  # a gradient bucket: started now, finished at "wait"
-            _, prim, x, params = req
+            _, prim, x, params, owned = req
             ranks, comm, what = self._setup(pl, prim, x, params)
             self.bytes_moved += _all_reduce_bytes(x.size, comm, x.itemsize)
-            handle = mpi_ops.start_all_reduce(comm, x, params["op"])
+            handle = mpi_ops.start_all_reduce(comm, x, params["op"], owned)
             self._in_flight.append(handle[1])
             return (handle, comm, ranks, what)
         if req[0] == "progress":  # let MPI move bucket data while Python computes

@@ -96,7 +96,7 @@ class SimRuntime:
             while req[0] in ("wait", "progress"):
                 # a bucket's all-reduce ran when it started: its handle is the result
                 req = gen.send(req[1] if req[0] == "wait" else None)
-            reqs[i] = req[1:] if req[0] == "start" else req
+            reqs[i] = req[1:4] if req[0] == "start" else req
         except StopIteration as stop:
             results[i] = stop.value
 

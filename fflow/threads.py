@@ -15,7 +15,9 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
 * **Small GEMMs run on the caller alone**: below `SMALL_GEMM_FLOPS` a second thread
   costs more than it saves.
 * **The pool follows the cores we may use**: `available_cores()` is the CPU affinity
-  mask intersected with the cgroup CPU quota (containers), not `os.cpu_count()`.
+  mask intersected with the cgroup CPU quota (containers), not `os.cpu_count()`,
+  divided among the MPI ranks of this node (FFLOW_RANKS_PER_NODE, set by
+  `fflow.launch`: 2 ranks on 2 cores run 1 GEMM thread each, not 2).
 * **Each compiled step adapts** (`StepThreads`): a jitted program with large GEMMs
   uses no more threads than cores are free right now (`free_cores`), and otherwise
   the thread count whose recent wall times are best, probing the others now and
@@ -123,6 +125,8 @@ def available_cores():
     if quota is not None:
         # a fractional quota throttles the last thread: round down
         n = min(n, max(1, math.floor(quota)))
+    # MPI ranks on one node share its cores (set by fflow.launch for each rank)
+    n //= max(1, int(os.environ.get("FFLOW_RANKS_PER_NODE", "1") or 1))
     return max(1, n)
 
 

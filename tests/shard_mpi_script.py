@@ -15,6 +15,7 @@ import numpy as np
 
 import fflow
 import fflow.numpy as jnp
+from fflow import threads
 from fflow.sharding import B, P, S, local_box, partial_max, partial_min, runtime
 
 try:
@@ -160,6 +161,22 @@ def main(n, fail_rank=None):
         gb = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, B, S(0))), argnums=(0, 1))(w1, w2, x)
         out[f"bucket_{name}_w1"], out[f"bucket_{name}_w2"] = gb
     fflow.config.update("grad_bucket_mb", 25.0)
+    # a bucket over the one-all-gather size (64 KB x ranks): the chunked all-reduce path
+    rb = np.random.default_rng(7)
+    wbig = rb.normal(size=(64, 300)).astype(np.float32)
+    xbig = rb.normal(size=(2 * n, 64)).astype(np.float32)
+    vbig = rb.normal(size=(300,)).astype(np.float32)
+
+    def big_loss(w, x, v):
+        return jnp.sum(jnp.tanh(x @ w) * v)
+
+    big = fflow.shard(big_loss, pl, in_sbp=(B, S(0), B))
+    for name, mb in [("off", 0.0), ("default", 25.0)]:
+        fflow.config.update("grad_bucket_mb", mb)
+        out[f"bucket_big_{name}"], _, out[f"bucket_big_v_{name}"] = fflow.grad(
+            big, argnums=(0, 1, 2)
+        )(wbig, xbig, vbig)
+    fflow.config.update("grad_bucket_mb", 25.0)
 
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
@@ -169,6 +186,12 @@ def main(n, fail_rank=None):
     out["native_box_bf16"] = boxed((x6 * 4).astype(bfloat16), pl, (P,), (B,))
     l, a, b = dp(w1, w2, xb)
     out["native_dp_loss"], out["native_dp_w1"] = l, a
+    # native buckets: one member (out of place) and several (reduced in place)
+    for name, mb in [("tiny", 0.0001), ("default", 25.0)]:
+        fflow.config.update("grad_bucket_mb", mb)
+        gb = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, B, S(0))), argnums=(0, 1))(w1, w2, x)
+        out[f"native_bucket_{name}_w1"], out[f"native_bucket_{name}_w2"] = gb
+    fflow.config.update("grad_bucket_mb", 25.0)
     if mpi:
         fflow.config.update("mpi_deterministic", True)
 
@@ -178,6 +201,7 @@ def main(n, fail_rank=None):
     if mpi:
         sent = rt.comm.allreduce(sent)
     result["bytes"] = int(sent)
+    result["cores"] = threads.available_cores()  # each rank's share of the node's cores
     if rt.rank == 0:
         print("RESULT " + json.dumps(result))
 

@@ -42,13 +42,15 @@ def test_mpi_equals_simulated(n):
     sim = result_of(run([SCRIPT, str(n)], timeout=240))
     assert mpi.keys() == sim.keys()
     for key in sim:
-        if key.startswith("native_") or key == "mismatch":
+        if key.startswith("native_") or key in ("mismatch", "cores"):
             continue
         assert mpi[key] == sim[key], key  # bit for bit: both reduce in group order
     for key in [k for k in sim if k.startswith("native_")]:
         # MPI's own reductions: equal at 2 ranks (a + b == b + a), close beyond
         np.testing.assert_allclose(mpi[key], sim[key], rtol=2e-2 if "bf16" in key else 1e-5)
     assert sim["bytes"] > 0
+    # the ranks of one node split its cores (one GEMM thread each when 2 share 2 cores)
+    assert mpi["cores"] == max(1, sim["cores"] // n)
     for res in (mpi, sim):
         assert f"rank {n - 1} passed a shard of shape (3, 3) float32" in res["mismatch"]
     # an independent reference: NumPy on the logical values
@@ -57,6 +59,14 @@ def test_mpi_equals_simulated(n):
     for res in (mpi, sim):  # buckets change no number
         for w in ("w1", "w2"):
             assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]
+        assert res["bucket_big_off"] == res["bucket_big_default"]
+        assert res["bucket_big_v_off"] == res["bucket_big_v_default"]
+    # independent reference for the big bucket: NumPy's gradient of sum(tanh(x @ w) * v)
+    rb = np.random.default_rng(7)  # the script's draws, in its order
+    wbig, xbig, vbig = (rb.normal(size=s) for s in [(64, 300), (2 * n, 64), (300,)])
+    t = np.tanh(xbig @ wbig)
+    ref = xbig.T @ ((1 - t**2) * vbig)
+    np.testing.assert_allclose(sim["bucket_big_default"], ref, rtol=1e-4, atol=1e-4)
     losses = [sim[f"dp_step{k}_loss"] for k in range(3)]
     assert losses[2] < losses[0]
 

@@ -45,6 +45,9 @@ class Bucket:
         self.nbytes += int(np.prod(eqn.inputs[0].aval.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def pack(self, values):
+        """The members' values as one flat buffer (a view, no copy, for one member)."""
+        if len(values) == 1:
+            return np.ascontiguousarray(values[0]).reshape(-1)
         return np.concatenate([np.asarray(v).reshape(-1) for v in values])
 
     def unpack(self, flat):

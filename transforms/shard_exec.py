@@ -352,8 +352,9 @@ def is_communicating(prim):
 def device_steps(prog, args):
     """Run `prog` on NumPy values; yields requests to the runtime, gets their results.
 
-    Requests: `(prim, x, params)` a collective; `("start", prim, x, params)` a
-    gradient bucket's all-reduce started (the result is a handle); `("wait", handle)`
+    Requests: `(prim, x, params)` a collective; `("start", prim, x, params, owned)`
+    a gradient bucket's all-reduce started (the result is a handle; `owned`: `x` is
+    the bucket's own packed copy, free to be reduced in place); `("wait", handle)`
     its flat result; `("progress",)` a chance for MPI to progress while buckets are in
     flight (transforms/shard_buckets.py). The equations between two requests run as
     one compiled NumPy function (the jit backend's code generation), so a program on
@@ -370,7 +371,8 @@ def device_steps(prog, args):
             env[item.outputs[0]] = yield (item.primitive, x, item.params)  # host or device
         elif kind == "start":
             x = item.pack([_read(env, e.inputs[0]) for e in item.members])
-            handles[item.number] = yield ("start", all_reduce_p, x, item.params)
+            owned = len(item.members) > 1  # one member is a view of a live value
+            handles[item.number] = yield ("start", all_reduce_p, x, item.params, owned)
         elif kind == "wait":
             flat = yield ("wait", handles.pop(item.number))
             for e, v in zip(item.members, item.unpack(flat)):
