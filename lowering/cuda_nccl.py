@@ -10,7 +10,11 @@ and collectives run on CuPy arrays through `cupy.cuda.nccl`, on the current stre
   axis moved to the front; uneven pieces are padded to the largest piece, so no
   size headers are ever exchanged;
 * all_to_all and exchange -> ncclSend/ncclRecv inside one ncclGroupStart/End, every
-  message's shape computed from the collective's params.
+  message's shape computed from the collective's params;
+* point to point between placements (`p2p_start`: fflow.pipeline, `to_global` /
+  `with_sbp` onto other devices) -> ncclSend/ncclRecv on a communicator per pair of
+  ranks, posted on the current stream in one group: the host goes on while they move,
+  and `wait()` synchronizes the stream.
 
 Communicators are created lazily per group: rank 0 of the group makes the NCCL
 unique id and sends it to the members over MPI (metadata only). CuPy loads only
@@ -142,6 +146,32 @@ class NCCLRuntime(MPIRuntime):
             g = self._groups[key] = NcclGroup(self.world, key, self.nccl, self.cupy)
         return g
 
+    def p2p_start(self, sends, recvs, tag):
+        """Post sends [(rank, array)] and recvs [(rank, shape, dtype)] over NCCL; the
+        handle's `wait()` returns the received arrays (host) in `recvs` order.
+
+        NCCL has no tags: messages of one pair match in posting order, which is the
+        same on both ranks (every rank walks the same transfers in the same order).
+        """
+        cp = self.cupy
+        me = self.rank
+        # pair communicators are made in sorted pair order on every rank: no deadlock
+        for r in sorted({r for r, _ in sends} | {r for r, *_ in recvs}):
+            self.group(sorted((me, r)))
+        stream = cp.cuda.get_current_stream()
+        keep = [cp.ascontiguousarray(cp.asarray(a)) for _, a in sends]
+        out = [cp.empty(shape, dtype) for _, shape, dtype in recvs]
+        self.nccl.groupStart()
+        for (r, _), a in zip(sends, keep):
+            g = self.group(sorted((me, r)))
+            g.comm.send(a.data.ptr, a.size, g._kind(a), g.ranks.index(r), stream.ptr)
+            self.bytes_moved += a.nbytes
+        for (r, _, _), a in zip(recvs, out):
+            g = self.group(sorted((me, r)))
+            g.comm.recv(a.data.ptr, a.size, g._kind(a), g.ranks.index(r), stream.ptr)
+        self.nccl.groupEnd()
+        return _NcclP2P(stream, out, keep)
+
     def assemble(self, gv):
         value = super().assemble(gv)
         return value.get() if hasattr(value, "get") else value
@@ -216,6 +246,20 @@ class NCCLRuntime(MPIRuntime):
             else:
                 out[box(ob)] = piece
         return out
+
+
+class _NcclP2P:
+    """Transfers posted on a stream: `wait()` synchronizes it, returns host arrays."""
+
+    def __init__(self, stream, out, keep):
+        self.stream = stream
+        self.out = out
+        self._keep = keep  # send buffers stay alive until the stream has sent them
+
+    def wait(self):
+        self.stream.synchronize()
+        self._keep = None
+        return [a.get() for a in self.out]
 
 
 __all__ = ["NCCLRuntime", "NcclGroup"]

@@ -165,7 +165,8 @@ def install():
     cupy = sys.modules["cupy"]
     mod = sys.modules[__name__]
     cupy.cuda.nccl = mod
-    cupy.cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0)
+    # groupEnd completes the calls on the host, so the stream has nothing to wait for
+    cupy.cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0, synchronize=lambda: None)
     # the few array functions the NCCL runtime uses, returning the stand-in's arrays
     wrap = fake_cupy._wrap
     cupy.zeros = lambda shape, dtype=np.float32: wrap(np.zeros(shape, dtype))

@@ -43,11 +43,28 @@ def main(n):
     def loss(w, x):
         return jnp.mean(jnp.tanh(x @ w) ** 2)
 
+    # moves between placements (point to point) and a 2-stage pipeline step
+    fake = sys.modules.get("fake_nccl")
+    before = len(fake.calls) if fake else 0
+    half = n // 2
+    a, b = fflow.placement("cpu", list(range(half))), fflow.placement("cpu", list(range(half, n)))
+    for src in [S(0), B, P]:
+        for dst in [S(1), B]:
+            out[f"move_{src}_{dst}"] = fflow.to_global(fflow.to_global(x, a, src), b, dst) * 1.0
+    stages = [lambda w, x: jnp.tanh(x @ w), lambda w, x: jnp.mean((x @ w) ** 2)]
+    pipe = fflow.pipeline(stages, [a, b], 2, in_sbp=[(B, S(0))] * 2)
+    ws = [rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(4, 2)).astype(np.float32)]
+    out["pipe_loss"], grads = fflow.value_and_grad(pipe)(ws, x[:4])
+    out["pipe_g0"], out["pipe_g1"] = grads
+    if fake:
+        out_calls = fake.calls[before:]
+        p2p_calls = sum(1 for c in out_calls if c[0] in ("send", "recv"))
     w = rng.normal(size=(5, 3)).astype(np.float32)
     out["dp_grad"] = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, S(0))))(w, x)
     result = {k: np.asarray(v).astype(np.float32).tolist() for k, v in out.items()}
     if "fake_nccl" in sys.modules:
         result["calls"] = sorted({c[0] for c in sys.modules["fake_nccl"].calls})
+        result["p2p_calls"] = p2p_calls
         result["runtime"] = rt.describe()
     if fflow.process_index() == 0:
         print("RESULT " + json.dumps(result))

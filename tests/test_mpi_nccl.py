@@ -37,6 +37,7 @@ def test_nccl_runtime_through_the_stand_in_equals_simulated(n):
     got, want = _run(n, nccl=True), _run(n, nccl=False)
     assert "NCCL" in got.pop("runtime")
     calls = got.pop("calls")
+    assert got.pop("p2p_calls") > 0  # moves between placements and the pipeline used NCCL
     assert {"allReduce", "allGather", "reduceScatter", "send", "recv"} <= set(calls), calls
     assert got.keys() == want.keys()
     for key in want:
