@@ -17,6 +17,9 @@ from fflow.core import primitives
 # -- autodiff: JVP rules -----------------------------------------------------------
 NO_JVP_RULE = {
     "iota": "no operands, so it never sees a tangent (JVPTrace binds it on the parent)",
+    "attention_jvp": "second derivatives of fused attention are not provided (bias= takes the "
+    "composite path, which has them)",
+    "attention_bwd": "second derivatives of fused attention are not provided (see attention_jvp)",
 }
 
 

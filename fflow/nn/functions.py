@@ -19,6 +19,7 @@ import numpy as np
 
 import fflow.numpy as jnp
 from fflow import dtypes, lax
+from fflow.primitives.attention import dot_product_attention as attention_primitive
 
 
 def _float(x):
@@ -277,6 +278,12 @@ def dot_product_attention(
         q, k, v = q[None], k[None], v[None]
     b, t, n, h = q.shape
     s, kn = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(h) if scale is None else scale
+    if bias is None and local_window_size is None and query_seq_lengths is None:
+        # the fused primitive (one flash kernel per direction on CUDA)
+        out = _fused_attention(q, k, v, mask, unbatched, scale, is_causal, key_value_seq_lengths)
+        if out is not None:
+            return out[0] if unbatched else out
     if n != kn:
         # grouped-query attention: each key/value head serves n // kn query heads
         q = jnp.reshape(q, (b, t, kn, n // kn, h))
@@ -284,7 +291,6 @@ def dot_product_attention(
         logits = jnp.reshape(logits, (b, n, t, s))
     else:
         logits = jnp.einsum("btnh,bsnh->bnts", q, k)
-    scale = 1.0 / math.sqrt(h) if scale is None else scale
     logits = logits * np.asarray(scale, logits.dtype)
     if bias is not None:
         bias = jnp.asarray(bias)
@@ -294,7 +300,7 @@ def dot_product_attention(
         mask = jnp.asarray(mask)
         logits = jnp.where(mask[None] if unbatched and mask.ndim == 3 else mask, logits, big_neg)
     if is_causal:
-        causal = np.tril(np.ones((t, s), dtype=bool), s - t)
+        causal = np.tril(np.ones((t, s), dtype=bool))  # JAX: key j <= query i
         logits = jnp.where(causal, logits, big_neg)
     if key_value_seq_lengths is not None:
         valid = jnp.arange(s)[None, :] < jnp.asarray(key_value_seq_lengths)[:, None]
@@ -307,6 +313,31 @@ def dot_product_attention(
     else:
         out = jnp.einsum("bnts,bsnh->btnh", probs, v)
     return out[0] if unbatched else out
+
+
+def _fused_attention(q, k, v, mask, unbatched, scale, is_causal, kv_lengths):
+    """`dot_product_attention_p` on [B, T, N, H] operands, or None for inputs it does not
+    take (integer operands)."""
+    dtype = jnp.result_type(q, k, v)
+    if not dtypes.is_inexact(dtype):
+        return None
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+    b, t, n, _ = q.shape
+    s = k.shape[1]
+    if mask is not None:
+        mask = jnp.asarray(mask, dtype=bool)
+        if unbatched and mask.ndim == 3:
+            mask = mask[None]
+        mask = jnp.reshape(mask, (1,) * (4 - mask.ndim) + mask.shape)
+    if kv_lengths is not None:
+        valid = jnp.arange(s)[None, :] < jnp.asarray(kv_lengths)[:, None]
+        valid = valid[:, None, None, :]
+        mask = valid if mask is None else jnp.logical_and(mask, valid)
+    if mask is not None:
+        want = (b, n, t, s)
+        shape = tuple(m if m == 1 and i < 3 else want[i] for i, m in enumerate(mask.shape))
+        mask = jnp.broadcast_to(mask, shape)
+    return attention_primitive(q, k, v, mask, scale=scale, causal=is_causal)
 
 
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
