@@ -66,6 +66,7 @@ class MPIRuntime:
         self.collective_count = 0
         self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
         self._comms = {}
+        self._group_of = {}  # (placement ranks, group) -> (world ranks, communicator)
         self._in_flight = []  # requests of started gradient buckets
         self._sp = None  # the sharded program running now (for messages)
 
@@ -207,10 +208,15 @@ class MPIRuntime:
 
     def _setup(self, pl, prim, x, params):
         self.collective_count += 1
-        ranks = tuple(pl.ranks[j] for j in params["group"])
+        key = (pl.ranks, params["group"])
+        hit = self._group_of.get(key)
+        if hit is None:
+            ranks = tuple(pl.ranks[j] for j in params["group"])
+            hit = self._group_of[key] = (ranks, self.group_comm(ranks))
+        ranks, comm = hit
         what = _What(self, self.collective_count, prim, x, ranks, self._sp)
-        self.control.check_group(ranks, what)
-        comm = self.group_comm(ranks)
+        if self.control.left:
+            self.control.check_group(ranks, what)
         if config.debug_collectives:
             self.check_collective(comm, ranks, prim, x, params, what)
         return ranks, comm, what

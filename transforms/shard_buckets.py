@@ -114,6 +114,17 @@ def plan_buckets(prog, limit_bytes=None):
             buckets.append(b)
             open_buckets[key] = b
         b.add(eqn, ready, later[k])
+    # a lone all-reduce with no equation to hide behind gains nothing from a bucket (a
+    # P -> B boxing right after its input, at the end): it stays a plain collective
+    members = {id(e) for b in buckets for e in b.members}
+    buckets = [
+        b
+        for b in buckets
+        if len(b.members) > 1
+        or any(id(eqns[j]) not in members for j in range(b.ready + 1, min(b.wait, len(eqns))))
+    ]
+    for number, b in enumerate(buckets):
+        b.number = number
     return buckets
 
 
