@@ -339,8 +339,11 @@ def optimize(program, report=None):
     program = report.run("casts", fold_cast_round_trips, program)
     program = report.run("cse", cse, program)
     program = report.run("dot_t", fold_dot_transpose, program)
+    program = report.run("pad_sums", fold_pad_sums, program)
     return program, report
 
+
+from fflow.lowering.pad_sums import fold_pad_sums  # noqa: E402
 
 # fusion grouping and liveness live in schedule.py (it imports the helpers above)
 from fflow.lowering.schedule import (  # noqa: E402

@@ -2,6 +2,7 @@
 
 import numpy as np
 from fflow.lowering import passes
+from fflow.lowering.pad_sums import fold_pad_sums
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -206,3 +207,22 @@ def test_view_trait_covers_every_primitive_whose_result_shares_its_input():
     for name in ("sin", "exp", "neg"):  # fresh results: no trait, so buffers get reused
         assert not np.shares_memory(primitives[name].impl(x), x)
         assert "view" not in primitives[name].traits
+
+
+def test_sum_of_padded_pieces_becomes_one_concatenate():
+    # the gradient of q, k, v = qkv[..., :4], [..., 4:8], [..., 8:] (and of a middle
+    # part of an axis, which keeps one pad) against the same function un-jitted
+    def f(x):
+        q, k, v = x[..., :4], x[..., 4:8], x[..., 8:]
+        return jnp.sum(jnp.tanh(q) * k * v)
+
+    def g(x):
+        return jnp.sum(jnp.tanh(x[:, 1:3]) * x[:, 3:5])  # columns 1:5 of 12
+
+    x = np.random.default_rng(0).normal(size=(2, 3, 12)).astype(np.float32)
+    for fn, xx, pads in ((f, x, 0), (g, x[0], 1)):
+        prog = fold_pad_sums(fflow.make_jaxpr(fflow.grad(fn))(xx).jaxpr)
+        names = [e.primitive.name for e in prog.eqns]
+        assert names.count("pad") == pads and names.count("concatenate") == 1
+        want = fflow.grad(fn)(xx)  # eager: three pads and their sum
+        np.testing.assert_array_equal(fflow.jit(fflow.grad(fn))(xx), want)
