@@ -4,7 +4,8 @@
     python -m fflow.launch -n 2 examples/data_parallel.py # 2 MPI ranks
     python examples/data_parallel.py --tiny               # a few steps (tests)
 
-The training step is written for ONE device. `fflow.shard` runs it with the
+The model is `fflow.nn.MLP`, the update `fflow.optim.sgd`; the training step is
+written for ONE device. `fflow.shard` runs it with the
 parameters broadcast (B) and the batch split along its first axis (S(0)); the
 planner finds that every gradient is a partial sum (P) and inserts exactly one
 all-reduce per gradient to make it broadcast again. The loss curve equals the
@@ -19,46 +20,28 @@ import argparse
 import sys
 from collections import Counter
 
-import numpy as np
 from _common import load_digits_split
 
 import fflow
 import fflow.numpy as jnp
+from fflow import nn, optim
 from fflow.sharding import device_count, runtime
 
 S, B = fflow.sbp.split, fflow.sbp.broadcast
 
 
-def init_params(sizes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [
-        (
-            rng.normal(0.0, np.sqrt(2.0 / n_in), (n_in, n_out)).astype(np.float32),
-            np.zeros(n_out, np.float32),
-        )
-        for n_in, n_out in zip(sizes[:-1], sizes[1:])
-    ]
+def loss_fn(model, x, y):
+    logp = nn.log_softmax(model(x))
+    return -jnp.mean(jnp.sum(nn.one_hot(y, 10) * logp, axis=-1))
 
 
-def predict(params, x):
-    for w, b in params[:-1]:
-        x = jnp.maximum(x @ w + b, 0.0)
-    w, b = params[-1]
-    return x @ w + b
+TX = optim.sgd(0.1)  # plain SGD: no optimizer state to shard
 
 
-def loss_fn(params, x, y):
-    logits = predict(params, x)
-    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-    logp = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-    one_hot = (y[:, None] == jnp.arange(10)[None, :]).astype(jnp.float32)
-    return -jnp.mean(jnp.sum(one_hot * logp, axis=-1))
-
-
-def train_step(params, x, y, lr=0.1):
-    loss, grads = fflow.value_and_grad(loss_fn)(params, x, y)
-    new = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, grads)]
-    return new, loss
+def train_step(model, x, y):
+    loss, grads = fflow.value_and_grad(loss_fn)(model, x, y)
+    updates, _ = TX.update(grads, TX.init(model), model)
+    return optim.apply_updates(model, updates), loss
 
 
 def batches(x, y, steps, batch, placement=None):
@@ -105,7 +88,7 @@ def main(argv=None):
     args.batch -= args.batch % n  # equal rows per device
 
     (x, y), _ = load_digits_split(test_fraction=0.0)  # all of it, shuffled
-    params = init_params([64, args.hidden, 10])
+    params = nn.MLP(64, 10, width_size=args.hidden, depth=1, key=fflow.random.PRNGKey(0))
     step = fflow.shard(train_step, placement, in_sbp=(B, S(0), S(0)), out_sbp=B)
     plan = step.plan(params, x[: args.batch], y[: args.batch])
     if rank0:

@@ -1,6 +1,7 @@
 """A character-level RNN written with `lax.scan`, trained with
-`jit(value_and_grad(loss))` on the source text of Python's own `textwrap` and
-`json` modules (read with `inspect.getsource`; no download), then sampled.
+`jit(value_and_grad(loss))` and `fflow.optim` (Adam after global-norm clipping) on
+the source text of Python's own `textwrap` and `json` modules (read with
+`inspect.getsource`; no download), then sampled.
 
     python examples/rnn_scan.py          # full run (~half a minute)
     python examples/rnn_scan.py --tiny   # quick run (used by the tests)
@@ -16,12 +17,10 @@ import textwrap
 import time
 
 import numpy as np
-from _common import adam_init, adam_update
 
 import fflow
 import fflow.numpy as jnp
-from fflow import lax
-from fflow.tree_util import tree_map
+from fflow import lax, optim
 
 
 def load_text():
@@ -66,14 +65,19 @@ def loss_fn(params, inputs, targets):
     return jnp.mean(losses)
 
 
-@fflow.jit
-def train_step(params, state, inputs, targets, lr):
-    loss, grads = fflow.value_and_grad(loss_fn)(params, inputs, targets)
-    # clip the global gradient norm (RNNs like it)
-    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in fflow.tree_util.tree_leaves(grads)))
-    grads = tree_map(lambda g: g * jnp.minimum(1.0, 5.0 / (norm + 1e-6)), grads)
-    params, state = adam_update(params, grads, state, lr)
-    return params, state, loss
+def make_optimizer(lr):
+    """Adam after clipping the global gradient norm to 5 (RNNs like it)."""
+    return optim.chain(optim.clip_by_global_norm(5.0), optim.adam(lr))
+
+
+def make_train_step(tx):
+    @fflow.jit
+    def train_step(params, state, inputs, targets):
+        loss, grads = fflow.value_and_grad(loss_fn)(params, inputs, targets)
+        updates, state = tx.update(grads, state, params)
+        return optim.apply_updates(params, updates), state, loss
+
+    return train_step
 
 
 def sample(params, first, length, temperature=0.7, seed=0):
@@ -97,7 +101,9 @@ def main(steps=300, seq_len=64, batch_size=32, hidden=128, lr=3e-3, log_every=25
     index = {c: i for i, c in enumerate(chars)}
     data = np.array([index[c] for c in text], np.int32)
     params = init_params(len(chars), hidden, seed)
-    state = adam_init(params)
+    tx = make_optimizer(lr)
+    train_step = make_train_step(tx)
+    state = tx.init(params)
     rng = np.random.default_rng(seed)
     print(f"{len(text)} characters, vocabulary {len(chars)}, hidden {hidden}")
     losses = []
@@ -105,7 +111,7 @@ def main(steps=300, seq_len=64, batch_size=32, hidden=128, lr=3e-3, log_every=25
     for step in range(1, steps + 1):
         offsets = rng.integers(0, len(data) - seq_len - 1, batch_size)
         window = np.stack([data[o : o + seq_len + 1] for o in offsets], axis=1)  # [T+1, B]
-        params, state, loss = train_step(params, state, window[:-1], window[1:], lr)
+        params, state, loss = train_step(params, state, window[:-1], window[1:])
         losses.append(float(loss))
         if step % log_every == 0 or step == 1 or step == steps:
             print(f"step {step:4d}  loss {np.mean(losses[-log_every:]):.3f}")
