@@ -176,6 +176,19 @@ class NCCLRuntime(MPIRuntime):
         value = super().assemble(gv)
         return value.get() if hasattr(value, "get") else value
 
+    def run_request(self, pl, req):
+        """Gradient buckets: the bucket's all-reduce is queued on the stream when it
+        starts (NCCL runs it while the host queues the rest of the backward pass; the
+        stream orders it before every later kernel), so its wait has nothing to do."""
+        if req[0] == "start":
+            _, prim, x, params, _owned = req
+            return self.collective(pl, prim, x, params)
+        if req[0] == "wait":
+            return req[1]
+        if req[0] == "progress":
+            return None
+        return super().run_request(pl, req)
+
     def collective(self, pl, prim, x, params):
         ranks, _, _ = self._setup(pl, prim, x, params)
         if len(ranks) == 1:

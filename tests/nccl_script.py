@@ -61,10 +61,22 @@ def main(n):
         p2p_calls = sum(1 for c in out_calls if c[0] in ("send", "recv"))
     w = rng.normal(size=(5, 3)).astype(np.float32)
     out["dp_grad"] = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, S(0))))(w, x)
+
+    def loss2(w, v, x):
+        return jnp.mean(jnp.tanh(x @ w) @ v)
+
+    # two gradients: one bucket, started on the NCCL stream and waited where first used
+    v = rng.normal(size=(3, 2)).astype(np.float32)
+    dp2 = fflow.shard(loss2, pl, in_sbp=(B, B, S(0)))
+    buckets = sys.modules.get("fake_nccl")
+    out["dp_bucket_w"], out["dp_bucket_v"] = fflow.grad(dp2, argnums=(0, 1))(w, v, x)
+    if buckets:
+        bucket_calls = [c for c in buckets.calls if c[0] == "allReduce"]
     result = {k: np.asarray(v).astype(np.float32).tolist() for k, v in out.items()}
     if "fake_nccl" in sys.modules:
         result["calls"] = sorted({c[0] for c in sys.modules["fake_nccl"].calls})
         result["p2p_calls"] = p2p_calls
+        result["last_all_reduce_count"] = bucket_calls[-1][1]
         result["runtime"] = rt.describe()
     if fflow.process_index() == 0:
         print("RESULT " + json.dumps(result))

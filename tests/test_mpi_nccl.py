@@ -38,6 +38,8 @@ def test_nccl_runtime_through_the_stand_in_equals_simulated(n):
     assert "NCCL" in got.pop("runtime")
     calls = got.pop("calls")
     assert got.pop("p2p_calls") > 0  # moves between placements and the pipeline used NCCL
+    # both gradients (5x3 and 3x2) in one bucket: one ncclAllReduce of 21 elements
+    assert got.pop("last_all_reduce_count") == 21
     assert {"allReduce", "allGather", "reduceScatter", "send", "recv"} <= set(calls), calls
     assert got.keys() == want.keys()
     for key in want:
