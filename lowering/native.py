@@ -477,19 +477,28 @@ def emit_native_group(ctx, group, i):
     return True
 
 
-def build_library(ctx):
-    """Compile every native loop of the program into one library; False on failure."""
+def program_source(pending):
+    """One C source for the native loops `pending` ((name, global, source, args) each):
+    the declarations of every source once, then every function."""
     head, bodies = ["#include <math.h>"], []
-    for _, _, source, _ in ctx.native_pending:
+    for _, _, source, _ in pending:
         if source is None:  # the chunk entry of a group rendered with it
             continue
         lines = source.split("\n")
         start = next(k for k, line in enumerate(lines) if line.startswith(("void ", "static ")))
-        for line in lines[:start]:
-            if line not in head:
+        # a `#pragma omp declare simd` belongs to the declaration after it: dropping a
+        # repeated pragma line would leave that function scalar (10x slower tanhf)
+        decls = "\n".join(lines[:start]).replace("notinbranch\n", "notinbranch\0").split("\n")
+        for line in decls:
+            if line and line not in head:
                 head.append(line)
         bodies.append("\n".join(lines[start:]))
-    lib = load_library("\n".join(head) + "\n" + "\n".join(bodies))
+    return "\n".join(head).replace("\0", "\n") + "\n" + "\n".join(bodies)
+
+
+def build_library(ctx):
+    """Compile every native loop of the program into one library; False on failure."""
+    lib = load_library(program_source(ctx.native_pending))
     if lib is None:
         return False
     for fname, kernel, source, nptr in ctx.native_pending:

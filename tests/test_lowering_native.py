@@ -161,3 +161,35 @@ def test_large_transcendental_groups_run_in_chunks_on_the_pool(threads):
     np.testing.assert_allclose(got[0], want, rtol=2e-6, atol=1e-6)
     for g in got[1:]:
         np.testing.assert_array_equal(g, got[0])
+
+
+def test_every_math_function_of_a_program_library_stays_vectorized():
+    # two loops (exp, tanh) in one library: each declaration keeps its `omp declare
+    # simd` pragma, so gcc calls libmvec's vector variants for both (the softmax row
+    # kernel before a GELU left its tanhf scalar)
+    import shutil
+    import subprocess
+
+    x = _small(8, 512, 512)
+
+    def f(x):
+        h = jnp.tanh(x * 0.5 + 1.0) * x
+        return fflow.nn.softmax(h, axis=-1), h
+
+    step = fflow.jit(f)
+    sources = step.lower(x).entry.executable.native_sources
+    assert len(sources) >= 2
+    source = native.program_source([(None, None, src, None) for src in sources])
+    lines = source.split("\n")
+    for k, line in enumerate(lines):
+        if line.startswith(("float ", "double ")) and line.endswith(");"):
+            assert lines[k - 1] == "#pragma omp declare simd notinbranch", source
+    with np.errstate(all="ignore"):
+        got, want = step(x), f(x)
+    np.testing.assert_allclose(got[1], want[1], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-7)
+    if shutil.which("nm"):
+        path = native.load_library(source)._name
+        symbols = subprocess.run(["nm", "-D", path], capture_output=True, text=True).stdout
+        for fn in ("expf", "tanhf"):
+            assert f"v_{fn}@" in symbols, (fn, symbols)
