@@ -1,39 +1,10 @@
-"""Registry coverage: every primitive has a batching rule (its own or its family's),
-or stands on vmap's explicit "no rule, on purpose" list with a reason."""
-
-import importlib
+"""vmap of control flow and custom rules uses their batching rules, not loops. (Which
+primitives have a batching rule: tests/test_op_db.py::test_rule_tables.)"""
 
 import numpy as np
-from fflow.transforms import vmap as vm
 
 import fflow
 import fflow.numpy as jnp
-from fflow.core import primitives
-
-# modules that register primitives when loaded (some load lazily)
-_MODULES = [
-    "fflow.random",
-    "fflow.transforms.remat",
-    "fflow.primitives.collectives",
-    "fflow.primitives.control_flow",
-]
-
-
-def _load_all():
-    for name in _MODULES:
-        importlib.import_module(name)  # fflow's own modules: a failure is a failure
-
-
-def test_every_primitive_has_a_batching_rule():
-    _load_all()
-    missing = [
-        name
-        for name, prim in sorted(primitives.items())
-        if vm.get_batch_rule(prim) is None and name not in vm.no_batch_rule
-    ]
-    assert not missing, f"primitives without a batching rule: {missing}"
-    for name, reason in vm.no_batch_rule.items():
-        assert isinstance(reason, str) and reason, name
 
 
 def test_control_flow_and_custom_rules_are_used_not_loops():

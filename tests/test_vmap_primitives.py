@@ -47,43 +47,6 @@ def test_vmap_of_primitive_matches_loop(fn, make_args):
                 )
 
 
-# Primitives with no derivative have no gradient-check case: batch them here.
-_F = np.array([[0.3, -1.5, 2.5], [-0.5, 1.0, 0.0]])
-_G = np.array([[0.3, 1.5, -2.5], [0.5, 1.0, 2.0]])
-_I = np.array([[1, 2, 3], [7, 0, 5]], np.int32)
-_J = np.array([[3, 1, 3], [1, 2, 0]], np.int32)
-_B = np.array([[True, False, True], [False, False, True]])
-
-
-def _prim_fn(name):
-    p = fflow.core.primitives[name]
-    return lambda *a: p.bind(*a)
-
-
-ZERO_DERIVATIVE_CASES = {
-    **{n: (_F, _G) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
-    **{n: (_I, _J) for n in ("and", "or", "xor", "shift_left", "shift_right_arithmetic")},
-    "shift_right_logical": (_I.astype(np.uint32), _J.astype(np.uint32)),
-    **{n: (_F,) for n in ("ceil", "floor", "round", "round_even", "sign", "is_finite")},
-    "stop_gradient": (_F,),
-    "not": (_B,),
-}
-
-
-@pytest.mark.parametrize("name", sorted(ZERO_DERIVATIVE_CASES))
-def test_vmap_of_zero_derivative_primitive_matches_loop(name):
-    args = ZERO_DERIVATIVE_CASES[name]
-    fn = _prim_fn(name)
-    out = fflow.vmap(fn)(*args)
-    ref = np.stack([np.asarray(fn(*[a[k] for a in args])) for k in range(args[0].shape[0])])
-    np.testing.assert_array_equal(np.asarray(out), ref)
-    # batch along axis 1 of the first operand only; the others are shared
-    first, rest = args[0], [a[:, 0] for a in args[1:]]
-    out = fflow.vmap(fn, in_axes=(1,) + (None,) * len(rest))(first, *rest)
-    ref = np.stack([np.asarray(fn(first[:, k], *rest)) for k in range(first.shape[1])])
-    np.testing.assert_array_equal(np.asarray(out), ref)
-
-
 def test_vmap_of_reductions_and_keys():
     from fflow import lax
 
