@@ -267,3 +267,16 @@ def load_all_primitives():
                 "fflow.pipelining", "fflow.debug"):  # fmt: skip
         importlib.import_module(mod)
     return primitives
+
+
+def direct_call(op):
+    """(args, params) when `op.fn` binds its primitive straight on its arguments (the
+    form the SBP signature check needs), else None."""
+    import fflow  # noqa: PLC0415  (tests only)
+
+    args = op.draw()
+    program = fflow.make_jaxpr(op.fn)(*args)
+    for eqn in program.eqns:
+        if eqn.primitive.name == op.name and list(eqn.inputs) == list(program.invars):
+            return args, dict(eqn.params)
+    return None

@@ -10,7 +10,9 @@ from fflow.transforms import autodiff
 from fflow.transforms import vmap as vm
 from fflow.transforms.amp import amp_rules
 from fflow.transforms.amp_policy import CLASSES
-from op_db import ELSEWHERE, NO_RULE, OPS, load_all_primitives
+from op_db import ELSEWHERE, NO_RULE, OPS, direct_call, load_all_primitives
+from shard_cases import CASES as SHARD_CASES
+from test_shard_signatures import check_signatures
 
 import fflow
 import fflow.numpy as jnp
@@ -168,3 +170,15 @@ def test_amp_low_precision_impl(op, dtype):
             assert lo.dtype == dtype, f"{op.name} returned {lo.dtype} for {dtype} inputs"
         np.testing.assert_allclose(np.asarray(lo).astype(np.float64),
                                    np.asarray(re).astype(np.float64), rtol=8 * eps, atol=8 * eps)  # fmt: skip
+
+
+def _shard_ops():  # the primitives tests/shard_cases.py has no hand-written case for
+    return [pytest.param(op, id=op.name) for op in OPS
+            if op.name not in SHARD_CASES and direct_call(op) is not None]  # fmt: skip
+
+
+@pytest.mark.parametrize("op", _shard_ops())
+@pytest.mark.parametrize("mesh", [(3,), (2, 2)])
+def test_sbp_signatures_match_numpy(op, mesh):
+    args, params = direct_call(op)
+    check_signatures(PRIMS[op.name], args, params, mesh)
