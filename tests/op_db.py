@@ -202,6 +202,16 @@ _add(
        amp="bits, not a float computation"),
 )  # fmt: skip
 
+
+def _attention(q, k, v):
+    import fflow.nn  # noqa: PLC0415  (fflow.nn is above fflow.numpy in the layer order)
+
+    return fflow.nn.dot_product_attention(q, k, v, is_causal=True)
+
+
+_QKV = Arg("f", (2, 3, 2, 4), -1, 1)
+_add(Op("dot_product_attention", _attention, (_QKV, _QKV, _QKV), exact=False))
+
 _COLLECTIVE = "a collective: runs inside shard's per-device programs (tests/test_shard_*.py, MPI)"
 _NAMED = "a named-axis collective, evaluated by vmap (tests/test_vmap_named.py)"
 _LINALG = "needs well-conditioned inputs: tests/test_numpy_linalg.py"
@@ -235,8 +245,11 @@ ELSEWHERE = {
     "pipeline_call": f"{_NESTED}: tests/test_pipeline*.py",
     "pipeline_call_lin": "the tangent map of pipeline_call: tests/test_pipeline*.py",
     "shard_call": f"{_NESTED}: tests/test_shard_transform.py",
+    "shard_move": "a move between placements inside shard: tests/test_pipeline_transfer.py",
     "sbp_constraint": "an identity carrying an SBP annotation: tests/test_shard_sbp.py",
     "debug_callback": "a side effect: tests/test_debug.py",
+    "attention_jvp": "the tangent map of dot_product_attention: run by its grad row",
+    "attention_bwd": "the transpose of attention_jvp: run by dot_product_attention's grad row",
 }
 
 # Rule-table exemptions: table -> {primitive: reason}.

@@ -328,6 +328,12 @@ ELSEWHERE = {
     "while": "all-B control flow, test_shard_transform.py::test_control_flow_runs_broadcast",
     "scan": "all-B control flow, test_shard_transform.py::test_control_flow_runs_broadcast",
     "sbp_constraint": "with_sbp, test_shard_transform.py",
+    **{
+        name: "dot_product_attention's tangent map and its transpose share its SBP rule "
+        "(primitives/attention.py _sbp_rule); tests/test_op_db.py checks that rule's "
+        "signatures from the dot_product_attention row, not these two one by one"
+        for name in ("attention_jvp", "attention_bwd")
+    },
     "shard_call": "the sharded call itself, test_shard_transform.py",
     **{
         name: "a collective over a named vmap axis: vmap evaluates it (test_vmap_named.py); "

@@ -538,6 +538,11 @@ NOT_GRAD_CHECKED = {
     "pipeline_call_lin": "the linear tangent map of pipeline_call, checked with it",
     "shard_move": "a move between placements inside shard: values and gradients checked "
     "against the unsharded function for every SBP pair in tests/test_shard_mixed.py",
+    **{
+        name: "a linear map inside dot_product_attention's derivative (its tangent map and "
+        "that map's transpose): run by the dot_product_attention row of tests/op_db.py"
+        for name in ("attention_jvp", "attention_bwd")
+    },
     "custom_lin": "only appears in linearized programs of custom_vjp_call (its transpose runs "
     "the user's bwd); checked through the custom_vjp_call cases",
     **{
