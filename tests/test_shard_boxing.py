@@ -159,3 +159,16 @@ def test_exchange_bytes_counts_what_the_exchange_plan_sends():
                 for dst in itertools.product(sbps, repeat=2):
                     want = exchange_plan(shape, 4, h, src, dst)[1]
                     assert exchange_bytes(shape, 4, h, src, dst) == want, (h, shape, src, dst)
+
+
+def test_plans_of_evenly_split_shapes_scale_from_a_small_one():
+    # plan_boxing plans (8, 12, 5) as (4, 4, 5) and scales; the direct plan must agree
+    from fflow.transforms.shard_boxing import _plan
+
+    sbps = [B, P, S(0), S(1), S(2)]
+    for src in itertools.product(sbps, repeat=2):
+        for dst in itertools.product(sbps, repeat=2):
+            got = plan_boxing((8, 12, 5), np.float32, (2, 2), src, dst)
+            want = _plan((8, 12, 5), 4, (2, 2), src, dst)
+            assert [s.bytes for s in got.steps] == [s.bytes for s in want.steps], (src, dst)
+            assert got.collectives() == want.collectives()

@@ -12,7 +12,9 @@ same way, see `sharding.canonical`): a shortest-path search over per-axis steps,
 each valid when no other axis splits the tensor dimension the step touches. When
 no such path exists, the general slice-intersection `exchange` moves exactly the
 pieces each device lacks. Costs are exact byte counts (uneven splits included);
-the runtimes measure the bytes their messages carry, and both agree.
+the runtimes measure the bytes their messages carry, and both agree. A dim that
+every split divides evenly counts linearly, so plans are made once on that dim
+shrunk to the mesh size and scaled (a model's many shapes share a few plans).
 """
 
 import functools
@@ -193,9 +195,25 @@ def plan_boxing(shape, dtype, hierarchy, src, dst):
     plan = _plan_cache.get(key)
     if plan is None:
         shape, hierarchy, src, dst = tuple(shape), tuple(hierarchy), tuple(src), tuple(dst)
-        plan = _plan(tuple(shape), np.dtype(dtype).itemsize, tuple(hierarchy), src, dst)
+        itemsize = np.dtype(dtype).itemsize
+        n = math.prod(hierarchy)
+        # a dim that every split divides evenly enters every byte count linearly: plan
+        # on that dim of size n (one byte per item) and scale, so the many shapes of
+        # a model share a few plans (the path is the same: every step scales alike)
+        small = tuple(n if d % n == 0 and d > n else d for d in shape)
+        scale = itemsize * math.prod(d // n for d, c in zip(shape, small) if c != d)
+        if scale != 1:
+            base = plan_boxing(small, np.uint8, hierarchy, src, dst)
+            plan = _scaled(base, scale)
+        else:
+            plan = _plan(shape, itemsize, hierarchy, src, dst)
         _plan_cache[key] = plan
     return plan
+
+
+def _scaled(bp, scale):
+    steps = [Step(s.kind, s.axes, s.src, s.dst, s.before, s.bytes * scale) for s in bp.steps]
+    return BoxingPlan(steps, bp.src, bp.dst)
 
 
 def boxing_bytes(shape, dtype, hierarchy, src, dst):

@@ -27,7 +27,6 @@ N-D SBPs: hashing SBP objects dominated the planner's time.
 
 from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import (
-    DeviceProfile,
     boxing_time,
     compute_time,
     default_profile,
@@ -99,21 +98,14 @@ class Plan:
 class _Problem:
     """The program as integers: var ids, per-equation candidate codes and costs."""
 
-    def __init__(
-        self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile, axis=None
-    ):
+    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile):
         from fflow.transforms.shard import sbp_constraint_p
 
         self.program = program
         self.h = tuple(pl.hierarchy)
-        self.profile = profile or default_profile(pl)
-        if axis is not None:  # the 1-D problem of one mesh axis (`_per_axis`)
-            self.h = (self.h[axis],)
-            self.profile = _axis_profile(self.profile, axis)
-            in_sbps = [(tuple(s)[axis],) for s in in_sbps]
-            out_sbps = [None if r is None else (tuple(r)[axis],) for r in out_sbps]
         self.nd = len(self.h)
         self.allow_partial_out = allow_partial_out
+        self.profile = profile or default_profile(pl)
         self.bcode = _code((B,) * self.nd)
         self.vid = {}
         self.avals = []
@@ -147,7 +139,6 @@ class _Problem:
                     ins.append(self.vid[v])
             if constrained and eqn.primitive is sbp_constraint_p:
                 nd = eqn.params["sbp"]
-                nd = nd if axis is None else (tuple(nd)[axis],)
                 cands = [Sig((nd,), (nd,))]
             else:
                 in_avals = [v.aval for v in eqn.inputs]
@@ -321,8 +312,6 @@ def plan_program(
         for pp in PARTIAL_PENALTIES:
             fwd = _forward(prob, pp)
             found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
-        if sum(h > 1 for h in prob.h) > 1:
-            found.append(_per_axis(prob, pl, in_sbps, out_sbps, allow_partial_out))
         if len(program.eqns) <= EXHAUSTIVE_MAX_EQNS:
             exact = _search(prob, min(prob.total(s) for s in found))
             if exact is not None:
@@ -335,55 +324,6 @@ def plan_program(
     if len(found) == 1:
         return Plan(prob, found[0])
     return Plan(prob, min(found, key=prob.total))
-
-
-def _axis_profile(profile, axis):
-    return DeviceProfile(
-        profile.name,
-        profile.flops,
-        profile.mem_bandwidth,
-        latency=profile.latency_of(axis),
-        bandwidth=profile.bandwidth_of(axis),
-        memory=profile.memory,
-    )
-
-
-def _per_axis(prob, pl, in_sbps, out_sbps, allow_partial_out):
-    """A start for N-D meshes: plan each mesh axis as a 1-D problem (its projection of
-    the annotations), then take per equation the N-D signature made of the per-axis
-    choices. A data x model mesh is data parallelism on one axis and Megatron on the
-    other, which each 1-D search finds; the N-D sweeps start far from it (every axis
-    must change together to leave a replicated region)."""
-    per_axis = []
-    for m, h in enumerate(prob.h):
-        if h == 1:
-            per_axis.append(None)
-            continue
-        sub = _Problem(
-            prob.program, pl, in_sbps, out_sbps, allow_partial_out, True, prob.profile, axis=m
-        )
-        starts = []
-        for pp in PARTIAL_PENALTIES:
-            fwd = _forward(sub, pp)
-            starts += [_viterbi(sub, fwd), _lookahead(sub, fwd)]
-        best = _refine(sub, min(starts, key=sub.total))
-        per_axis.append([sub.cands[k][s] for k, s in enumerate(best)])
-    axes = [m for m, h in enumerate(prob.h) if h > 1]
-    sig_idx = []
-    index_of = {}  # id(candidate list) -> {per-axis key: index}, shared like the lists
-    for k, cands in enumerate(prob.cands):
-        table = index_of.get(id(cands))
-        if table is None:
-            table = index_of[id(cands)] = {}
-            for s, sig in enumerate(cands):
-                table.setdefault(_axis_key(sig, axes), s)
-        want = tuple(_axis_key(per_axis[m][k], (0,))[0] for m in axes)
-        sig_idx.append(table.get(want, 0))
-    return sig_idx
-
-
-def _axis_key(sig, axes):
-    return tuple((tuple(x[m] for x in sig.ins), tuple(x[m] for x in sig.outs)) for m in axes)
 
 
 def fixed_plan(program, pl, in_sbps, out_sbps, sigs, profile=None):
@@ -417,6 +357,7 @@ def _forward(prob, partial_penalty=0.0):
     best_in = {}
 
     order = {}  # var -> its (regret, code) pairs, cheapest first
+    bt_get = prob._bt.get
 
     def receive(i, want):
         key = (i, want)
@@ -426,10 +367,15 @@ def _forward(prob, partial_penalty=0.0):
             if pairs is None:
                 pairs = order[i] = sorted((r, s) for s, r in rel[i].items())
             c = INF
+            base = prob.akid[i] + want
             for r, s in pairs:
                 if r >= c:
                     break  # conversions cost >= 0: no later label can win
-                t = r + prob.bt(i, s, want)
+                if s == want:
+                    t = r
+                else:  # prob.bt, its cache read inline (the planner's hottest call)
+                    t = bt_get(base + s * _KEY)
+                    t = r + (prob.bt(i, s, want) if t is None else t)
                 if t < c:
                     c = t
             best_in[key] = c
@@ -489,6 +435,7 @@ def _lookahead(prob, fwd):
     plus what its outputs will cost downstream."""
     rel, receive, _ = fwd
     n_eqns = len(prob.cands)
+    bt_get = prob._bt.get
     togo = [dict.fromkeys(r, 0.0) if r is not None else {} for r in rel]
     for i, r in enumerate(prob.out_reqs):
         for req in r:
@@ -519,12 +466,18 @@ def _lookahead(prob, fwd):
                     by_want[want[j]] = c
             t = togo[i]
             wants = sorted((c, w) for w, c in by_want.items())
+            akid = prob.akid[i]
             for lab in t:
                 m = INF
+                row = akid + lab * _KEY
                 for c, w in wants:
                     if c >= m:
                         break  # conversions cost >= 0: no later candidate can win
-                    m = min(m, c + prob.bt(i, lab, w))
+                    if w != lab:  # prob.bt, its cache read inline
+                        x = bt_get(row + w)
+                        c += prob.bt(i, lab, w) if x is None else x
+                    if c < m:
+                        m = c
                 t[lab] += m
     return _greedy(prob, togo)
 
