@@ -207,6 +207,10 @@ class Primitive:
     # included); False for call primitives whose rule would re-trace the user's
     # function (custom_jvp/custom_vjp: Python control flow must work eagerly).
     eager_shape_rule = True
+    # The C math function (libm; "f"-suffixed for float) that computes this elementwise
+    # primitive in one call, for the native CPU backend (lowering/native.py declares it
+    # `omp declare simd`, so loops vectorize with libmvec); None: not one such call.
+    c_math = None
 
     def __init__(self, name, multiple_results=False):
         self.name = name

@@ -72,29 +72,6 @@ _TRANSCENDENTAL = {
     "cbrt",
     "atan2",
 }
-# functions with libmvec vector variants (declared `omp declare simd` so loops vectorize)
-_MATH = {
-    "exp": "exp",
-    "log": "log",
-    "tanh": "tanh",
-    "sin": "sin",
-    "cos": "cos",
-    "tan": "tan",
-    "expm1": "expm1",
-    "log1p": "log1p",
-    "erf": "erf",
-    "sqrt": "sqrt",
-    "floor": "floor",
-    "ceil": "ceil",
-    "abs": "fabs",
-    "sinh": "sinh",
-    "cosh": "cosh",
-    "atan": "atan",
-    "asin": "asin",
-    "acos": "acos",
-    "exp2": "exp2",
-    "cbrt": "cbrt",
-}
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -143,9 +120,10 @@ def _render_eqn(e, args, used_math):
         return f"({a} {_COMPARE[name]} {args[1]})"
     if in_t == "unsigned char" and name not in ("select_n", "convert_element_type"):
         return None
-    if name in _MATH:
-        used_math.add((_MATH[name], in_t, 1))
-        return f"{_fn(_MATH[name], in_t)}({a})"
+    c_math = e.primitive.c_math  # declared on the primitive (primitives/unary.py)
+    if c_math is not None:
+        used_math.add((c_math, in_t, 1))
+        return f"{_fn(c_math, in_t)}({a})"
     if name == "neg":
         return f"(-{a})"
     if name == "square":

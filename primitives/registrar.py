@@ -22,11 +22,13 @@ def _check_float(prim_name, aval):
         )
 
 
-def unary(name, impl, *, float_only=True, out_dtype=None, amp="follow"):
-    """An elementwise unary primitive; `impl` is a NumPy function of one array."""
+def unary(name, impl, *, float_only=True, out_dtype=None, amp="follow", c_math=None):
+    """An elementwise unary primitive; `impl` is a NumPy function of one array;
+    `c_math` the libm function computing it (see `Primitive.c_math`)."""
     prim = Primitive(name)
     prim.traits.add("elementwise")
     prim.amp_class = amp
+    prim.c_math = c_math
 
     def abstract_eval(x, **params):
         if float_only:

@@ -16,36 +16,36 @@ from fflow.dtypes import bool_
 neg_p = unary("neg", np.negative, float_only=False)
 deflinear(neg_p, lambda ct, x: [lax.neg(ct)])
 
-sin_p = unary("sin", np.sin)
+sin_p = unary("sin", np.sin, c_math="sin")
 defjvp(sin_p, lambda g, x: lax.mul(g, lax.cos(x)))
 
-cos_p = unary("cos", np.cos)
+cos_p = unary("cos", np.cos, c_math="cos")
 defjvp(cos_p, lambda g, x: lax.neg(lax.mul(g, lax.sin(x))))
 
-tan_p = unary("tan", np.tan, amp="fp32")
+tan_p = unary("tan", np.tan, amp="fp32", c_math="tan")
 defjvp_with_output(
     tan_p, lambda out, xs, ts: lax.mul(ts[0], lax.add(lax.full_like(out, 1), lax.mul(out, out)))
 )
 
-asin_p = unary("asin", np.arcsin, amp="fp32")
+asin_p = unary("asin", np.arcsin, amp="fp32", c_math="asin")
 defjvp(asin_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x)))))
 
-acos_p = unary("acos", np.arccos, amp="fp32")
+acos_p = unary("acos", np.arccos, amp="fp32", c_math="acos")
 defjvp(
     acos_p,
     lambda g, x: lax.neg(lax.mul(g, lax.rsqrt(lax.sub(lax.full_like(x, 1), lax.mul(x, x))))),
 )
 
-atan_p = unary("atan", np.arctan)
+atan_p = unary("atan", np.arctan, c_math="atan")
 defjvp(atan_p, lambda g, x: lax.div(g, lax.add(lax.full_like(x, 1), lax.mul(x, x))))
 
-sinh_p = unary("sinh", np.sinh, amp="fp32")
+sinh_p = unary("sinh", np.sinh, amp="fp32", c_math="sinh")
 defjvp(sinh_p, lambda g, x: lax.mul(g, lax.cosh(x)))
 
-cosh_p = unary("cosh", np.cosh, amp="fp32")
+cosh_p = unary("cosh", np.cosh, amp="fp32", c_math="cosh")
 defjvp(cosh_p, lambda g, x: lax.mul(g, lax.sinh(x)))
 
-tanh_p = unary("tanh", np.tanh)
+tanh_p = unary("tanh", np.tanh, c_math="tanh")
 defjvp_with_output(
     tanh_p, lambda out, xs, ts: lax.mul(ts[0], lax.sub(lax.full_like(out, 1), lax.mul(out, out)))
 )
@@ -59,24 +59,24 @@ defjvp(acosh_p, lambda g, x: lax.mul(g, lax.rsqrt(lax.sub(lax.mul(x, x), lax.ful
 atanh_p = unary("atanh", np.arctanh)
 defjvp(atanh_p, lambda g, x: lax.div(g, lax.sub(lax.full_like(x, 1), lax.mul(x, x))))
 
-exp_p = unary("exp", np.exp, amp="fp32")
+exp_p = unary("exp", np.exp, amp="fp32", c_math="exp")
 defjvp_with_output(exp_p, lambda out, xs, ts: lax.mul(ts[0], out))
 
-exp2_p = unary("exp2", np.exp2, amp="fp32")
+exp2_p = unary("exp2", np.exp2, amp="fp32", c_math="exp2")
 defjvp_with_output(
     exp2_p, lambda out, xs, ts: lax.mul(ts[0], lax.mul(out, lax.full_like(out, math.log(2.0))))
 )
 
-expm1_p = unary("expm1", np.expm1, amp="fp32")
+expm1_p = unary("expm1", np.expm1, amp="fp32", c_math="expm1")
 defjvp_with_output(expm1_p, lambda out, xs, ts: lax.mul(ts[0], lax.add(out, lax.full_like(out, 1))))
 
-log_p = unary("log", np.log, amp="fp32")
+log_p = unary("log", np.log, amp="fp32", c_math="log")
 defjvp(log_p, lambda g, x: lax.div(g, x))
 
-log1p_p = unary("log1p", np.log1p, amp="fp32")
+log1p_p = unary("log1p", np.log1p, amp="fp32", c_math="log1p")
 defjvp(log1p_p, lambda g, x: lax.div(g, lax.add(x, lax.full_like(x, 1))))
 
-sqrt_p = unary("sqrt", np.sqrt)
+sqrt_p = unary("sqrt", np.sqrt, c_math="sqrt")
 defjvp_with_output(sqrt_p, lambda out, xs, ts: lax.div(ts[0], lax.mul(out, lax.full_like(out, 2))))
 
 
@@ -95,7 +95,7 @@ def _cbrt(x):
     return np.cbrt(x)
 
 
-cbrt_p = unary("cbrt", _cbrt)
+cbrt_p = unary("cbrt", _cbrt, c_math="cbrt")
 defjvp_with_output(
     cbrt_p,
     lambda out, xs, ts: lax.div(ts[0], lax.mul(lax.mul(out, out), lax.full_like(out, 3))),
@@ -129,7 +129,7 @@ def _erf(x):
     return np.asarray(_erf_ufunc(x), dtype=x.dtype)
 
 
-erf_p = unary("erf", _erf, amp="fp32")
+erf_p = unary("erf", _erf, amp="fp32", c_math="erf")
 defjvp(
     erf_p,
     lambda g, x: lax.mul(
@@ -209,7 +209,7 @@ def _abs_jvp(g, x):
     return lax.mul(g, lax.sign(x))
 
 
-abs_p = unary("abs", np.abs, float_only=False)
+abs_p = unary("abs", np.abs, float_only=False, c_math="fabs")
 defjvp(abs_p, _abs_jvp)
 _abs_eval_same_dtype = abs_p.abstract_eval
 
@@ -226,10 +226,10 @@ abs_p.abstract_eval = _abs_abstract_eval
 sign_p = unary("sign", np.sign, float_only=False)
 defzero(sign_p)
 
-floor_p = unary("floor", np.floor)
+floor_p = unary("floor", np.floor, c_math="floor")
 defzero(floor_p)
 
-ceil_p = unary("ceil", np.ceil)
+ceil_p = unary("ceil", np.ceil, c_math="ceil")
 defzero(ceil_p)
 
 
