@@ -155,6 +155,12 @@ def main(n, fail_rank=None):
         out[f"tp_step{k}_loss"] = l
     out["tp_w1"], out["tp_w2"] = a, b
 
+    # all_to_all / all_gather along inner axes of a 3-D value, uneven pieces
+    x3 = np.arange(5 * 7 * 6, dtype=np.float32).reshape(5, 7, 6)
+    for src, dst in [(0, 2), (2, 1), (1, 0)]:
+        out[f"a2a3d_{src}_{dst}"] = boxed(x3, pl, (S(src),), (S(dst),))
+        out[f"ag3d_{src}"] = boxed(x3, pl, (S(src),), (B,))
+
     # gradient buckets: none, one per gradient, and all in one (the default) change no number
     for name, mb in [("off", 0.0), ("tiny", 0.0001), ("default", 25.0)]:
         fflow.config.update("grad_bucket_mb", mb)

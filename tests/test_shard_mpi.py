@@ -56,6 +56,9 @@ def test_mpi_equals_simulated(n):
     # an independent reference: NumPy on the logical values
     x = np.asarray(sim["make_global"], np.float32)
     np.testing.assert_allclose(sim["make_global_sum"], x.sum(0), rtol=1e-6)
+    x3 = np.arange(5 * 7 * 6, dtype=np.float32).reshape(5, 7, 6)
+    for key in [k for k in sim if k.startswith(("a2a3d_", "ag3d_"))]:
+        assert mpi[key] == sim[key] == x3.tolist(), key  # boxing keeps the logical value
     for res in (mpi, sim):  # buckets change no number
         for w in ("w1", "w2"):
             assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]
