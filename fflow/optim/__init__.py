@@ -44,6 +44,7 @@ from fflow.optim.base import (
     scale_by_schedule,
     stateless,
 )
+from fflow.optim.mixed import MixedPrecisionState, mixed_precision
 from fflow.optim.scalers import (
     ScaleByAdamState,
     ScaleByLionState,
@@ -75,6 +76,8 @@ from fflow.optim.sharding import state_sbp
 __all__ = [
     "ApplyIfFiniteState",
     "apply_if_finite",
+    "mixed_precision",
+    "MixedPrecisionState",
     "MultiSteps",
     "MultiStepsState",
     "adagrad",
