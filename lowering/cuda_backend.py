@@ -25,7 +25,6 @@ import numpy as np
 from fflow.lowering import cuda_gemm
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
-    SOLVER,
     AliasStep,
     BlasStep,
     ControlStep,

@@ -61,9 +61,6 @@ class ControlStep:
 
 
 CONTROL = ("cond", "while", "scan")
-# decompositions: cuSOLVER through CuPy (the NumPy implementation dispatches to
-# cupy.linalg for CuPy arrays), NumPy on the host shim
-SOLVER = {"linalg_solve", "cholesky", "eigh", "svd", "qr", "slogdet"}
 
 
 class SolverStep(HostStep):
@@ -127,8 +124,8 @@ def _kind(eqn):
         return "blas"
     if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
         return "sort"
-    if name in SOLVER or getattr(eqn.primitive.impl, "__module__", "") == "fflow.primitives.linalg":
-        return "solver"
+    if "solver" in eqn.primitive.traits:  # primitives/linalg.py: cuSOLVER through CuPy (the
+        return "solver"  # NumPy implementation dispatches to cupy.linalg), NumPy on the shim
     return "host"
 
 

@@ -38,6 +38,8 @@ def _mT(x):
 def _linalg_prim(name, impl, abstract_eval, multiple_results=False):
     prim = Primitive(name, multiple_results=multiple_results)
     prim.amp_class = "fp32"
+    # a dense decomposition/solve: the CUDA plan runs it through cuSOLVER (CuPy), one step
+    prim.traits.add("solver")
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
     return prim
