@@ -2,7 +2,7 @@
 `python -m fflow.launch -n 4` (as a script): an AdamW step with tensor-parallel
 parameters, their optimizer state sharded like them, or ZeRO-split, on a 2x2 mesh
 (data x model) and on a 1-D data-parallel line. Prints the losses and final
-parameters as JSON (rank 0)."""
+parameters as JSON (rank 0), and the optimizer-state bytes one device holds."""
 
 import json
 
@@ -64,6 +64,12 @@ def sharded(pl, param_sbp, data_sbp, zero):
     return fn, params, x, y, state_sbp
 
 
+def state_bytes_on_one_device(state):
+    """Bytes of optimizer state one device holds (its first local shard of each leaf)."""
+    leaves = fflow.tree_util.tree_leaves(state)
+    return int(sum(np.asarray(x.to_local_shards()[0]).nbytes for x in leaves))
+
+
 def main():
     n = runtime().device_count()
     params, x, y = init()
@@ -71,7 +77,9 @@ def main():
     line = fflow.placement("cpu", list(range(min(n, 4))))
     for zero in (False, True):
         fn, params, x, y, _ = sharded(line, {k: B for k in params}, S(0), zero)
-        out[f"dp_zero={zero}"] = run(fn, params, x, y)[:2]
+        losses, final, state = run(fn, params, x, y)
+        out[f"dp_zero={zero}"] = losses, final
+        out[f"state_bytes_zero={zero}"] = state_bytes_on_one_device(state), line.size
     if n >= 4:
         mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
         tp = {"w1": (B, S(1)), "b1": (B, S(0)), "w2": (B, S(0)), "b2": (B, B)}

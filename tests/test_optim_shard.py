@@ -24,10 +24,23 @@ sys.path.pop(0)
 
 def _check(out):
     ref_losses, ref_params = out.pop("reference")
+    _check_zero_bytes(out.pop("state_bytes_zero=False"), out.pop("state_bytes_zero=True"))
     for name, (losses, params) in out.items():
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=name)
         for k in ref_params:
             np.testing.assert_allclose(params[k], ref_params[k], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def _check_zero_bytes(plain, zero):
+    """ZeRO: each device holds 1/n of Adam's mu and nu (every dim here divides by n);
+    the step count and clip state stay whole. The expected bytes come from the shapes."""
+    (plain_bytes, n), (zero_bytes, _) = plain, zero
+    params, _, _ = script.init()
+    moments = 2 * sum(np.asarray(p).nbytes for p in params.values())  # mu and nu, float32
+    scalars = plain_bytes - moments
+    assert scalars >= 0
+    assert zero_bytes == moments // n + scalars
+    assert zero_bytes < plain_bytes
 
 
 def test_sharded_state_equals_unsharded_simulated():
