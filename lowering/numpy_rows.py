@@ -11,7 +11,7 @@ import functools
 import weakref
 
 import numpy as np
-from fflow.lowering import cpu_gemm
+from fflow.lowering import cpu_attention, cpu_gemm
 from fflow.primitives.indexing import scatter_into
 
 from fflow import threads
@@ -319,7 +319,23 @@ def emit_call(ctx, eqn, i):
     ctx.emit(f"{_tuple_target(outs)} = {call}" if outs else call)
 
 
+def emit_attention(ctx, eqn, i):
+    """dot_product_attention / attention_bwd: batched GEMMs on the pool (cpu_attention)."""
+    fn = cpu_attention.forward if eqn.primitive.name == "dot_product_attention" else None
+    fn = fn or cpu_attention.backward
+    kernel = ctx.const(fn, "attn")
+    p = ctx.const(dict(eqn.params), "p")
+    args = ", ".join(ctx.arg(v, as_array=True) for v in eqn.inputs)
+    threads.blas()  # one-thread BLAS from here on, as for dot_general
+    ctx.gemm_pool = True  # its products take the step's thread count
+    ctx.emit(
+        f"{_tuple_target([ctx.name(v) for v in eqn.outputs])} = {kernel}({args}, nt=_nt, **{p})"
+    )
+
+
 ROWS = {
+    "dot_product_attention": emit_attention,
+    "attention_bwd": emit_attention,
     "custom_jvp_call": emit_call,
     "custom_vjp_call": emit_call,
     "checkpoint": emit_call,
