@@ -211,6 +211,10 @@ class Primitive:
     # primitive in one call, for the native CPU backend (lowering/native.py declares it
     # `omp declare simd`, so loops vectorize with libmvec); None: not one such call.
     c_math = None
+    # "sum" / "max" / "min": the associative combine this primitive computes (a reduction,
+    # a scan, or max/min), so partial values of that kind pass through it under shard
+    # (transforms/shard_rules.py); None: none.
+    sbp_partial = None
 
     def __init__(self, name, multiple_results=False):
         self.name = name

@@ -156,3 +156,10 @@ def _nextafter(x, y):
 
 nextafter_p = binary("nextafter", _nextafter, float_only=True)
 defjvp(nextafter_p, None, None)
+
+# SBP facts (transforms/shard_rules.py): mul is linear in each operand on its own, div in
+# its first; max/min combine partial max/min values.
+mul_p.traits.add("linear_in_each")
+div_p.traits.add("linear_in_first")
+max_p.sbp_partial = "max"
+min_p.sbp_partial = "min"

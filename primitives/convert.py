@@ -55,3 +55,6 @@ def _convert_transpose(ct, x, *, new_dtype, weak_type=False):
 jvp_rules[convert_element_type_p] = _convert_jvp
 transpose_rules[convert_element_type_p] = _convert_transpose
 convert_element_type_p.traits.add("linear")
+# SBP (transforms/shard_rules.py): monotone; a cast commutes with sums only when it does
+# not narrow (each device's partial would be rounded), which the "cast" trait makes it check
+convert_element_type_p.traits.update(("monotone_up", "cast"))

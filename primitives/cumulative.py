@@ -78,3 +78,6 @@ def _scan_jvp(prim, op):
 _scan_jvp(cumprod_p, lax.mul)
 _scan_jvp(cummax_p, lax.max)
 _scan_jvp(cummin_p, lax.min)
+
+# the partial values each scan passes through (transforms/shard_rules.py)
+cumsum_p.sbp_partial, cummax_p.sbp_partial, cummin_p.sbp_partial = "sum", "max", "min"

@@ -138,3 +138,8 @@ defzero(reduce_or_p)
 defzero(reduce_and_p)
 
 __all__ = ["jvp_flat"]
+
+# the partial value each reduction produces from a split axis (transforms/shard_rules.py)
+for _p, _kind in ((reduce_sum_p, "sum"), (reduce_max_p, "max"), (reduce_min_p, "min"),
+                  (reduce_or_p, "max"), (reduce_and_p, "min")):  # fmt: skip
+    _p.sbp_partial = _kind

@@ -319,3 +319,11 @@ def _copy(x):
 
 copy_p = unary("copy", _copy, float_only=False)
 deflinear(copy_p, lambda ct, x: [ct])
+
+# Increasing functions commute with max and min, so partial max/min values pass
+# through them under shard (transforms/shard_rules.py); neg swaps the two.
+for _p in (exp_p, exp2_p, expm1_p, log_p, log1p_p, sqrt_p, cbrt_p, tanh_p, logistic_p, atan_p,
+           sinh_p, asinh_p, erf_p, floor_p, ceil_p, round_p, round_even_p, copy_p,
+           stop_gradient_p):  # fmt: skip
+    _p.traits.add("monotone_up")
+neg_p.traits.add("monotone_down")

@@ -53,29 +53,8 @@ def _all_b(in_avals, out_avals):
 # ----------------------------------------------------------------------------
 # Family rules
 
-# increasing functions commute with max/min, so partial max/min pass through them
-MONOTONE_UP = {
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log1p",
-    "sqrt",
-    "cbrt",
-    "tanh",
-    "logistic",
-    "atan",
-    "sinh",
-    "asinh",
-    "erf",
-    "floor",
-    "ceil",
-    "round",
-    "round_even",
-    "copy",
-    "convert_element_type",
-    "stop_gradient",
-}
+# Primitive.sbp_partial -> the partial SBP of that kind
+_PARTIAL = {"sum": P, "max": partial_max, "min": partial_min}
 
 
 def _is_float(dtype):
@@ -88,28 +67,28 @@ def elementwise_rule(prim, in_avals, out_avals, **params):
     for k in range(out.ndim):
         ins = tuple(Split(k) if a.ndim == out.ndim else B for a in in_avals)
         sigs.append(Sig(ins, (Split(k),)))
-    name = prim.name
     n = len(in_avals)
-    linear = "linear" in prim.traits
-    if name == "convert_element_type":
+    traits = prim.traits  # the facts are declared on the primitives (primitives/*.py)
+    linear = "linear" in traits
+    if "cast" in traits:
         # float -> float casts commute with sums, but a narrowing cast of each partial
         # (f32 -> f16) rounds every device's part: sum in the wider type instead
         src, dst = in_avals[0].dtype, out.dtype
         linear = _is_float(src) and _is_float(dst) and dst.itemsize >= src.itemsize
     if linear:
         sigs.append(Sig((P,) * n, (P,)))
-    if name in MONOTONE_UP and n == 1:
+    if "monotone_up" in traits and n == 1:  # increasing: commutes with max and min
         sigs += [Sig((partial_max,), (partial_max,)), Sig((partial_min,), (partial_min,))]
-    if name == "neg":
+    if "monotone_down" in traits and n == 1:
         sigs += [Sig((partial_max,), (partial_min,)), Sig((partial_min,), (partial_max,))]
-    if name in ("max", "min"):
-        pm = partial_max if name == "max" else partial_min
+    if prim.sbp_partial in ("max", "min") and n == 2:
+        pm = partial_max if prim.sbp_partial == "max" else partial_min
         sigs += [Sig((pm, pm), (pm,)), Sig((pm, B), (pm,)), Sig((B, pm), (pm,))]
-    if name == "mul":
+    if "linear_in_each" in traits:
         sigs += [Sig((P, B), (P,)), Sig((B, P), (P,))]
-    if name == "div":
+    if "linear_in_first" in traits:
         sigs.append(Sig((P, B), (P,)))
-    if name == "select_n":
+    if "linear_in_cases" in traits:
         sigs.append(Sig((B,) + (P,) * (n - 1), (P,)))
     return sigs
 
@@ -118,13 +97,7 @@ def reduction_rule(prim, in_avals, out_avals, *, axes, **params):
     (x,) = in_avals
     kept = [i for i in range(x.ndim) if i not in axes]
     sigs = [Sig((Split(k),), (Split(kept.index(k)),)) for k in kept]
-    partial_of = {
-        "reduce_sum": P,
-        "reduce_max": partial_max,
-        "reduce_min": partial_min,
-        "reduce_or": partial_max,
-        "reduce_and": partial_min,
-    }.get(prim.name)
+    partial_of = _PARTIAL.get(prim.sbp_partial)
     if partial_of is not None:
         sigs += [Sig((Split(a),), (partial_of,)) for a in axes]
         sigs.append(Sig((partial_of,), (partial_of,)))
@@ -134,12 +107,9 @@ def reduction_rule(prim, in_avals, out_avals, *, axes, **params):
 def cumulative_rule(prim, in_avals, out_avals, *, axis, reverse=False):
     (x,) = in_avals
     sigs = [Sig((Split(k),), (Split(k),)) for k in range(x.ndim) if k != axis]
-    if prim.name == "cumsum":
-        sigs.append(Sig((P,), (P,)))
-    if prim.name == "cummax":
-        sigs.append(Sig((partial_max,), (partial_max,)))
-    if prim.name == "cummin":
-        sigs.append(Sig((partial_min,), (partial_min,)))
+    partial = _PARTIAL.get(prim.sbp_partial)
+    if partial is not None:
+        sigs.append(Sig((partial,), (partial,)))
     return sigs
 
 
