@@ -8,6 +8,36 @@ the share of the step spent in communication.
     python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
 
 Times are medians (max over ranks per repetition); ratios are fflow / raw MPI.
+The last DP row runs with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), which
+moves bucket data while Python computes; otherwise MPI progresses only when fflow
+polls the bucket requests between compiled segments (shard_exec "progress" stages).
+
+Measured 2026-12-02 on the shared 2-core machine (fflow / raw comm.Allreduce, same
+launch; det = deterministic mode, nat = native):
+
+| all-reduce | ranks | before (quiet, load 0) det / nat | after, load ~1 det / nat |
+|---|---|---|---|
+| 1 KB | 2 | 37x / 22x (233 / 138 us vs 6 us) | 18x / 17x (137 / 126 us vs 8 us) |
+| 64 KB | 2 | 9.5x (272 vs 29 us) | 5.3x / 4.7x (214 / 188 vs 40 us) |
+| 1 MB | 2 | 2.2x (664 vs 297 us) | 1.3x / 1.3x (556 / 567 vs 425 us) |
+| 1 KB | 4 | 68x (4.6 ms floor) | 6.0x / 5.0x (0.79 / 0.66 ms vs 0.13 ms) |
+| 64 KB | 4 | 4.6 ms floor | 12x / 4.9x (3.4 / 1.4 ms vs 0.29 ms) |
+| 1 MB | 4 | 4.6 ms floor | 0.7x / 0.6x (5.1 / 4.4 ms vs 7.5 ms) |
+
+The 4-rank floor was the wait loop spinning 2 ms before yielding the core to a peer
+on it (4 ranks on 2 cores): waits now yield after every 16 tests. The 1 KB ratio
+that is left is Python per call (~120 us: the shard call's cache key, the device
+program's generator, the request path), not MPI. DP MLP step (784-1024-1024-10,
+batch 256 per rank): before, quiet: 1 process 17.2 ms, 2 ranks 56.9 ms (3.3x), 4
+ranks 119 ms (6.9x). Part of it was each rank running 2 GEMM threads on 2 shared
+cores (fixed: fflow.launch gives each rank its share, FFLOW_RANKS_PER_NODE). The full
+table after the fixes was taken at load 9-14 (other helpers' test suites), where even
+raw MPI's 1 KB all-reduce took 7 us-12 ms and 1 process's step 176 ms instead of 17 ms:
+its ratios say nothing about the targets; rerun this on a quiet machine. The DP plan
+the planner picks for this MLP is not plain data parallelism: it all-gathers
+activations, computes weight gradients split S(1), updates them split and all-gathers
+the weights (6 collectives, ~13 MB, none overlappable) instead of bucketed gradient
+all-reduces (cheaper in its cost model by bytes and the halved update).
 """
 
 import json
