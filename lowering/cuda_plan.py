@@ -3,6 +3,7 @@ materialized, and the steps (kernels, GEMMs, views, control flow, solvers, host
 fallbacks) that compute them. See cuda_backend.py for the overview."""
 
 import numpy as np
+from fflow.lowering import cuda_attention as ca
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
@@ -122,6 +123,8 @@ def _kind(eqn):
         return "scatter"
     if name == "dot_general":
         return "blas"
+    if ca.supported(eqn):
+        return "attention"
     if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
         return "sort"
     if "solver" in eqn.primitive.traits:  # primitives/linalg.py: cuSOLVER through CuPy (the
@@ -207,6 +210,9 @@ class Plan:
                 pending.append(SolverStep(e))
             elif kind == "sort":
                 pending.append(KernelStep([css.sort_kernel(e, self.wide)]))
+            elif kind == "attention":
+                kern = ca.KERNELS[e.primitive.name](e)
+                pending.append(KernelStep([kern], note=f"fused {e.primitive.name}"))
             else:
                 pending.append(HostStep(e))
         pending = self._merge_rows(pending)

@@ -7,7 +7,7 @@ for floats)."""
 import numpy as np
 import pytest
 from cuda_harness import BF16, FLOATS, bind, collect, run_cases, shapes
-from fflow.lowering import cuda_backend, cuda_kernels
+from fflow.lowering import cuda_attention, cuda_backend, cuda_kernels
 from hypothesis import strategies as st
 
 import fflow
@@ -502,6 +502,8 @@ HOST_ON_PURPOSE = {
     "polygamma": "scipy.special on the host (no CUDA kernel yet)",
     "pipeline_call": "runs a micro-batch schedule on the host; its stages are sharded programs",
     "pipeline_call_lin": "the pipeline's gradient contraction, evaluated on the host",
+    "attention_jvp": "forward-mode attention: its NumPy reference on the host (reverse mode "
+    "transposes it into attention_bwd, which has a fused kernel)",
 }
 CONTROL_FLOW_AND_COLLECTIVES = ("cond", "while", "scan", "all_", "reduce_scatter", "psum",
                                 "pmax", "pmin", "ppermute", "axis_index", "custom_", "remat",
@@ -515,6 +517,7 @@ TESTED_HERE = (
        "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
        "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
+    | set(cuda_attention.KERNELS)
     | SOLVER
     | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | set(cuda_kernels.SCATTERS)
 )  # fmt: skip
@@ -528,6 +531,7 @@ def test_every_primitive_has_a_cuda_lowering():
         | set(cuda_kernels.CUMULATIVE)
         | set(cuda_kernels.SCATTERS)
         | {"dot_general", "sort"}
+        | set(cuda_attention.KERNELS)  # tested in tests/test_cuda_attention.py
         | SOLVER
     )
     missing = []
