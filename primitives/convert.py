@@ -1,6 +1,7 @@
 """`convert_element_type`: dtype casts (the AMP rewrite inserts these)."""
 
 import numpy as np
+from fflow.transforms.amp_rules import amp_rules
 from fflow.transforms.autodiff import Zero, jvp_rules, tangent_aval, transpose_rules
 
 from fflow import dtypes
@@ -58,3 +59,17 @@ convert_element_type_p.traits.add("linear")
 # SBP (transforms/shard_rules.py): monotone; a cast commutes with sums only when it does
 # not narrow (each device's partial would be rounded), which the "cast" trait makes it check
 convert_element_type_p.traits.update(("monotone_up", "cast"))
+
+
+def _convert_amp(trace, prim, cls, ins, params):
+    """AMP: a cast the user wrote; its output dtype is honoured whatever AMP did upstream."""
+    (t,) = ins
+    new_dtype = params["new_dtype"]
+    if params.get("weak_type", False) or not t.is_float:
+        if t.physical_dtype == new_dtype and not params.get("weak_type", False):
+            return t.value
+        return convert_element_type_p.bind(t.value, **params)
+    return trace.cast(t, new_dtype)
+
+
+amp_rules[convert_element_type_p] = _convert_amp

@@ -5,6 +5,8 @@ output's dims are batch, then lhs free, then rhs free (as in XLA and JAX).
 """
 
 import numpy as np
+from fflow.transforms.amp_policy import FOLLOW, FP32, KEEP, LOW
+from fflow.transforms.amp_rules import Rounded, amp_rules, keep, target_dtype, widest
 from fflow.transforms.autodiff import defjvp, transpose_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
 
@@ -229,3 +231,27 @@ def _dot_general_sbp(in_avals, out_avals, *, dimension_numbers, preferred_elemen
 
 
 def_sbp(dot_general_p, _dot_general_sbp)
+
+
+def _dot_general_amp(trace, prim, cls, ins, params):
+    """AMP: low precision inputs, fp32 accumulation, result rounded to the compute dtype.
+
+    The fp32 accumulator is remembered as the rounded value's wider original, so a
+    consumer that wants fp32 (a softmax's exp, a loss's sum) reads it unrounded.
+    """
+    target = target_dtype(trace, cls, ins) if cls in (LOW, FP32, FOLLOW) else KEEP
+    if target is KEEP or target is None:
+        return keep(trace, ins, dot_general_p, params)
+    lhs, rhs = (trace.cast(t, target) for t in ins)
+    requested = params.get("preferred_element_type")
+    logical_in = ins[0].aval.dtype
+    acc = widest([target, dtypes.float32]) if target.itemsize < 4 else target
+    out = dot_general_p.bind(lhs, rhs, **dict(params, preferred_element_type=acc))
+    if requested is not None and requested != logical_in:
+        return lax.convert_element_type(out, requested)  # the user asked for this dtype
+    if acc == target:
+        return out
+    return Rounded(out, target)
+
+
+amp_rules[dot_general_p] = _dot_general_amp

@@ -19,7 +19,8 @@ import functools
 import weakref
 
 import numpy as np
-from fflow.transforms.amp_policy import CLASSES, FOLLOW, FP32, KEEP, LOW, Policy
+from fflow.transforms.amp_policy import CLASSES, FOLLOW, KEEP, Policy
+from fflow.transforms.amp_rules import Rounded, amp_rules, keep, target_dtype
 from fflow.transforms.amp_scale import (
     DynamicLossScale,
     NoOpLossScale,
@@ -31,14 +32,8 @@ from fflow.transforms.amp_scale import (
 from fflow import core, dtypes
 from fflow import lax_ops as lax
 from fflow.core import Program, aval_of_value, set_current_trace
-from fflow.dtypes import float32
 from fflow.errors import user_error
 from fflow.tree_util import tree_flatten, tree_unflatten
-
-# prim -> rule(trace, prim, amp_class, tracers, params) -> physical output(s) (each
-# possibly a `Rounded(value, dtype)`: to be rounded when first read), for primitives
-# whose AMP rewrite needs more than "cast the inputs, bind" (the default rule).
-amp_rules = {}
 
 
 class AmpTracer(core.Tracer):
@@ -92,27 +87,9 @@ class AmpTracer(core.Tracer):
         return v
 
 
-class Rounded:
-    """A rule's result `value` that is to be rounded to `dtype` when first read."""
-
-    __slots__ = ("value", "dtype")
-
-    def __init__(self, value, dtype):
-        self.value = value
-        self.dtype = dtype
-
-
 def _dtype_of(x):
     d = getattr(x, "dtype", None)  # arrays and tracers: no aval object built
     return d if isinstance(d, np.dtype) else aval_of_value(x).dtype
-
-
-def _widest(dts):
-    out = dts[0]
-    for d in dts[1:]:
-        if d != out:
-            out, _ = dtypes.promote_pairs((out, False), (d, False))
-    return out
 
 
 def _is_weak_const(x):
@@ -211,34 +188,11 @@ class AmpTrace(core.Trace):
 # Rules
 
 
-def _keep(trace, ins, prim, params):
-    """Bind in the dtypes of the un-rewritten program."""
-    vals = [trace.cast(t, t.aval.dtype) if t.is_float else t.value for t in ins]
-    return prim.bind(*vals, **params)
-
-
-def _target_dtype(trace, cls, ins):
-    """The dtype the floating inputs of an equation of class `cls` are cast to, or None."""
-    floats = [t for t in ins if t.is_float]
-    if not floats:
-        return None
-    if cls == LOW:
-        # float64 was asked for explicitly: AMP leaves it alone (as torch.autocast does)
-        if any(t.aval.dtype.itemsize > 4 for t in floats):
-            return KEEP
-        return trace.policy.compute_dtype
-    strong = [t._dtype for t in floats if not t.weak]
-    widest = _widest(strong or [t._dtype for t in floats])
-    if cls == FP32 and widest.itemsize < 4:
-        return float32
-    return widest
-
-
 def _class_rule(trace, prim, cls, ins, params):
     """The default: cast the floating inputs to the class's dtype, bind."""
-    target = KEEP if cls == KEEP else _target_dtype(trace, cls, ins)
+    target = KEEP if cls == KEEP else target_dtype(trace, cls, ins)
     if target is KEEP:
-        return _keep(trace, ins, prim, params)
+        return keep(trace, ins, prim, params)
     if target is None:
         return prim.bind(*[t.value for t in ins], **params)
     vals = [trace.cast(t, target) if t.is_float else t.value for t in ins]
@@ -279,7 +233,7 @@ def _nested_rule(trace, prim, cls, ins, params):
     their dtypes), so it drops into the same equation.
     """
     if cls == KEEP and (prim.name in trace.policy.overrides or hasattr(prim, "amp_class")):
-        return _keep(trace, ins, prim, params)  # asked for explicitly
+        return keep(trace, ins, prim, params)  # asked for explicitly
     new_params = {}
     for k, v in params.items():
         if isinstance(v, Program):
@@ -287,56 +241,7 @@ def _nested_rule(trace, prim, cls, ins, params):
         elif isinstance(v, (tuple, list)) and v and all(isinstance(p, Program) for p in v):
             v = type(v)(_rewrite_nested(p, trace.policy) for p in v)
         new_params[k] = v
-    return _keep(trace, ins, prim, new_params)
-
-
-def _dot_general_amp(trace, prim, cls, ins, params):
-    """Low precision inputs, fp32 accumulation, result rounded to the compute dtype.
-
-    The fp32 accumulator is remembered as the rounded value's wider original, so a
-    consumer that wants fp32 (a softmax's exp, a loss's sum) reads it unrounded.
-    """
-    from fflow.primitives.dot import dot_general_p
-
-    target = _target_dtype(trace, cls, ins) if cls in (LOW, FP32, FOLLOW) else KEEP
-    if target is KEEP or target is None:
-        return _keep(trace, ins, dot_general_p, params)
-    lhs, rhs = (trace.cast(t, target) for t in ins)
-    requested = params.get("preferred_element_type")
-    logical_in = ins[0].aval.dtype
-    acc = _widest([target, float32]) if target.itemsize < 4 else target
-    acc_params = dict(params, preferred_element_type=acc)
-    out = dot_general_p.bind(lhs, rhs, **acc_params)
-    if requested is not None and requested != logical_in:
-        # the user asked for this output dtype explicitly
-        return lax.convert_element_type(out, requested)
-    if acc == target:
-        return out
-    return Rounded(out, target)
-
-
-def _convert_amp(trace, prim, cls, ins, params):
-    """A cast the user wrote: its output dtype is honoured whatever AMP did upstream."""
-    (t,) = ins
-    new_dtype = params["new_dtype"]
-    if params.get("weak_type", False) or not t.is_float:
-        from fflow.primitives.convert import convert_element_type_p
-
-        if t.physical_dtype == new_dtype and not params.get("weak_type", False):
-            return t.value
-        return convert_element_type_p.bind(t.value, **params)
-    return trace.cast(t, new_dtype)
-
-
-def _register_rules():
-    from fflow.primitives.convert import convert_element_type_p
-    from fflow.primitives.dot import dot_general_p
-
-    amp_rules[dot_general_p] = _dot_general_amp
-    amp_rules[convert_element_type_p] = _convert_amp
-
-
-_register_rules()
+    return keep(trace, ins, prim, new_params)
 
 
 # ----------------------------------------------------------------------------
@@ -393,7 +298,7 @@ def _drop_dead_casts(program):
     used = {v for v in program.outvars if isinstance(v, core.Var)}
     kept = []
     for eqn in reversed(program.eqns):
-        if eqn.primitive.name == "convert_element_type" and eqn.outputs[0] not in used:
+        if "cast" in eqn.primitive.traits and eqn.outputs[0] not in used:
             continue
         kept.append(eqn)
         used.update(v for v in eqn.inputs if isinstance(v, core.Var))
