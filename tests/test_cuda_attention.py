@@ -146,3 +146,18 @@ def test_launch_plan_has_one_kernel_per_direction_and_no_scores_tensor():
     assert "fused dot_product_attention" in launches[0] and "fused attention_bwd" in launches[1]
     # the only [.., 64, 96] value is the caller's bool mask: scores stay in shared memory
     assert "f32[2,4,64,96]" not in text and "[2,4,64,96]" not in text, text
+
+
+@pytest.mark.parametrize("h", [64, 128, 256])
+def test_full_size_kernels_build_with_nvrtc(h):
+    """The H200-size shapes (b8 s512 16 heads, bf16) build for sm_90: tiles fit 48 KB."""
+    from cuda_harness import BF16, nvrtc_required
+    from fflow.lowering import cuda_backend, nvrtc
+
+    if not nvrtc_required():
+        pytest.skip("libnvrtc does not load here")
+    q = np.zeros((8, 512, 16, h), BF16)
+    prog = cuda_backend._optimize(fflow.make_jaxpr(_fwd_bwd({"is_causal": True}))(q, q, q, q))
+    kernels = cuda_backend.Plan(prog).kernels
+    assert [k.kind for k in kernels] == ["attn_fwd", "attn_bwd"]
+    assert nvrtc.compile_cubin("\n".join(k.source for k in kernels))[:4] == b"\x7fELF"
