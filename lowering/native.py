@@ -442,8 +442,8 @@ def emit_native_group(ctx, group, i):
         unit = group.size // units * root.aval.dtype.itemsize
         grain = max(1, PARALLEL_GRAIN // (group.size // units))
         ctx.emit(
-            f"if _nt < 2 or not _par({kernel}_range, ({', '.join(ptrs)},), {out}.ctypes.data, "
-            f"{units}, {unit}, {grain}, _nt, ({', '.join(keep)},)):"
+            f"if _nt < 2 or not _par({kernel}_range, {_tuple(ptrs)}, {out}.ctypes.data, "
+            f"{units}, {unit}, {grain}, _nt, {_tuple(keep)}):"
         )
         ctx.emit(call, indent=2)
         ctx.native_pending.append((fname + "_range", kernel + "_range", None, None))
@@ -472,6 +472,10 @@ def program_source(pending):
                 head.append(line)
         bodies.append("\n".join(lines[start:]))
     return "\n".join(head).replace("\0", "\n") + "\n" + "\n".join(bodies)
+
+
+def _tuple(items):
+    return f"({', '.join(items)},)" if items else "()"
 
 
 def build_library(ctx):
