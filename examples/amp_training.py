@@ -7,9 +7,10 @@ The model (`fflow.nn.MLP`) and the optimizer (`fflow.optim.adam`) are the same f
 three runs; only the loss function changes: `loss_fn`, `fflow.amp(loss_fn, "bf16")`
 and `fflow.amp(loss_fn, "fp16")`. The parameters (master weights) and the optimizer
 state stay fp32; the rewritten loss computes its matmuls in bf16/fp16 with fp32
-accumulation and its softmax/log/sum in fp32. fp16 training carries a
-`DynamicLossScale` through the loop, and `fflow.optim.apply_if_finite` skips the
-updates whose gradients overflow.
+accumulation and its softmax/log/sum in fp32. fp16 training wraps Adam in
+`fflow.optim.mixed_precision`: the dynamic loss scale lives in the optimizer state
+(with fp32 master weights), the step multiplies its loss by `opt_state.loss_scale`,
+and an update whose gradients overflow is skipped while the scale backs off.
 """
 
 import argparse
@@ -32,26 +33,29 @@ def loss_fn(model, x, y):
     return -jnp.mean(jnp.sum(nn.one_hot(y, 10) * logp, axis=-1))
 
 
-TX = optim.apply_if_finite(optim.adam(1e-3), max_consecutive_errors=100)
+def make_optimizer(policy):
+    """Adam; for fp16 inside `mixed_precision` (loss scale 2^16, grown every 2000 good
+    steps), whose state holds the scale. bf16 has fp32's exponent range: no scaling."""
+    if policy == "fp16":
+        return optim.mixed_precision(optim.adam(1e-3), init_scale=2.0**16, period=2000)
+    return optim.adam(1e-3)
 
 
-def make_train_step(policy):
+def make_train_step(policy, tx):
     """A jitted step for `policy` in (None, "bf16", "fp16"); returns the new state."""
     loss = loss_fn if policy is None else fflow.amp(loss_fn, policy)
-    value_and_grad = fflow.amp.scaled_value_and_grad(loss)
+    scaled = policy == "fp16"
 
     @fflow.jit
-    def train_step(model, opt_state, loss_scale, x, y):
-        value, grads, finite = value_and_grad(loss_scale, model, x, y)
-        # an overflowing fp16 step changes nothing but the loss scale (apply_if_finite)
-        updates, opt_state = TX.update(grads, opt_state, model)
-        return (
-            optim.apply_updates(model, updates),
-            opt_state,
-            loss_scale.adjust(finite),
-            value,
-            finite,
-        )
+    def train_step(model, opt_state, x, y):
+        scale = opt_state.loss_scale if scaled else 1.0
+
+        def scaled_loss(m):  # fp32 product: 2^16 does not fit in fp16
+            return loss(m, x, y).astype(jnp.float32) * scale
+
+        value, grads = fflow.value_and_grad(scaled_loss)(model)
+        updates, opt_state = tx.update(grads, opt_state, model)
+        return optim.apply_updates(model, updates), opt_state, value / scale
 
     return train_step
 
@@ -79,23 +83,18 @@ def describe_program(policy, params, x, y):
 def train(policy, data, steps, batch_size, hidden, seed, log_every):
     (x_train, y_train), (x_test, y_test) = data
     params = init_params([64, hidden, hidden, 10], seed)
-    opt_state = TX.init(params)
-    if policy == "fp16":
-        loss_scale = fflow.amp.DynamicLossScale()
-    else:  # fp32 and bf16 (fp32's exponent range) need no scaling
-        loss_scale = fflow.amp.NoOpLossScale()
-    step_fn = make_train_step(policy)
+    tx = make_optimizer(policy)
+    opt_state = tx.init(params)
+    step_fn = make_train_step(policy, tx)
     rng = np.random.default_rng(seed)
-    curve, scales, skipped = [], [], 0
+    curve, scales = [], []
     for step in range(1, steps + 1):
         idx = rng.integers(0, len(x_train), batch_size)
-        params, opt_state, loss_scale, loss, finite = step_fn(
-            params, opt_state, loss_scale, x_train[idx], y_train[idx]
-        )
-        skipped += not bool(finite)
+        params, opt_state, loss = step_fn(params, opt_state, x_train[idx], y_train[idx])
         if step % log_every == 0 or step == steps:
             curve.append((step, float(loss)))
-            scales.append(float(loss_scale.loss_scale))
+            scales.append(float(getattr(opt_state, "loss_scale", 1.0)))
+    skipped = int(getattr(opt_state, "skipped", 0))
     acc = float(accuracy(params, x_test, y_test))
     return {"curve": curve, "scales": scales, "skipped": skipped, "accuracy": acc, "params": params}
 
