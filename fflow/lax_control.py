@@ -15,11 +15,17 @@ Example:
 
 import numpy as np
 
+from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.api_util import as_value
 from fflow.array import Array
 from fflow.core import aval_of_value
 from fflow.errors import ShapeError, user_error
+from fflow.primitives.control_flow import _join_branch_consts, cond_p, while_bind
+from fflow.primitives.named_axis import all_gather_named_p, axis_index_p, pmax_p, pmin_p, psum_p
+from fflow.primitives.scan import scan_bind
+from fflow.transforms import program_transforms
+from fflow.transforms.vmap import find_axis, moveaxis, vmap
 from fflow.tree_util import tree_flatten, tree_map, tree_unflatten
 
 
@@ -28,7 +34,6 @@ def _lax():
 
 
 def _pt():
-    from fflow.transforms import program_transforms
 
     return program_transforms
 
@@ -76,7 +81,6 @@ def _promote_weak_inputs(leaves, in_avals, out_avals):
     """JAX's weak-type promotion of a loop carry: a weakly typed initial value (a
     Python scalar) takes the type the body gives it, e.g. `fori_loop(0, n, f, 0)`
     with a float body. Returns (new leaves, changed)."""
-    from fflow import dtypes
 
     lax = _lax()
     out, changed = [], False
@@ -134,7 +138,6 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         >>> lax.scan(lambda c, x: (c * x, c), 1.0, jnp.arange(1.0, 5.0))[0].item()
         24.0
     """
-    from fflow.primitives.scan import scan_bind
 
     init_leaves, init_tree = _leaves(init)
     xs_leaves, xs_tree = _leaves(xs)
@@ -268,7 +271,6 @@ def switch(index, branches, *operands, operand=None):
 
 
 def _switch(index, branches, operands, what):
-    from fflow.primitives.control_flow import _join_branch_consts, cond_p
 
     op_leaves, op_tree = _leaves(operands)
     op_avals = [aval_of_value(x) for x in op_leaves]
@@ -334,7 +336,6 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         >>> lax.while_loop(lambda x: x < 10, lambda x: x * 2, 1).item()
         16
     """
-    from fflow.primitives.control_flow import while_bind
 
     if max_steps is not None:
         return _bounded_while(cond_fun, body_fun, init_val, int(max_steps))
@@ -478,7 +479,6 @@ def map(f, xs, batch_size=None):  # noqa: A001
     lax = _lax()
     if batch_size is None:
         return scan(lambda _, x: ((), f(x)), (), xs)[1]
-    from fflow.transforms.vmap import vmap
 
     leaves, tree = _leaves(xs)
     n = aval_of_value(leaves[0]).shape[0]
@@ -511,7 +511,6 @@ def associative_scan(fn, elems, reverse=False, axis=0):
         [0.0, 1.0, 3.0, 6.0, 10.0]
     """
     lax = _lax()
-    from fflow.transforms.vmap import moveaxis
 
     leaves, tree = _leaves(elems)
     if not leaves:
@@ -573,7 +572,6 @@ def associative_scan(fn, elems, reverse=False, axis=0):
 
 
 def _axis_names(axis_name, what):
-    from fflow.transforms.vmap import find_axis
 
     names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
     size = 1
@@ -598,7 +596,6 @@ def psum(x, axis_name):
         >>> fflow.vmap(lambda v: v / lax.psum(v, "i"), axis_name="i")(jnp.ones(4)).tolist()
         [0.25, 0.25, 0.25, 0.25]
     """
-    from fflow.primitives.named_axis import psum_p
 
     names, _ = _axis_names(axis_name, "psum")
     return tree_map(lambda v: psum_p.bind(as_value(v), axis_name=names), x)
@@ -627,7 +624,6 @@ def pmax(x, axis_name):
         >>> fflow.vmap(lambda v: lax.pmax(v, "i"), axis_name="i")(jnp.arange(3.0)).tolist()
         [2.0, 2.0, 2.0]
     """
-    from fflow.primitives.named_axis import pmax_p
 
     names, _ = _axis_names(axis_name, "pmax")
     return tree_map(lambda v: pmax_p.bind(as_value(v), axis_name=names), x)
@@ -642,7 +638,6 @@ def pmin(x, axis_name):
         >>> fflow.vmap(lambda v: lax.pmin(v, "i"), axis_name="i")(jnp.arange(3.0)).tolist()
         [0.0, 0.0, 0.0]
     """
-    from fflow.primitives.named_axis import pmin_p
 
     names, _ = _axis_names(axis_name, "pmin")
     return tree_map(lambda v: pmin_p.bind(as_value(v), axis_name=names), x)
@@ -657,7 +652,6 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
         >>> fflow.vmap(lambda v: lax.all_gather(v, "i"), axis_name="i")(jnp.arange(2.0)).tolist()
         [[0.0, 1.0], [0.0, 1.0]]
     """
-    from fflow.primitives.named_axis import all_gather_named_p
 
     names, size = _axis_names(axis_name, "all_gather")
 
@@ -681,7 +675,6 @@ def axis_index(axis_name):
         >>> fflow.vmap(lambda v: v * lax.axis_index("i"), axis_name="i")(jnp.ones(3)).tolist()
         [0.0, 1.0, 2.0]
     """
-    from fflow.primitives.named_axis import axis_index_p
 
     names, _ = _axis_names(axis_name, "axis_index")
     return axis_index_p.bind(axis_name=names)

@@ -11,8 +11,11 @@ Example:
 import enum
 import itertools
 
+import fflow.numpy as jnp
 from fflow import lax_ops as lax
 from fflow.errors import user_error
+from fflow.lax_control import associative_scan
+from fflow.tree_util import tree_flatten, tree_unflatten
 
 __all__ = [
     "Precision",
@@ -26,8 +29,6 @@ __all__ = [
 
 def cumlogsumexp(operand, axis=0, reverse=False):
     """Cumulative log-sum-exp along `axis` (an associative scan of logaddexp, as JAX)."""
-    import fflow.numpy as jnp
-    from fflow.lax_control import associative_scan
 
     return associative_scan(jnp.logaddexp, jnp.asarray(operand), reverse=reverse, axis=axis)
 
@@ -47,13 +48,10 @@ class Precision(enum.Enum):
 def top_k(operand, k):
     """(values, indices) of the `k` largest entries along the last axis, largest first
     (ties: lower index first, as JAX)."""
-    import fflow.numpy as jnp
 
     operand = jnp.asarray(operand)
     k = int(k)
     if not 0 <= k <= operand.shape[-1]:
-        from fflow.errors import user_error
-
         raise user_error(ValueError, f"top_k: k={k} out of range for last axis {operand.shape}")
     idx = jnp.argsort(operand, axis=-1, descending=True)[..., :k]
     return jnp.take_along_axis(operand, idx, axis=-1), idx
@@ -61,7 +59,6 @@ def top_k(operand, k):
 
 def _monoid(computation):
     """The fflow.numpy reduction matching a known binary `computation`, else None."""
-    import fflow.numpy as jnp
 
     table = {
         lax.add: jnp.sum,
@@ -86,8 +83,6 @@ def _monoid(computation):
 def reduce(operands, init_values, computation, dimensions):  # noqa: A001
     """Reduce `operands` over `dimensions` with the binary `computation`, starting at
     `init_values` (JAX's `lax.reduce`; one operand or a tuple of operands)."""
-    import fflow.numpy as jnp
-    from fflow.tree_util import tree_flatten, tree_unflatten
 
     ops, treedef = tree_flatten(operands)
     inits = tree_flatten(init_values)[0]
@@ -135,7 +130,6 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
                   padding, base_dilation=None, window_dilation=None):  # fmt: skip
     """Reduce each window of `operand` with `computation` (JAX's `lax.reduce_window`),
     e.g. max pooling: `reduce_window(x, -inf, lax.max, (2, 2), (2, 2), "VALID")`."""
-    import fflow.numpy as jnp
 
     x = jnp.asarray(operand)
     nd = x.ndim
@@ -189,7 +183,6 @@ def conv_general_dilated(
     ("NHWC", "HWIO", "NHWC"). Written as a sum over window offsets of strided
     slices contracted with one kernel tap each, so every transform applies.
     """
-    import fflow.numpy as jnp
 
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     nsp = lhs.ndim - 2

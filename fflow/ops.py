@@ -8,12 +8,13 @@ Example:
 
 import numpy as np
 
+import fflow.numpy as jnp
+from fflow import dtypes
+
 __all__ = ["segment_max", "segment_min", "segment_prod", "segment_sum"]
 
 
 def _segment(data, segment_ids, num_segments, op, identity):
-    import fflow.numpy as jnp
-    from fflow import dtypes
 
     data = jnp.asarray(data)
     segment_ids = jnp.asarray(segment_ids)

@@ -23,6 +23,7 @@ Members always reduce in group order, so every runtime gets bit-identical number
 """
 
 import numpy as np
+from fflow.transforms import vmap as vmap_mod
 from fflow.transforms.autodiff import Zero, deflinear, instantiate, jvp_rules, transpose_rules
 
 from fflow import lax_ops as lax
@@ -492,7 +493,6 @@ def _batch_rule_for(prim):
 
 
 def _register_vmap_rules():
-    from fflow.transforms import vmap as vmap_mod
 
     for prim in ALL:
         vmap_mod.batch_rules.setdefault(prim, _batch_rule_for(prim))

@@ -5,10 +5,12 @@ output's dims are batch, then lhs free, then rhs free (as in XLA and JAX).
 """
 
 import numpy as np
+from fflow.transforms import vmap as vm
 from fflow.transforms.amp_policy import FOLLOW, FP32, KEEP, LOW
 from fflow.transforms.amp_rules import Rounded, amp_rules, keep, target_dtype, widest
-from fflow.transforms.autodiff import defjvp, transpose_rules
+from fflow.transforms.autodiff import Zero, defjvp, is_undefined, transpose_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
+from fflow.transforms.vmap import batch_rules
 
 from fflow import dtypes, threads
 from fflow import lax_ops as lax
@@ -146,7 +148,6 @@ def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False, p
 
 
 def _dot_transpose(ct, x, y, *, dimension_numbers, preferred_element_type=None):
-    from fflow.transforms.autodiff import Zero, is_undefined
 
     if type(ct) is Zero:
         return [None, None]
@@ -176,7 +177,6 @@ __all__ = ["dtypes"]
 
 # -- batching rule (vmap) ---------------------------------------------------------------
 def _dot_general_batch(vals, dims, *, dimension_numbers, preferred_element_type=None):
-    from fflow.transforms import vmap as vm
 
     (lhs, rhs), (dl, dr) = vals, dims
     (lc, rc), (lb, rb) = dimension_numbers
@@ -203,7 +203,6 @@ def _dot_general_batch(vals, dims, *, dimension_numbers, preferred_element_type=
 
 
 def _register_dot_batch_rule():
-    from fflow.transforms.vmap import batch_rules
 
     batch_rules[dot_general_p] = _dot_general_batch
 

@@ -7,12 +7,15 @@ the tangent, and the transpose of the (symmetric) DFT matrix is the DFT itself.
 """
 
 import numpy as np
-from fflow.transforms.autodiff import deflinear
+from fflow.transforms import vmap as vm
+from fflow.transforms.autodiff import Zero, deflinear
+from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
+from fflow.sbp import S
 
 fft_p = Primitive("fft")
 fft_p.amp_class = "fp32"
@@ -73,7 +76,6 @@ def _conj(z):
 
 
 def _fft_transpose(ct, x, *, fft_type, fft_lengths):
-    from fflow.transforms.autodiff import Zero
 
     if type(ct) is Zero:
         return [None]
@@ -100,17 +102,12 @@ deflinear(fft_p, _fft_transpose)
 
 
 def _register_rules():
-    from fflow.transforms import vmap as vm
 
     def batch_rule(args, dims, **params):
         (x,), (d,) = args, dims
         return fft_p.bind(vm.moveaxis(x, d, 0), **params), 0
 
     vm.batch_rules[fft_p] = batch_rule
-
-    from fflow.transforms.shard_rules import Sig, def_sbp
-
-    from fflow.sbp import S
 
     def sbp_rule(in_avals, out_avals, *, fft_type, fft_lengths):
         nb = in_avals[0].ndim - len(fft_lengths)

@@ -6,6 +6,7 @@ scatter updates are dropped (JAX's defaults).
 """
 
 import numpy as np
+from fflow.transforms import vmap as vm
 from fflow.transforms.autodiff import (
     Zero,
     defzero,
@@ -15,6 +16,7 @@ from fflow.transforms.autodiff import (
     transpose_rules,
 )
 from fflow.transforms.shard_rules import Sig, def_sbp
+from fflow.transforms.vmap import batch_rules
 
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
@@ -430,7 +432,6 @@ def _window_indices(x_shape, starts, sizes, lead):
 
 
 def _dynamic_slice_batch(vals, dims, *, slice_sizes):
-    from fflow.transforms import vmap as vm
 
     x, *starts = vals
     dx, *dstarts = dims
@@ -454,7 +455,6 @@ def _dynamic_slice_batch(vals, dims, *, slice_sizes):
 
 
 def _dus_batch(vals, dims):
-    from fflow.transforms import vmap as vm
 
     x, update, *starts = vals
     dx, du, *dstarts = dims
@@ -473,7 +473,6 @@ def _dus_batch(vals, dims):
 
 
 def _gather_batch(vals, dims, *, axes):
-    from fflow.transforms import vmap as vm
 
     (x, indices), (dx, di) = vals, dims
     if di is vm.not_mapped:
@@ -493,7 +492,6 @@ def _gather_batch(vals, dims, *, axes):
 
 def _scatter_batch_for(prim):
     def rule(vals, dims, *, axes):
-        from fflow.transforms import vmap as vm
 
         (x, indices, updates), (dx, di, du) = vals, dims
         size = vm.batch_size(vals, dims)
@@ -515,7 +513,6 @@ def _scatter_batch_for(prim):
 
 
 def _register_indexing_batch_rules():
-    from fflow.transforms.vmap import batch_rules
 
     batch_rules[dynamic_slice_p] = _dynamic_slice_batch
     batch_rules[dynamic_update_slice_p] = _dus_batch

@@ -7,11 +7,14 @@ right-hand side, so its transpose covers reverse mode of every rule here.
 """
 
 import numpy as np
+from fflow.transforms import vmap as vm
 from fflow.transforms.autodiff import Zero, instantiate, is_undefined, jvp_rules, transpose_rules
+from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import dtypes
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
+from fflow.sbp import S
 
 
 def _jnp():
@@ -322,7 +325,6 @@ jvp_rules[slogdet_p] = _slogdet_jvp
 
 
 def _register_batch_rules():
-    from fflow.transforms import vmap as vm
 
     def unary_rule(prim):
         def rule(args, dims):
@@ -351,9 +353,6 @@ _register_batch_rules()
 
 
 def _register_sbp_rules():
-    from fflow.transforms.shard_rules import Sig, def_sbp
-
-    from fflow.sbp import S
 
     def batch_split_rule(in_avals, out_avals, **params):
         nb = in_avals[0].ndim - 2

@@ -27,8 +27,10 @@ arithmetic, `rotl` a 32-bit left rotation)::
 """
 
 import numpy as np
+from fflow.transforms import vmap as vm
 from fflow.transforms.autodiff import defzero
 from fflow.transforms.shard_rules import Sig, def_sbp
+from fflow.transforms.vmap import batch_rules
 
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
@@ -131,14 +133,12 @@ defzero(random_fold_in_p)
 
 
 def _bits_batch(args, dims, *, shape):
-    from fflow.transforms import vmap as vm
 
     (key,), (bdim,) = args, dims
     return random_bits_p.bind(vm.moveaxis(key, bdim, 0), shape=shape), 0
 
 
 def _fold_in_batch(args, dims):
-    from fflow.transforms import vmap as vm
 
     (key, data), (kd, dd) = args, dims
     size = vm.batch_size(args, dims)
@@ -149,7 +149,6 @@ def _fold_in_batch(args, dims):
 
 def _register_batch_rules():
     """Batching: leading key dims are batch dims, so a batched key needs no loop."""
-    from fflow.transforms.vmap import batch_rules
 
     batch_rules[random_bits_p] = _bits_batch
     batch_rules[random_fold_in_p] = _fold_in_batch

@@ -2,8 +2,10 @@
 concatenate, rev. All are linear; their transposes move cotangents back."""
 
 import numpy as np
+from fflow.transforms import vmap
 from fflow.transforms.autodiff import Zero, deflinear, is_undefined
 from fflow.transforms.shard_rules import Sig, def_sbp, passthrough_partials
+from fflow.transforms.vmap import batch_rules
 
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
@@ -342,7 +344,6 @@ def _iota_abstract_eval(*, dtype, shape, dimension):
 
 # -- batching rules (vmap) -------------------------------------------------------------
 def _shape_batch_imports():
-    from fflow.transforms import vmap
 
     return vmap
 
@@ -429,7 +430,6 @@ def _iota_batch(vals, dims, **params):
 
 
 def _register_shape_batch_rules():
-    from fflow.transforms.vmap import batch_rules
 
     batch_rules[broadcast_in_dim_p] = _broadcast_in_dim_batch
     batch_rules[reshape_p] = _reshape_batch

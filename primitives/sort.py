@@ -1,8 +1,10 @@
 """`sort`: sorts operands along a dimension by the first `num_keys` of them (stable)."""
 
 import numpy as np
+from fflow.transforms import vmap as vm
 from fflow.transforms.autodiff import Zero, jvp_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
+from fflow.transforms.vmap import batch_rules
 
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
@@ -60,7 +62,6 @@ jvp_rules[sort_p] = _sort_jvp
 
 # -- batching rule (vmap) ---------------------------------------------------------------
 def _sort_batch(vals, dims, *, dimension, num_keys=1):
-    from fflow.transforms import vmap as vm
 
     moved, _ = vm.all_to_front(vals, dims)
     outs = sort_p.bind(*moved, dimension=dimension + 1, num_keys=num_keys)
@@ -68,7 +69,6 @@ def _sort_batch(vals, dims, *, dimension, num_keys=1):
 
 
 def _register_sort_batch_rule():
-    from fflow.transforms.vmap import batch_rules
 
     batch_rules[sort_p] = _sort_batch
 

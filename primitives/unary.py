@@ -11,6 +11,7 @@ from fflow.primitives.registrar import unary
 from fflow.transforms.autodiff import defjvp, defjvp_with_output, deflinear, defzero
 
 from fflow import lax_ops as lax
+from fflow.core import aval_of_value
 from fflow.dtypes import bool_
 
 neg_p = unary("neg", np.negative, float_only=False)
@@ -197,7 +198,6 @@ defjvp_with_output(
 
 
 def _abs_jvp(g, x):
-    from fflow.core import aval_of_value
 
     if aval_of_value(x).dtype.kind == "c":
         # JAX: d|x| = re(conj(x) t) / |x| (0 at x == 0), a real tangent

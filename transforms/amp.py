@@ -19,6 +19,7 @@ import functools
 import weakref
 
 import numpy as np
+from fflow.transforms.ad_api import value_and_grad
 from fflow.transforms.amp_policy import CLASSES, FOLLOW, KEEP, Policy
 from fflow.transforms.amp_rules import Rounded, amp_rules, keep, target_dtype
 from fflow.transforms.amp_scale import (
@@ -28,6 +29,7 @@ from fflow.transforms.amp_scale import (
     all_finite,
     select_tree,
 )
+from fflow.transforms.staging import eval_program, trace_to_program
 
 from fflow import core, dtypes
 from fflow import lax_ops as lax
@@ -283,7 +285,6 @@ def _is_array_like(x):
 
 def rewrite_program(program, policy="bf16"):
     """The AMP rewrite of a traced `Program` (same inputs and outputs, casts inside)."""
-    from fflow.transforms.staging import eval_program, trace_to_program
 
     def run(*args):
         return eval_program(program, program.consts, list(args))
@@ -321,7 +322,6 @@ def scaled_value_and_grad(fun, argnums=0, has_aux=False):
         >>> bool(finite), g.dtype.name
         (True, 'float32')
     """
-    from fflow.transforms.ad_api import value_and_grad
 
     @functools.wraps(fun)
     def wrapped(loss_scale, *args, **kwargs):

@@ -24,6 +24,7 @@ import numpy as np
 from fflow import core, dtypes
 from fflow import lax_ops as lax
 from fflow.errors import user_error
+from fflow.tree_util import tree_map
 
 LOW, FP32, FOLLOW, KEEP = "low", "fp32", "follow", "keep"
 CLASSES = (LOW, FP32, FOLLOW, KEEP)
@@ -222,7 +223,6 @@ class Policy:
 
 
 def _cast_tree(tree, dtype):
-    from fflow.tree_util import tree_map
 
     def cast(x):
         if dtypes.is_float(core.aval_of_value(x).dtype):

@@ -14,6 +14,7 @@ import numpy as np
 
 from fflow import core, dtypes
 from fflow import lax_ops as lax
+from fflow.array import Array
 from fflow.tree_util import register_pytree_node_class, tree_leaves, tree_map
 
 
@@ -26,8 +27,6 @@ def _at_least_f32(x):
 
 def _scalar(value, dtype):
     if isinstance(value, (int, float, np.number)):
-        from fflow.array import Array
-
         return Array(np.asarray(value, dtype))
     return value
 
@@ -51,8 +50,6 @@ def all_finite(tree):
         ok = lax.reduce_and(ok, tuple(range(aval.ndim))) if aval.ndim else ok
         out = ok if out is None else lax.bitwise_and(out, ok)
     if out is None:
-        from fflow.array import Array
-
         return Array(np.asarray(True))
     return out
 
