@@ -64,3 +64,11 @@ def test_two_placements_without_a_move_names_the_line():
     with pytest.raises(ValueError, match=r"two placements.*with_sbp") as info:
         fflow.shard(f, A)(x, x)
     assert "test_shard_mixed.py" in str(info.value)
+
+
+def test_memory_limit_with_moves_says_so():
+    f = fflow.shard(
+        lambda x, w1, w2: script.mixed(x, w1, w2, S(0), B, Bpl), A, (S(0), B, B), memory_limit=1e9
+    )
+    with pytest.raises(ValueError, match="memory_limit is not supported"):
+        f(*script.mixed_inputs())

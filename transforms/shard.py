@@ -288,6 +288,13 @@ class Sharded:
 
         if any(e.primitive is shard_move_p for e in program.eqns):
             # several placements: one planned segment per placement
+            if self.memory_limit is not None:
+                raise user_error(
+                    ValueError,
+                    "memory_limit is not supported for a sharded function that moves values "
+                    "to other placements (with_sbp(..., placement=)). Fix: drop "
+                    "memory_limit, or shard each placement's part on its own with its limit.",
+                )
             sp = program_cutters[0](
                 program, self.placement, lifted_sbps + in_sbps, out_specs, self.plan_options
             )
