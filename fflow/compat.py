@@ -72,7 +72,30 @@ class _Finder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(name, _Loader(module))
 
 
+def _jax_module():
+    """`jax` is its own module object forwarding to fflow: the import system sets each
+    imported `jax.X` on its parent, and `jax.sharding` / `jax.core` must not replace
+    fflow's own `fflow.sharding` / `fflow.core`."""
+    fflow = importlib.import_module("fflow")
+    module = _Forwarding("fflow", fflow.__doc__)
+    module.__path__ = []
+    module._fflow = fflow
+    for name in ("sharding", "core"):
+        setattr(module, name, importlib.import_module(_MODULES["jax." + name]))
+    return module
+
+
+class _Forwarding(types.ModuleType):
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_fflow"], name)
+
+    def __dir__(self):
+        return sorted(set(dir(self.__dict__["_fflow"])) | set(self.__dict__))
+
+
 def _fflow_module(name):
+    if name == "jax":
+        return _jax_module()
     target = _target(name)
     try:
         return importlib.import_module(target)
@@ -126,7 +149,7 @@ def install():
     for k in saved:
         del sys.modules[k]
     _installed.append((finder, saved))
-    sys.modules["jax"] = importlib.import_module("fflow")
+    sys.modules["jax"] = _jax_module()
     sys.modules["jax.numpy"] = importlib.import_module("fflow.numpy")
 
 

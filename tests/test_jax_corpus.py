@@ -53,3 +53,19 @@ def test_swap_runs_jax_when_asked(name):
     from jax_corpus_util import run
 
     compare(run(name, "jax"), load_golden()[name])
+
+
+def test_swap_leaves_fflow_own_modules():
+    """`import jax.sharding` / `jax.core` under the swap must not replace fflow.sharding."""
+    from jax_corpus_util import backend
+
+    import fflow
+
+    with backend("fflow"):
+        import jax.core
+        import jax.sharding
+
+        assert jax.sharding.Mesh is fflow.jax_sharding.Mesh
+        assert jax.core.Primitive is fflow.jax_core.Primitive
+    assert fflow.sharding.__name__ == "fflow.sharding"
+    assert fflow.core.__name__ == "fflow.core"
