@@ -14,6 +14,8 @@ Example:
     [8.0, 8.0]
 """
 
+import importlib
+
 from fflow.core import primitives
 from fflow.lax_control import (  # noqa: F401  (re-exported: __all__)
     all_gather,
@@ -85,6 +87,9 @@ __all__ = sorted(
 
 def __getattr__(name):
     # `lax.sin_p`, `lax.add_p`...: the registered primitives, as custom interpreters use them
+    if name == "with_sharding_constraint":
+        # jax.lax.with_sharding_constraint: the sharding API sits layers above lax
+        return importlib.import_module("fflow.jax_sharding").with_sharding_constraint
     prim = primitives.get(name[:-2]) if name.endswith("_p") else None
     if prim is None:
         raise AttributeError(f"module 'fflow.lax' has no attribute {name!r}")

@@ -26,7 +26,6 @@ KNOWN = {
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
     "scipy_linalg_signal": "no jax.scipy.linalg.lu",
     "scipy_special_stats": "weak type of stats.beta.logpdf on Python scalars",
-    "sharding_mesh_device_put": "no lax.with_sharding_constraint",
 }
 
 
