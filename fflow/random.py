@@ -21,16 +21,18 @@ import math
 
 import numpy as np
 
+import fflow.numpy as jnp
 from fflow import dtypes, lax
+from fflow import lax as _lax
 from fflow.core import Tracer
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.primitives.random_bits import random_bits_p, random_fold_in_p
+from fflow.transforms.vmap import vmap
 
 _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.uint64}
 
 
 def _jnp():
-    import fflow.numpy as jnp
 
     return jnp
 
@@ -426,7 +428,6 @@ def orthogonal(key, n, shape=(), dtype=None):
 
 
 def _gamma_one(key, alpha, log_space):
-    from fflow import lax as _lax
 
     jnp = _jnp()
     dtype = alpha.dtype
@@ -477,7 +478,6 @@ def _gamma_one(key, alpha, log_space):
 
 
 def _gamma(key, a, shape, dtype, log_space):
-    from fflow.transforms.vmap import vmap
 
     jnp = _jnp()
     key = _key(key, "gamma")
@@ -597,7 +597,6 @@ def randint(key, shape, minval, maxval, dtype=None):
 
 
 def _poisson_knuth(key, lam, shape, dtype, max_iters):
-    from fflow import lax as _lax
 
     jnp = _jnp()
 
@@ -618,7 +617,6 @@ def _poisson_knuth(key, lam, shape, dtype, max_iters):
 
 
 def _poisson_rejection(key, lam, shape, dtype, max_iters):
-    from fflow import lax as _lax
     from fflow.scipy.special import gammaln
 
     jnp = _jnp()

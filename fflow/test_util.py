@@ -15,6 +15,8 @@ Example:
 import numpy as np
 
 from fflow import dtypes
+from fflow.array import Array
+from fflow.transforms.ad_api import jvp, vjp
 from fflow.tree_util import tree_flatten, tree_map
 
 EPS = 1e-4
@@ -67,7 +69,6 @@ def _eps(args, given):
 
 
 def _to_fflow(tree):
-    from fflow.array import Array
 
     return tree_map(lambda x: Array(dtypes.canonical_array(np.asarray(x))), tree)
 
@@ -193,7 +194,6 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
         >>> from fflow.test_util import check_grads
         >>> check_grads(jnp.tanh, (np.array([0.1, -0.5]),), order=2)
     """
-    from fflow.transforms.ad_api import jvp, vjp
 
     args = tuple(args)
     # as JAX: 64-bit inputs are checked as 32-bit ones unless x64 is on

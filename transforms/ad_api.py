@@ -5,13 +5,16 @@ import functools
 
 import numpy as np
 from fflow.transforms import autodiff as ad
-from fflow.transforms.staging import eval_program
+from fflow.transforms.staging import eval_program, trace_to_program
+from fflow.transforms.vmap import vmap
 
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun, normalize_argnums
-from fflow.core import aval_of_value
+from fflow.array import Array
+from fflow.core import ShapedArray, aval_of_value
 from fflow.errors import api_boundary, check_keywords, user_error
+from fflow.numpy._util import mark_weak
 from fflow.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
@@ -23,8 +26,6 @@ def _instantiate_like(t, primal):
         ta = aval_of_value(t)
         if not ta.weak_type and ta.dtype == pa.dtype:
             # JAX: a cotangent has its primal's type (grad of a Python float is weak)
-            from fflow.array import Array
-            from fflow.numpy._util import mark_weak
 
             return (
                 Array(t._value, True) if type(t) is Array and t._sharding is None else mark_weak(t)
@@ -302,7 +303,6 @@ def _std_basis(leaves):
 @check_keywords
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """Jacobian by forward mode: vmap of jvp over the standard basis."""
-    from fflow.transforms.vmap import vmap
 
     @api_boundary
     def jac_fun(*args, **kwargs):
@@ -350,7 +350,6 @@ def _split_last(t, sizes, leaves, single, in_tree):
 @check_keywords
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """Jacobian by reverse mode: vmap of vjp over the output's standard basis."""
-    from fflow.transforms.vmap import vmap
 
     @api_boundary
     def jac_fun(*args, **kwargs):
@@ -448,9 +447,6 @@ def eval_shape(fun, *args, **kwargs):
         >>> fflow.eval_shape(lambda x: x @ x.T, jnp.ones((3, 2)))
         ShapeDtypeStruct(shape=(3, 3), dtype=float32)
     """
-    from fflow.transforms.staging import trace_to_program
-
-    from fflow.core import ShapedArray
 
     leaves, in_tree = tree_flatten((args, kwargs))
     in_avals = []

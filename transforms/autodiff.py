@@ -7,9 +7,11 @@ and `transpose_rules[prim](ct, *inputs, **params) -> cts per input`, where linea
 inputs arrive as `UndefinedPrimal` and absent cotangents are `None` or `Zero`.
 """
 
+from fflow.transforms.staging import StagingTrace, _at_source
+
 from fflow import core
 from fflow import lax_ops as lax
-from fflow.core import ShapedArray, aval_of_value, set_current_trace
+from fflow.core import Literal, ShapedArray, aval_of_value, set_current_trace
 from fflow.errors import FflowError, user_error
 
 jvp_rules = {}
@@ -205,7 +207,6 @@ def jvp_flat(fun, primals, tangents):
 def linearize_flat(fun, primals):
     """Returns (primals_out, linear_program) where the program maps tangents in to
     tangents out; its consts are the residuals (known values)."""
-    from fflow.transforms.staging import StagingTrace
 
     lin = StagingTrace(partial_eval=True)
     jvp_trace = JVPTrace(parent=lin)
@@ -247,9 +248,6 @@ def backward_pass(program, cts_out):
     Equations that do not depend on linear inputs (residual recomputation, as in
     `checkpoint`) are evaluated forward first.
     """
-    from fflow.transforms.staging import _at_source
-
-    from fflow.core import Literal
 
     env = dict(zip(program.constvars, program.consts))
     linear = set(program.invars)

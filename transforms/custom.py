@@ -29,6 +29,7 @@ from fflow.transforms.staging import (
 from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value
+from fflow.array import Array, EvalTrace, root_trace
 from fflow.core import Primitive, Program, aval_of_value, set_current_trace
 from fflow.errors import user_error
 from fflow.tree_util import (
@@ -44,7 +45,6 @@ from fflow.tree_util import (
 
 
 def _is_eager():
-    from fflow.array import root_trace
 
     return core.current_trace() is root_trace
 
@@ -55,7 +55,6 @@ def _needs_program():
     Eager evaluation, forward mode and linearize only call the Python functions, so
     under them a custom function may use Python control flow on concrete values.
     """
-    from fflow.array import EvalTrace
 
     t = core.current_trace()
     while t is not None:
@@ -79,7 +78,6 @@ def trace_closed(flat_fun, in_avals):
 
 def _run_on_root(program, fun, args):
     """Evaluate `program` (or call `fun`) eagerly on NumPy arrays; NumPy results."""
-    from fflow.array import Array, root_trace
 
     vals = [Array(a) if type(a) is np.ndarray else a for a in args]
     with set_current_trace(root_trace):
@@ -139,7 +137,6 @@ def _name(fun):
 
 
 def _is_array_like(x):
-    from fflow.array import Array
 
     return isinstance(x, (Array, core.Tracer, np.ndarray))
 

@@ -8,6 +8,7 @@ trace instead, so only the unknown (tangent) part is staged.
 
 import numpy as np
 
+import fflow.errors as errors
 from fflow import core, dtypes
 from fflow.array import Array
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
@@ -154,14 +155,12 @@ class _at_source:
         self.info = info
 
     def __enter__(self):
-        import fflow.errors as errors
 
         self.prev = errors.forced_source_info
         if self.info is not None:
             errors.forced_source_info = self.info
 
     def __exit__(self, *exc):
-        import fflow.errors as errors
 
         errors.forced_source_info = self.prev
 

@@ -19,6 +19,7 @@ import functools
 import threading
 
 import numpy as np
+from fflow.transforms.staging import eval_program, trace_to_program
 
 from fflow import core
 from fflow import lax_ops as lax
@@ -264,7 +265,6 @@ def batch_program(program, axis_size, in_batched, instantiate):
     Returns (new_program, out_batched); every output listed in `instantiate`
     (a bool or a list of bools) comes out batched at dim 0.
     """
-    from fflow.transforms.staging import eval_program, trace_to_program
 
     n_out = len(program.outvars)
     if isinstance(instantiate, bool):

@@ -23,6 +23,7 @@ from fflow.numpy import more as _more
 from fflow.numpy import reductions as _reductions
 from fflow.numpy import shapes as _shapes
 from fflow.numpy import statistics as _statistics
+from fflow.numpy._util import info as _info
 from fflow.numpy.creation import *
 from fflow.numpy.elementwise import *
 from fflow.numpy.elementwise import abs, divmod, pow, round
@@ -139,32 +140,28 @@ def __getattr__(name):
 
 
 def finfo(dtype):
-    from fflow import dtypes as _d
 
-    return _d.finfo(dtype)
+    return _dtypes.finfo(dtype)
 
 
 def result_type(*args):
     """The dtype JAX's promotion gives for arrays, scalars and dtypes together."""
-    from fflow import dtypes as _d
-    from fflow.numpy._util import info
 
     pairs = []
     for a in args:
         if a is int or a is float or a is complex or a is bool:
-            pairs.append((_d.canonicalize(a), a is not bool))
+            pairs.append((_dtypes.canonicalize(a), a is not bool))
         elif isinstance(a, (_np.dtype, str, type)):
-            pairs.append((_d.canonicalize(a), False))
+            pairs.append((_dtypes.canonicalize(a), False))
         else:
-            d, weak, _ = info(a)
+            d, weak, _ = _info(a)
             pairs.append((d, weak))
-    return _d.promote_pairs(*pairs)[0]
+    return _dtypes.promote_pairs(*pairs)[0]
 
 
 def promote_types(a, b):
-    from fflow import dtypes as _d
 
-    return _d.promote_pairs((_np.dtype(a), False), (_np.dtype(b), False))[0]
+    return _dtypes.promote_pairs((_np.dtype(a), False), (_np.dtype(b), False))[0]
 
 
 def can_cast(from_, to, casting="safe"):

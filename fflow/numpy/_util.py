@@ -8,6 +8,7 @@ from fflow import lax_ops as lax
 from fflow.array import Array, root_trace
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error
+from fflow.primitives.convert import convert_element_type_p
 
 _SCALARS = (int, float, bool, complex)
 
@@ -162,8 +163,6 @@ def mark_weak(x):
     if type(x) is np.ndarray:
         return Array(x, weak_type=True)
     if isinstance(x, Tracer) and not x.aval.weak_type:
-        from fflow.primitives.convert import convert_element_type_p
-
         return convert_element_type_p.bind(x, new_dtype=x.aval.dtype, weak_type=True)
     return x
 

@@ -6,8 +6,10 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.array import Array, is_eager
 from fflow.core import Tracer
-from fflow.errors import user_error
-from fflow.numpy._util import default_dtype_array, info
+from fflow.errors import ConcretizationError, user_error
+from fflow.numpy._util import default_dtype_array, info, mark_weak
+from fflow.numpy.elementwise import add, multiply, subtract
+from fflow.numpy.shapes import broadcast_arrays, broadcast_to, moveaxis, reshape, stack
 
 
 def _dtype(dtype):
@@ -29,8 +31,6 @@ def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
         if copy and isinstance(out, Array) and out is object:
             out = Array(np.array(object._value), object._weak)
     elif isinstance(object, (list, tuple)) and _contains_traced(object):
-        from fflow.numpy.shapes import stack
-
         out = stack([array(o) for o in object])
         if dtype is not None:
             out = lax.convert_element_type(out, dtype)
@@ -121,8 +121,6 @@ def empty(shape, dtype=None):
 def full(shape, fill_value, dtype=None):
     dtype = _dtype(dtype)
     if isinstance(fill_value, (Array, Tracer)):
-        from fflow.numpy.shapes import broadcast_to
-
         out = broadcast_to(fill_value, _shape(shape))
         return out if dtype is None else lax.convert_element_type(out, dtype)
     weak = dtype is None and type(fill_value) in (int, float, complex)
@@ -131,8 +129,6 @@ def full(shape, fill_value, dtype=None):
     # a broadcast of a scalar: staged as one equation under jit, a view eagerly
     out = lax.full(_shape(shape), np.asarray(fill_value, dtype), dtype)
     if weak:  # JAX: full(shape, 2.0) is weakly typed
-        from fflow.numpy._util import mark_weak
-
         out = mark_weak(out)
     return Array(out) if type(out) is np.ndarray else out  # a 0-d result is an Array too
 
@@ -158,8 +154,6 @@ def full_like(a, fill_value, dtype=None, shape=None):
         fill_value = np.asarray(fill_value, dtype)
     out = lax.full(shape, fill_value, dtype)
     if keep_weak:
-        from fflow.numpy._util import mark_weak
-
         return mark_weak(out)
     if type(out) is np.ndarray and is_eager():
         return Array(out)  # shape (): still an Array (traced: stays a literal)
@@ -170,8 +164,6 @@ def arange(start, stop=None, step=None, dtype=None):
     """Evenly spaced values (static bounds). Int bounds give int32, floats float32."""
     for v in (start, stop, step):
         if isinstance(v, Tracer):
-            from fflow.errors import ConcretizationError
-
             raise ConcretizationError(v, "int")
     if stop is None:
         start, stop = 0, start
@@ -184,9 +176,6 @@ def arange(start, stop=None, step=None, dtype=None):
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
     if isinstance(start, (Tracer, Array)) or isinstance(stop, (Tracer, Array)):
-        from fflow.numpy.elementwise import add, multiply, subtract
-        from fflow.numpy.shapes import broadcast_arrays, moveaxis, reshape
-
         start, stop = broadcast_arrays(start, stop)
         nd = len(info(start)[2])
         t = np.linspace(0.0, 1.0, num, endpoint=endpoint, dtype=np.float32)
@@ -222,7 +211,6 @@ def tri(N, M=None, k=0, dtype=None):
 
 
 def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
-    from fflow.numpy.shapes import broadcast_to, reshape
 
     n = len(xi)
     shapes = [info(x)[2][0] for x in xi]

@@ -14,6 +14,7 @@ from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ConcretizationError, user_error
 from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, convert, info, operand
+from fflow.numpy.elementwise import negative, power, reciprocal
 
 
 def _is_advanced(e):
@@ -206,7 +207,6 @@ class _IndexUpdateRef:
         return _update(self.array, self.idx, values, "add", mode)
 
     def subtract(self, values, **kwargs):
-        from fflow.numpy.elementwise import negative
 
         return _update(self.array, self.idx, negative(values), "add")
 
@@ -216,7 +216,6 @@ class _IndexUpdateRef:
     multiply = mul
 
     def divide(self, values, **kwargs):
-        from fflow.numpy.elementwise import reciprocal
 
         return _update(self.array, self.idx, reciprocal(values), "mul")
 
@@ -227,7 +226,6 @@ class _IndexUpdateRef:
         return _update(self.array, self.idx, values, "max", mode)
 
     def power(self, values, **kwargs):
-        from fflow.numpy.elementwise import power
 
         return self.set(power(self.get(), values))
 

@@ -21,8 +21,11 @@ from fflow.numpy import elementwise as _ew
 from fflow.numpy import reductions as _red
 from fflow.numpy import shapes as _sh
 from fflow.numpy._util import info, operand
+from fflow.numpy._util import promote_dtypes as _promote_dtypes
 from fflow.numpy.linalg_ops import matmul, norm, outer, tensordot, trace, vdot  # noqa: F401
+from fflow.numpy.statistics import cross as _cross
 from fflow.primitives.linalg import cholesky_p, eigh_p, qr_p, slogdet_p, solve_p, svd_p
+from fflow.primitives.unary import integer_pow_by_squaring as _pow_by_squaring
 
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
@@ -65,9 +68,8 @@ def solve(a, b):
 
 
 def _promote(*xs):
-    from fflow.numpy._util import promote_dtypes
 
-    return promote_dtypes(*xs)
+    return _promote_dtypes(*xs)
 
 
 def inv(a):
@@ -184,9 +186,8 @@ def matrix_power(a, n):
         return _sh.broadcast_to(np.eye(a.shape[-1], dtype=info(a)[0]), a.shape)
     if n < 0:
         a, n = inv(a), -n
-    from fflow.primitives.unary import integer_pow_by_squaring
 
-    return integer_pow_by_squaring(a, n, mul=matmul)
+    return _pow_by_squaring(a, n, mul=matmul)
 
 
 def multi_dot(arrays):
@@ -213,7 +214,6 @@ eig = eigvals
 
 
 def cross(a, b, axis=-1):
-    from fflow.numpy.statistics import cross as _cross
 
     return _cross(a, b, axis=axis)
 

@@ -8,12 +8,22 @@ import numpy as np
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
-from fflow.numpy._util import broadcast_shapes, broadcast_to_shape, info, operand, promote_dtypes
-from fflow.numpy.elementwise import conjugate
+from fflow.numpy import elementwise as ew
+from fflow.numpy import reductions as red
+from fflow.numpy._util import (
+    broadcast_shapes,
+    broadcast_to_shape,
+    convert,
+    info,
+    operand,
+    promote_dtypes,
+)
+from fflow.numpy.elementwise import conjugate, multiply
+from fflow.numpy.reductions import sum as _sum
+from fflow.numpy.shapes import expand_dims, moveaxis, ravel, reshape
 
 
 def _promote_pair(a, b):
-    from fflow.numpy._util import convert
 
     a, b = operand(a), operand(b)
     dtype, _ = promote_dtypes(a, b)
@@ -87,8 +97,6 @@ def dot(a, b, precision=None, preferred_element_type=None):
     a, b = _promote_pair(a, b)
     sa, sb = info(a)[2], info(b)[2]
     if len(sa) == 0 or len(sb) == 0:
-        from fflow.numpy.elementwise import multiply
-
         return multiply(a, b)
     if len(sb) <= 2:
         return matmul(a, b, preferred_element_type=preferred_element_type)
@@ -104,7 +112,6 @@ def dot(a, b, precision=None, preferred_element_type=None):
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
     """Dot product of the flattened inputs, conjugating `a` when complex (as JAX)."""
-    from fflow.numpy.shapes import ravel
 
     if dtypes.is_inexact(info(a)[0]) and info(a)[0].kind == "c":
         a = conjugate(a)
@@ -117,15 +124,11 @@ def inner(a, b):
     a, b = _promote_pair(a, b)
     sa, sb = info(a)[2], info(b)[2]
     if len(sa) == 0 or len(sb) == 0:
-        from fflow.numpy.elementwise import multiply
-
         return multiply(a, b)
     return lax.dot_general(a, b, (((len(sa) - 1,), (len(sb) - 1,)), ((), ())))
 
 
 def outer(a, b):
-    from fflow.numpy.elementwise import multiply
-    from fflow.numpy.shapes import ravel, reshape
 
     return multiply(reshape(ravel(a), (-1, 1)), ravel(b))
 
@@ -150,13 +153,11 @@ def tensordot(a, b, axes=2, precision=None):
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
-    from fflow.numpy.reductions import sum as _sum
 
     return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    from fflow.numpy.shapes import moveaxis
 
     a = operand(a)
     s = info(a)[2]
@@ -187,8 +188,6 @@ def diag(v, k=0):
 
 
 def kron(a, b):
-    from fflow.numpy.elementwise import multiply
-    from fflow.numpy.shapes import reshape
 
     a, b = operand(a), operand(b)
     sa, sb = info(a)[2], info(b)[2]
@@ -217,7 +216,6 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
         subscripts, operands = _sublist_to_subscripts(subscripts, *operands)
     operands = [operand(o) for o in operands]
     dtype, _ = promote_dtypes(*operands)
-    from fflow.numpy._util import convert
 
     operands = [convert(o, dtype) for o in operands]
     shapes = [tuple(info(o)[2]) for o in operands]
@@ -416,8 +414,6 @@ def _einsum_pair(a, sa, b, sb, out, preferred_element_type=None):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     """Vector and matrix norms (None/2-norm, 1, inf, -inf, 0, p; 'fro' for matrices)."""
-    from fflow.numpy import elementwise as ew
-    from fflow.numpy import reductions as red
 
     x = operand(x)
     if not dtypes.is_inexact(info(x)[0]):
@@ -455,7 +451,6 @@ def norm(x, ord=None, axis=None, keepdims=False):
         return red.min(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
     if ord in (2, -2, "nuc"):
         from fflow.numpy import linalg as la
-        from fflow.numpy.shapes import expand_dims, moveaxis
 
         s = la.svd(moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
         out = red.max(s, -1) if ord == 2 else red.min(s, -1) if ord == -2 else red.sum(s, -1)

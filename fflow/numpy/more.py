@@ -13,13 +13,17 @@ from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error
 from fflow.numpy import elementwise as ew
+from fflow.numpy import linalg as la
 from fflow.numpy import reductions as red
 from fflow.numpy import shapes as sh
 from fflow.numpy._util import info, operand
+from fflow.numpy.creation import asarray, zeros_like
+from fflow.numpy.elementwise import where
+from fflow.numpy.linalg_ops import diag, diagonal, matmul
+from fflow.transforms.vmap import vmap
 
 
 def _asarray(x):
-    from fflow.numpy.creation import asarray
 
     return asarray(x)
 
@@ -45,7 +49,6 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
 
     @functools.wraps(pyfunc)
     def wrapped(*args, **kwargs):
-        from fflow.transforms.vmap import vmap
 
         excluded_pos = {i for i in excluded if isinstance(i, int)}
         static = {i: a for i, a in enumerate(args) if i in excluded_pos}
@@ -88,7 +91,6 @@ def _parse_signature(signature):
 
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     """`func1d` applied to 1-D slices of `arr` along `axis` (with vmap)."""
-    from fflow.transforms.vmap import vmap
 
     arr = operand(arr)
     nd = len(info(arr)[2])
@@ -200,7 +202,6 @@ def dsplit(ary, indices_or_sections):
 
 
 def diagflat(v, k=0):
-    from fflow.numpy.linalg_ops import diag
 
     return diag(sh.ravel(v), k)
 
@@ -489,7 +490,6 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     n = info(x)[2][1]
     ddof = (0 if bias else 1) if ddof is None else ddof
     centered = ew.subtract(x, red.mean(x, axis=1, keepdims=True))
-    from fflow.numpy.linalg_ops import matmul
 
     c = ew.true_divide(matmul(centered, sh.transpose(centered)), n - ddof)
     return sh.squeeze(c) if info(c)[2] == (1, 1) else c
@@ -500,7 +500,6 @@ def corrcoef(x, y=None, rowvar=True):
     if len(info(c)[2]) == 0:
         return ew.true_divide(c, c)
     d = sh.diagonal(c) if hasattr(sh, "diagonal") else None
-    from fflow.numpy.linalg_ops import diagonal
 
     d = ew.sqrt(diagonal(c))
     return ew.clip(ew.true_divide(ew.true_divide(c, d[:, None]), d[None, :]), -1, 1)
@@ -538,7 +537,6 @@ def polyder(p, m=1):
 
 
 def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
-    from fflow.numpy import linalg as la
 
     x = operand(x)
     vander_ = vander(x, deg + 1)
@@ -684,13 +682,11 @@ def vecdot(x1, x2, /, *, axis=-1):
 
 
 def matvec(x1, x2, /):
-    from fflow.numpy.linalg_ops import matmul
 
     return sh.squeeze(matmul(x1, sh.expand_dims(x2, -1)), -1)
 
 
 def vecmat(x1, x2, /):
-    from fflow.numpy.linalg_ops import matmul
 
     return sh.squeeze(matmul(sh.expand_dims(x1, -2), x2), -2)
 
@@ -713,8 +709,6 @@ iterable = np.iterable
 def piecewise(x, condlist, funclist, *args, **kw):
     """NumPy's piecewise: `funclist[i]` (a callable or a value) where `condlist[i]`
     holds (the last true condition wins); an extra last entry is the default."""
-    from fflow.numpy.creation import asarray, zeros_like
-    from fflow.numpy.elementwise import where
 
     x = asarray(x)
     if not isinstance(condlist, (list, tuple)):
