@@ -177,7 +177,8 @@ def install(device_count=1):
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
                  "uint16", "uint32", "uint64", "bool_"):  # fmt: skip
         setattr(mod, name, getattr(np, name))
-    mod.ascontiguousarray = lambda a: _wrap(np.ascontiguousarray(a))
+    # CuPy keeps a 0-d array 0-d (NumPy makes it 1-d)
+    mod.ascontiguousarray = lambda a: _wrap(np.ascontiguousarray(a).reshape(np.shape(a)))
     sys.modules["cupy"] = mod
     compile_cubin = nvrtc.compile_cubin
 

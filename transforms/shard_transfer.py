@@ -197,15 +197,20 @@ def start_transfer(x, dst_pl, dst_sbp, tag=0):
     for m in plan.messages:
         s_rank, d_rank = plan.src_pl.ranks[m.src], dst_pl.ranks[m.dst]
         if s_rank == me and d_rank == me:
-            out[m.dst][m.dst_slice] = shards[m.src][m.src_slice]
+            out[m.dst][m.dst_slice] = _host(shards[m.src][m.src_slice])
         elif s_rank == me:
-            sends.append((d_rank, np.ascontiguousarray(shards[m.src][m.src_slice])))
+            sends.append((d_rank, np.ascontiguousarray(_host(shards[m.src][m.src_slice]))))
         elif d_rank == me:
             shape = tuple(s.stop - s.start for s in m.dst_slice)
             fill.append((m.dst, m.dst_slice, len(recvs)))
             recvs.append((s_rank, shape, plan.dtype))
     handle = rt.p2p_start(sends, recvs, tag) if sends or recvs else None
     return PendingTransfer(plan, x._weak, out, fill, handle)
+
+
+def _host(a):
+    # the NCCL runtime's shards are device arrays; the transfer's buffers are on the host
+    return a.get() if hasattr(a, "get") else a
 
 
 def _pre_of(x, dst_pl, dst_sbp):
