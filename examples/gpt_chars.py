@@ -1,6 +1,6 @@
 """Train a small GPT on Python's own standard library, one character at a time.
 
-    python examples/gpt_chars.py                  # 2 data x 2 model; ~4 CPU-minutes
+    python examples/gpt_chars.py                  # 2 data x 2 model; ~4.5 CPU-minutes
     python -m fflow.launch -n 4 examples/gpt_chars.py   # the same on 4 MPI ranks
     python examples/gpt_chars.py --resume         # continue from the last checkpoint
     python examples/gpt_chars.py --tiny           # a few steps (used by the tests)
@@ -23,7 +23,10 @@ Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets it
 rows), checkpoints from `fflow.CheckpointManager` (every --ckpt-every steps; --resume
 reloads model, optimizer state and step onto the mesh). At the end it reports
 validation bits per character next to a bigram model fit on the same training text,
-writes a loss-curve PNG and prints a generated sample.
+writes a loss-curve PNG and prints a generated sample. Measured on a 2-core machine
+loaded by other jobs (load average 12-15): validation 2.66 bits/char vs the bigram's
+3.52, in 9 min wall on 4 MPI ranks and 24 min wall (4.5 CPU-minutes) on 4 simulated
+devices in one process; both runs give the same numbers.
 """
 
 import argparse
