@@ -30,17 +30,19 @@ def _piece(e, uses):
     return axes[0], lo, hi, x
 
 
+def use_counts(program):
+    """How many times each Var is read (by equations and as a program output)."""
+    uses = {}
+    for v in [v for e in program.eqns for v in e.inputs] + list(program.outvars):
+        if type(v) is Var:
+            uses[v] = uses.get(v, 0) + 1
+    return uses
+
+
 def fold_pad_sums(program):
     """`add(pad(a), pad(b))` whose pieces are adjacent along one axis -> one pad of
     `concatenate([a, b])` (no pad at all once the pieces cover the axis)."""
-    uses = {}
-    for e in program.eqns:
-        for v in e.inputs:
-            if type(v) is Var:
-                uses[v] = uses.get(v, 0) + 1
-    for v in program.outvars:
-        if type(v) is Var:
-            uses[v] = uses.get(v, 0) + 1
+    uses = use_counts(program)
     producer, dead = {}, set()
     eqns = []
     changed = False

@@ -271,14 +271,7 @@ def fold_dot_transpose(program):
     the product the other way round saves the strided copy that reading the
     transposed view costs later.
     """
-    uses = {}
-    for e in program.eqns:
-        for v in e.inputs:
-            if type(v) is Var:
-                uses[v] = uses.get(v, 0) + 1
-    for v in program.outvars:
-        if type(v) is Var:
-            uses[v] = uses.get(v, 0) + 1
+    uses = use_counts(program)
     producer = {}
     for e in program.eqns:
         if e.primitive.name == "dot_general" and _plain_matmul(e) and uses.get(e.outputs[0]) == 1:
@@ -343,7 +336,7 @@ def optimize(program, report=None):
     return program, report
 
 
-from fflow.lowering.pad_sums import fold_pad_sums  # noqa: E402
+from fflow.lowering.pad_sums import fold_pad_sums, use_counts  # noqa: E402
 
 # fusion grouping and liveness live in schedule.py (it imports the helpers above)
 from fflow.lowering.schedule import (  # noqa: E402
