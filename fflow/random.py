@@ -323,6 +323,43 @@ def rademacher(key, shape=(), dtype=None):
     return (2 * b.astype(dtype) - 1).astype(dtype)
 
 
+def generalized_normal(key, p, shape=(), dtype=None):
+    """Samples with density proportional to exp(-|x|^p): a random sign times Gamma(1/p)^(1/p).
+
+    Example:
+        >>> import fflow
+        >>> fflow.random.generalized_normal(fflow.random.PRNGKey(0), 2.0, (3,)).shape
+        (3,)
+    """
+    key = _key(key, "generalized_normal")
+    dtype = _float_dtype(dtype, "generalized_normal")
+    k_gamma, k_sign = split(key)
+    g = gamma(k_gamma, 1 / p, _shape(shape), dtype)
+    return rademacher(k_sign, _shape(shape), dtype) * g ** (1 / p)
+
+
+def ball(key, d, p=2, shape=(), dtype=None):
+    """Points uniform in the unit p-norm ball of dimension `d` (shape `(*shape, d)`).
+
+    A generalized-normal vector divided by (its p-norm^p + an Exponential(1))^(1/p).
+
+    Example:
+        >>> import fflow
+        >>> x = fflow.random.ball(fflow.random.PRNGKey(0), 3, shape=(5,))
+        >>> x.shape, bool((fflow.numpy.linalg.norm(x, axis=-1) <= 1).all())
+        ((5, 3), True)
+    """
+    jnp = _jnp()
+    key = _key(key, "ball")
+    dtype = _float_dtype(dtype, "ball")
+    if not isinstance(d, (int, np.integer)):
+        raise TypeError(f"random.ball: d must be a Python int (the dimension), got {d!r}")
+    k_dir, k_rad = split(key)
+    g = generalized_normal(k_dir, p, (*_shape(shape), int(d)), dtype)
+    e = exponential(k_rad, _shape(shape), dtype)
+    return g / ((jnp.abs(g) ** p).sum(-1) + e)[..., None] ** (1 / p)
+
+
 def cauchy(key, shape=(), dtype=None):
     jnp = _jnp()
     key = _key(key, "cauchy")
@@ -779,6 +816,8 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0):
 
 __all__ = [
     "PRNGKey",
+    "ball",
+    "generalized_normal",
     "key",
     "key_data",
     "wrap_key_data",

@@ -22,7 +22,6 @@ KNOWN = {
     "lax_cond_switch": "weak type of a vmapped switch over a Python scalar",
     "lax_primitives": "no lax.bitcast_convert_type",
     "optax_losses_schedules": "weak type of optax.linear_schedule(...)(2)",
-    "random_distributions": "no random.ball",
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
     "scipy_linalg_signal": "no jax.scipy.linalg.lu",
     "scipy_special_stats": "weak type of stats.beta.logpdf on Python scalars",
