@@ -66,4 +66,6 @@ def test_random_compositions(program, seed, use_jit):
     f = _build(program)
     if use_jit:
         f = fflow.jit(f)
-    check_grads(f, (x, y), order=2, modes=("fwd", "rev"))
+    # eps 1e-5: chains like square(square(square(x))) have large third derivatives, so the
+    # default step's truncation error (~eps**2 * f3) alone exceeded rtol (seed 2103)
+    check_grads(f, (x, y), order=2, modes=("fwd", "rev"), eps=1e-5)
