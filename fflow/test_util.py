@@ -16,6 +16,7 @@ import numpy as np
 
 from fflow import dtypes
 from fflow.array import Array
+from fflow.core import Program
 from fflow.transforms.ad_api import jvp, vjp
 from fflow.tree_util import tree_flatten, tree_map
 
@@ -227,4 +228,28 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
     _check(f, args, order, "")
 
 
-__all__ = ["check_grads", "check_jvp", "check_vjp", "check_close", "numerical_jvp"]
+def primitive_names(program):
+    """The names of the primitives a Program uses, its sub-programs' included.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> sorted(primitive_names(fflow.make_jaxpr(lambda x: jnp.sin(x) * x)(1.0)))
+        ['mul', 'sin']
+    """
+    names = set()
+    for e in program.eqns:
+        names.add(e.primitive.name)
+        for v in e.params.values():
+            if isinstance(v, Program):
+                names |= primitive_names(v)
+    return names
+
+
+__all__ = [
+    "primitive_names",
+    "check_grads",
+    "check_jvp",
+    "check_vjp",
+    "check_close",
+    "numerical_jvp",
+]

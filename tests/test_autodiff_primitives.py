@@ -18,7 +18,7 @@ import fflow
 import fflow.numpy as jnp
 from fflow import lax
 from fflow.core import primitives
-from fflow.test_util import check_grads
+from fflow.test_util import check_grads, primitive_names
 
 pytestmark = pytest.mark.usefixtures("x64")  # float64 on purpose: tight finite differences
 
@@ -601,18 +601,7 @@ def test_primitive_grads(name, fn, make_args, kw):
 
 
 def _primitives_used(fn, args):
-    program = fflow.make_jaxpr(fn)(*args)
-    names = set()
-
-    def walk(p):
-        for e in p.eqns:
-            names.add(e.primitive.name)
-            for v in e.params.values():
-                if isinstance(v, fflow.core.Program):
-                    walk(v)
-
-    walk(program)
-    return names
+    return primitive_names(fflow.make_jaxpr(fn)(*args))
 
 
 def test_cases_name_real_primitives():

@@ -16,7 +16,7 @@ from test_shard_signatures import check_signatures
 
 import fflow
 import fflow.numpy as jnp
-from fflow.test_util import check_grads
+from fflow.test_util import check_grads, primitive_names
 from fflow.tree_util import tree_leaves
 
 PRIMS = load_all_primitives()
@@ -32,17 +32,7 @@ def _ids(flag):
 
 
 def _bound(fn, args):
-    names = set()
-
-    def walk(p):
-        for e in p.eqns:
-            names.add(e.primitive.name)
-            for v in e.params.values():
-                if isinstance(v, fflow.core.Program):
-                    walk(v)
-
-    walk(fflow.make_jaxpr(fn)(*args))
-    return names
+    return primitive_names(fflow.make_jaxpr(fn)(*args))
 
 
 # -- the database covers the registry ---------------------------------------------------

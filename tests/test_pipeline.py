@@ -9,6 +9,7 @@ import pytest
 import fflow
 import fflow.numpy as jnp
 from fflow.pipeline_schedule import Schedule
+from fflow.test_util import primitive_names
 
 LAYERS = [1, 3, 2, 1]  # uneven layer counts per stage
 WIDTH = 6
@@ -262,17 +263,9 @@ def test_docstring_examples_run(name):
 
 def _backward_prims(f):
     names = set()
-
-    def walk(prog):
-        for e in prog.eqns:
-            names.add(e.primitive.name)
-            for v in e.params.values():
-                if isinstance(v, fflow.core.Program):
-                    walk(v)
-
     for st in f.pipe._compiled.values():
         for _, sp in st._bwd.values():
-            walk(sp.program)
+            names |= primitive_names(sp.program)
     return names
 
 
