@@ -42,10 +42,32 @@ _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "
 _HALF = ("float16", "bfloat16")
 
 
-def _mpi():
-    from mpi4py import MPI  # loaded only when MPI is used
+_MPI = None
 
-    return MPI
+
+def _mpi():
+    global _MPI
+    if _MPI is None:
+        from mpi4py import MPI  # loaded only when MPI is used
+
+        _MPI = MPI
+    return _MPI
+
+
+def _reduce_rows(rows, op, dtype):
+    """`collectives._reduce_parts` of the rows of a fresh (p, n) buffer, accumulated in
+    place into row 0 (the same additions in the same order, so the same bits, without
+    a new array per step); 16-bit float sums take `_reduce_parts` (float32 accumulation)."""
+    if op == "sum" and dtype.kind == "f" and dtype.itemsize < 4 or _name(dtype) == "bfloat16":
+        return np.asarray(_reduce_parts(list(rows), op, dtype))
+    acc = rows[0]
+    fn = _REDUCE[op]
+    for k in range(1, len(rows)):
+        fn(acc, rows[k], out=acc)
+    return acc
+
+
+_REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
 def _raw(a):
@@ -68,10 +90,21 @@ def _native_op(op):
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
 
 
+_names = {}
+
+
+def _name(dtype):
+    """A dtype's name (cached: `dtype.name` costs microseconds per call)."""
+    name = _names.get(dtype)
+    if name is None:
+        name = _names[dtype] = np.dtype(dtype).name
+    return name
+
+
 def use_native(dtype):
     if config.mpi_deterministic:
         return False
-    return np.dtype(dtype).name in _NATIVE + _HALF
+    return _name(dtype) in _NATIVE + _HALF
 
 
 def _alltoall_chunks(rt, comm, ranks, flat, sizes, rest, what):
@@ -107,10 +140,11 @@ def all_reduce(rt, comm, ranks, x, params, what):
     op = params["op"]
     x = _contig(x)
     p = comm.Get_size()
-    sizes = balanced(x.size, p)
     me = comm.Get_rank()
-    rt.bytes_moved += ((x.size - sizes[me]) + (p - 1) * sizes[me]) * x.itemsize
-    if use_native(x.dtype) and not (x.dtype.name in _HALF and op != "sum"):
+    q, r = divmod(x.size, p)
+    mine = q + (me < r)  # balanced(x.size, p)[me]
+    rt.bytes_moved += ((x.size - mine) + (p - 1) * mine) * x.itemsize
+    if use_native(x.dtype) and not (_name(x.dtype) in _HALF and op != "sum"):
         return _native_all_reduce(rt, comm, ranks, x, op, what)
     flat = x.reshape(-1)
     if x.nbytes * p <= SMALL_BYTES:
@@ -119,14 +153,15 @@ def all_reduce(rt, comm, ranks, x, params, what):
         rows = np.empty((p, x.size), x.dtype)
         req = comm.Iallgather([_raw(flat), _mpi().BYTE], [_raw(rows), _mpi().BYTE])
         rt.wait([req], ranks, what)
-        return np.asarray(_reduce_parts(list(rows), op, x.dtype)).reshape(x.shape)
+        return _reduce_rows(rows, op, x.dtype).reshape(x.shape)
+    sizes = balanced(x.size, p)
     parts = _alltoall_chunks(rt, comm, ranks, flat, sizes, 1, what)
-    reduced = _contig(_reduce_parts(list(parts), op, x.dtype))
+    reduced = _contig(_reduce_rows(parts, op, x.dtype))
     return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what).reshape(x.shape)
 
 
 def _native_all_reduce(rt, comm, ranks, x, op, what):
-    if x.dtype.name in _HALF:
+    if _name(x.dtype) in _HALF:
         buf = x.astype(np.float32)
         req = comm.Iallreduce(_mpi().IN_PLACE, buf, op=_native_op(op))
         rt.wait([req], ranks, what)
@@ -146,7 +181,7 @@ def start_all_reduce(comm, flat, op, owned=False):
     p = comm.Get_size()
     sizes = balanced(flat.size, p)
     me = comm.Get_rank()
-    if use_native(flat.dtype) and flat.dtype.name not in _HALF:
+    if use_native(flat.dtype) and _name(flat.dtype) not in _HALF:
         if owned:
             req = comm.Iallreduce(MPI.IN_PLACE, flat, op=_native_op(op))
             return ("native", req, flat, sizes, op)
@@ -172,9 +207,9 @@ def finish_all_reduce(rt, comm, ranks, handle, what):
     rt.wait([req], ranks, what)
     if kind == "native":
         return buf
-    reduced = _reduce_parts(list(buf), op, buf.dtype)
     if kind == "rows":
-        return np.asarray(reduced).reshape(-1)
+        return _reduce_rows(buf, op, buf.dtype).reshape(-1)
+    reduced = _reduce_rows(buf, op, buf.dtype)
     return _allgather_chunks(rt, comm, ranks, _contig(reduced), sizes, 1, what)
 
 
@@ -205,7 +240,7 @@ def reduce_scatter(rt, comm, ranks, x, params, what):
     rest_shape = xs.shape[1:]
     rest = int(np.prod(rest_shape, dtype=np.int64))
     rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * xs.itemsize
-    if use_native(x.dtype) and x.dtype.name not in _HALF:
+    if use_native(x.dtype) and _name(x.dtype) not in _HALF:
         out = np.empty((sizes[me],) + rest_shape, x.dtype)
         req = comm.Ireduce_scatter(xs, out, [s * rest for s in sizes], op=_native_op(op))
         rt.wait([req], ranks, what)

@@ -93,6 +93,17 @@ def main(n, fail_rank=None):
         for src, dst in [(P, B), (P, S(0)), (S(0), B), (S(0), S(1)), (partial_max, S(1))]:
             out[f"dtype_{np.dtype(dt).name}_{src}_{dst}"] = boxed(xd, pl, (src,), (dst,))
 
+    # cache-hit calls borrow NumPy inputs; a later write to them must not show through
+    ident = fflow.shard(lambda a, b: (a, b), pl, in_sbp=(B, S(0)), out_sbp=(B, S(0)))
+    xa, xs = x.copy(), x.copy()
+    for _ in range(2):
+        kept = ident(xa, xs)
+    xa[:] = 0.0
+    xs[:] = 0.0
+    out["borrowed_B"], out["borrowed_S0"] = kept
+    for k in kept:
+        np.testing.assert_array_equal(np.asarray(k), x)
+
     # per-rank data: make_global_array round trip and its mismatch error
     pieces = per_device(x, (S(0),), pl)
     mg = fflow.make_global_array(pieces, pl, S(0))

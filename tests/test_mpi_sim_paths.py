@@ -113,3 +113,25 @@ def test_a_lone_all_reduce_with_nothing_to_overlap_is_not_a_bucket():
     ident = fflow.shard(lambda v: v, pl, in_sbp=P, out_sbp=B)
     assert "gradient buckets" not in str(ident.plan(g))
     np.testing.assert_array_equal(np.asarray(ident(g)), parts[0] + parts[1])
+
+
+def test_cache_hit_call_uses_numpy_inputs_in_place_but_never_aliases_them():
+    # the fast call path borrows a caller's NumPy buffer (no defensive copy) and
+    # copies an output that would alias it: a later write must not show through
+    pl = fflow.placement("cpu", [0, 1])
+    f = fflow.shard(lambda x, y: (x, y * 2.0, x.sum()), pl, in_sbp=(B, S(0)))
+    x = np.arange(6, dtype=np.float32)
+    y = np.arange(4, dtype=np.float64)  # narrowed to float32, as in JAX
+    for _ in range(3):
+        a, b, s = f(x, y)
+    assert f.trace_count == 1
+    want_a, want_b = x.copy(), (y * 2.0).astype(np.float32)
+    x[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(a), want_a)
+    np.testing.assert_array_equal(np.asarray(b), want_b)
+    assert float(s) == 15.0 and np.asarray(b).dtype == np.float32
+    # other argument kinds take the full path and give the same numbers
+    np.testing.assert_array_equal(np.asarray(f(np.arange(6.0), y)[0]), np.arange(6.0))
+    g = fflow.shard(lambda x, k: x * k, pl, in_sbp=(S(0), B))
+    np.testing.assert_array_equal(np.asarray(g(np.ones(4, np.float32), 3.0)), np.full(4, 3.0))
+    np.testing.assert_array_equal(np.asarray(g(np.ones(4, np.float32), 2)), np.full(4, 2.0))
