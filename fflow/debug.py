@@ -24,6 +24,10 @@ from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import Literal, Primitive
 from fflow.errors import FflowError
+from fflow.transforms.autodiff import jvp_rules
+from fflow.transforms.shard_rules import def_broadcast_only
+from fflow.transforms.staging import _at_source
+from fflow.transforms.vmap import batch_rules
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 # -- the effectful primitive ------------------------------------------------------
@@ -70,24 +74,12 @@ def _debug_callback_batch(vals, dims, *, callback, in_tree):
 
 
 def _register_rules():
-    from fflow.transforms.autodiff import jvp_rules
-
     jvp_rules[debug_callback_p] = _debug_callback_jvp
-    try:
-        from fflow.transforms.vmap import batch_rules
-    except ImportError:  # pragma: no cover - vmap ships with fflow
-        pass
-    else:
-        batch_rules[debug_callback_p] = _debug_callback_batch
-    try:
-        from fflow.transforms.shard_rules import def_broadcast_only
-    except ImportError:  # pragma: no cover - shard ships with fflow
-        pass
-    else:
-        def_broadcast_only(
-            debug_callback_p,
-            "an effect with no outputs: under shard it prints the replicated (whole) value",
-        )
+    batch_rules[debug_callback_p] = _debug_callback_batch
+    def_broadcast_only(
+        debug_callback_p,
+        "an effect with no outputs: under shard it prints the replicated (whole) value",
+    )
 
 
 _register_rules()
@@ -201,8 +193,6 @@ def run_interpreted(program, leaves):
     With `debug_nans`/`debug_infs` on, raise at the first equation that produced a
     NaN/inf, naming the primitive and the user's line that created the equation.
     """
-    from fflow.transforms.staging import _at_source
-
     nans, infs = config.debug_nans, config.debug_infs
     env = dict(zip(program.constvars, program.consts))
     env.update(zip(program.invars, leaves))

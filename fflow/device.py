@@ -25,6 +25,7 @@ import numpy as np
 from fflow import array as _array
 from fflow.array import Array
 from fflow.errors import user_error
+from fflow.tree_util import tree_map
 
 
 class Device:
@@ -187,8 +188,6 @@ def device_put(x, device=None):
         >>> x.device
         Device(cuda_shim:0)
     """
-    from fflow.tree_util import tree_map
-
     if device is None:  # as JAX: the default device (the first GPU, else the CPU)
         device = devices()[0]
     if hasattr(device, "_fflow_put"):  # a jax.sharding object (fflow.jax_sharding)

@@ -16,6 +16,7 @@ import types
 import numpy as np
 
 from fflow.lowering.passes import FusionGroup, step_inputs
+from fflow.transforms.jit import Jitted
 
 
 def _nbytes(v):
@@ -92,8 +93,6 @@ def explain(fun, **jit_kwargs):
     Returns a `Report` (print it): trace time, pass times, equation counts before
     and after the passes, fused groups and estimated bytes moved.
     """
-    from fflow.transforms.jit import Jitted
-
     jitted = fun if isinstance(fun, Jitted) else Jitted(fun, **jit_kwargs)
 
     def run(*args, **kwargs):

@@ -22,7 +22,7 @@ source and the plan (grid, block, bytes read and written per kernel).
 """
 
 import numpy as np
-from fflow.lowering import cuda_gemm
+from fflow.lowering import cuda_gemm, passes
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
     AliasStep,
@@ -35,11 +35,12 @@ from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
 )
 from fflow.lowering.cuda_render import PREAMBLE
 from fflow.lowering.cuda_runtime import CupyRuntime, ShimRuntime, _tuple  # noqa: F401
+from fflow.transforms.staging import trace_to_program
 
 from fflow import core
 from fflow.array import Array, root_trace
 from fflow.core import Literal, Var
-from fflow.device import DeviceBuffer
+from fflow.device import DeviceBuffer, devices
 
 # -- executable -----------------------------------------------------------------------------
 
@@ -331,8 +332,6 @@ def plan_text(plan):
 
 def _optimize(program):
     try:
-        from fflow.lowering import passes
-
         program, _ = passes.optimize(program)
     except ImportError:  # pragma: no cover - passes ship with fflow
         pass
@@ -353,8 +352,6 @@ def compile_program(program, donate=(), backend="cuda_shim", device=None, verify
     program = _optimize(program)
     if backend == "cuda":
         if device is None:
-            from fflow.device import devices
-
             device = devices("gpu")[0]
         runtime = CupyRuntime(device)
         verify = False
@@ -373,10 +370,6 @@ _eager_cache = {}
 
 def eager(prim, args, params, device):
     """Run one primitive on device arrays (a cached one-equation program)."""
-    from fflow.transforms.staging import trace_to_program
-
-    from fflow.device import DeviceBuffer
-
     avals = []
     for a in args:
         if type(a) is Array:

@@ -7,9 +7,11 @@ from fflow.lowering import cuda_attention as ca
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
+from fflow.primitives.shape import broadcast_in_dim_p
+from fflow.primitives.unary import copy_p
 
 from fflow.array import Array
-from fflow.core import Literal, Program, ShapedArray, Var
+from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 
 WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
 FULL_REDUCE_MIN = 8192
@@ -376,10 +378,6 @@ class Plan:
 
 
 def _splat_eqn(v, c):
-    from fflow.primitives.shape import broadcast_in_dim_p
-
-    from fflow.core import Eqn
-
     value = np.asarray(c._value if type(c) is Array else c)
     if type(value) is not np.ndarray or not value.size or value.ndim == 0:
         return None
@@ -397,8 +395,6 @@ class _Identity:
     """A pseudo-equation: `out` is `x` (renders as a copy; used by scatters)."""
 
     def __init__(self, x, out):
-        from fflow.primitives.unary import copy_p
-
         self.primitive = copy_p
         self.inputs = [x]
         self.outputs = [out]

@@ -22,7 +22,9 @@ import subprocess
 import tempfile
 
 import numpy as np
+from fflow.primitives.unary import integer_pow_by_squaring
 
+from fflow.config import config
 from fflow.core import Literal
 
 NATIVE_MIN_SIZE = 1 << 18  # groups with transcendental ops (below: NumPy's own numbers)
@@ -88,8 +90,6 @@ def compiler():
 
 
 def enabled():
-    from fflow.config import config
-
     return bool(config.jit_native) and compiler() is not None
 
 
@@ -144,8 +144,6 @@ def _render_eqn(e, args, used_math):
     if name == "sign":
         return f"({a} != {a} ? {a} : ({in_t})(({a} > 0) - ({a} < 0)))"
     if name == "integer_pow":
-        from fflow.primitives.unary import integer_pow_by_squaring
-
         y = e.params["y"]
         if y == 0:
             return f"(({in_t})1)"

@@ -27,6 +27,7 @@ import numpy as np
 from fflow.lowering import cpu_gemm, passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback
 from fflow.lowering.passes import FusionGroup
+from fflow.primitives.unary import integer_pow_by_squaring
 
 from fflow import threads
 from fflow.array import Array
@@ -247,7 +248,6 @@ def _convert_expr(ctx, eqn, args):
 
 def _integer_pow_expr(ctx, eqn, args, out=None):
     # the same multiplication tree as the impl (repeated squaring), inline
-    from fflow.primitives.unary import integer_pow_by_squaring
 
     y = eqn.params["y"]
     if y < 1:

@@ -66,14 +66,7 @@ KNOWN_CYCLES = [
 # only shrink.
 KNOWN_FUNCTION_LEVEL = {
     "fflow.api_util": 1,
-    "fflow.debug": 4,
-    "fflow.device": 1,
-    "fflow.explain": 1,
-    "fflow.lowering.cuda_backend": 4,
-    "fflow.lowering.cuda_plan": 3,
     "fflow.lowering.cuda_runtime": 9,
-    "fflow.lowering.native": 2,
-    "fflow.lowering.numpy_backend": 1,
     "fflow.lowering.numpy_rows": 1,
     "fflow.numpy.elementwise": 5,
     "fflow.numpy.linalg_ops": 1,
@@ -82,7 +75,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.primitives.linalg": 1,
     "fflow.primitives.unary": 1,
     "fflow.random": 1,
-    "fflow.scipy.special": 3,
     "fflow.sharding": 4,
     "fflow.transforms.jit": 3,
     "fflow.transforms.lowered": 1,

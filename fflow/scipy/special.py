@@ -16,6 +16,7 @@ import numpy as np
 import fflow.numpy as jnp
 from fflow import dtypes, lax
 from fflow.nn import log_softmax, logsumexp, softmax  # noqa: F401
+from fflow.primitives.special import digamma_p, lgamma_p, polygamma_p
 
 
 def _float(x):
@@ -93,8 +94,6 @@ def log_ndtr(x):
 
 def gammaln(x):
     """log|Gamma(x)|."""
-    from fflow.primitives.special import lgamma_p
-
     return lgamma_p.bind(_float(x))
 
 
@@ -102,8 +101,6 @@ loggamma = gammaln
 
 
 def digamma(x):
-    from fflow.primitives.special import digamma_p
-
     return digamma_p.bind(_float(x))
 
 
@@ -111,8 +108,6 @@ psi = digamma
 
 
 def polygamma(n, x):
-    from fflow.primitives.special import polygamma_p
-
     return polygamma_p.bind(_float(x), n=int(n))
 
 
