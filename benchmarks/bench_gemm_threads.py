@@ -16,6 +16,12 @@ SHAPES = [  # (m, k, n)
     (512, 512, 512),
     (1024, 1024, 1024),
 ]
+# the MLP step's backward GEMMs: operands read transposed (BLAS flags, no copies)
+TRANSPOSED = [  # (m, k, n, a transposed, b transposed)
+    (128, 512, 512, False, True),  # input gradient g @ W.T
+    (512, 128, 512, True, False),  # weight gradient h.T @ g
+    (784, 128, 512, True, False),  # first layer's weight gradient x.T @ g
+]
 
 
 def gflops(m, k, n, seconds):
@@ -30,7 +36,8 @@ def main():
 
     cores = threads.available_cores()
     threads.blas()  # short-spin pool, as fflow runs it
-    shapes = SHAPES[:3] if args.tiny else SHAPES
+    shapes = [(m, k, n, False, False) for m, k, n in SHAPES]
+    shapes = shapes[:3] + TRANSPOSED[:1] if args.tiny else shapes + TRANSPOSED
     reps = args.reps or (2 if args.tiny else 30)
     rng = np.random.default_rng(0)
     lines = [
@@ -41,9 +48,9 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     best = 0.0
-    for m, k, n in shapes:
-        a = rng.random((m, k), np.float32)
-        b = rng.random((k, n), np.float32)
+    for m, k, n, ta, tb in shapes:
+        a = rng.random((k, m), np.float32).T if ta else rng.random((m, k), np.float32)
+        b = rng.random((n, k), np.float32).T if tb else rng.random((k, n), np.float32)
         out = np.empty((m, n), np.float32)
 
         def on(t, a=a, b=b, out=out):
@@ -60,7 +67,8 @@ def main():
         t1, tn, to = times[1], times[cores], times["openblas"]
         best = max(best, gflops(m, k, n, t1), gflops(m, k, n, tn))
         lines.append(
-            f"| {m}x{k} @ {k}x{n} | {2 * m * k * n / 1e6:.1f} | {t1 * 1e6:.1f} µs "
+            f"| {m}x{k}{'ᵀ' if ta else ''} @ {k}x{n}{'ᵀ' if tb else ''} "
+            f"| {2 * m * k * n / 1e6:.1f} | {t1 * 1e6:.1f} µs "
             f"| {tn * 1e6:.1f} µs "
             f"| {to * 1e6:.1f} µs | {gflops(m, k, n, t1):.0f} | {gflops(m, k, n, tn):.0f} "
             f"| {t1 / tn:.2f}× |"
