@@ -62,6 +62,7 @@ from fflow.sbp import (  # noqa: F401
     scatter_global,
     split,
 )
+from fflow.transforms.shard_boxing import box_global
 
 # ----------------------------------------------------------------------------
 # Placement
@@ -332,7 +333,6 @@ def to_global(x, placement=None, sbp=None):
         if pl == src.placement and target == src.sbp:
             return x
         check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
-        from fflow.transforms.shard_boxing import box_global
 
         return box_global(x, pl, target)
     if placement is None:

@@ -75,15 +75,12 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.primitives.linalg": 1,
     "fflow.primitives.unary": 1,
     "fflow.random": 1,
-    "fflow.sharding": 4,
+    "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
     "fflow.transforms.lowered": 1,
-    "fflow.transforms.shard": 5,
     "fflow.transforms.shard_boxing": 1,
-    "fflow.transforms.shard_exec": 9,
+    "fflow.transforms.shard_exec": 2,
     "fflow.transforms.shard_plan": 1,
-    "fflow.transforms.shard_print": 2,
-    "fflow.transforms.shard_signatures": 1,
 }
 
 

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 from fflow.primitives.shard_move import shard_move_p
 from fflow.transforms import shard_signatures as _sigs  # noqa: F401  (registers rules)
+from fflow.transforms import vmap as vmap_mod
 from fflow.transforms.autodiff import (
     Zero,
     backward_pass,
@@ -51,12 +52,13 @@ from fflow.transforms.staging import (
     partial_eval_rules,
     trace_to_program,
 )
+from fflow.transforms.vmap import vmap
 
 from fflow import array as array_mod
 from fflow import core
 from fflow import lax_ops as lax
 from fflow.api_util import Store, as_value, flatten_fun
-from fflow.core import Literal, Primitive, Program, ShapedArray, set_current_trace
+from fflow.core import Eqn, Literal, Primitive, Program, ShapedArray, Var, set_current_trace
 from fflow.errors import api_boundary, check_keywords, user_error
 from fflow.sharding import (
     B,
@@ -69,7 +71,7 @@ from fflow.sharding import (
     program_cutters,
     to_global,
 )
-from fflow.tree_util import tree_flatten, tree_unflatten
+from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 # ----------------------------------------------------------------------------
 # with_sbp: an identity with an SBP constraint
@@ -504,8 +506,6 @@ def _wrap_nd(spec, ndim):
 
 
 def _sbp_prefix(spec, tree, ndim, what):
-    from fflow.tree_util import prefix_broadcast
-
     if type(spec) in (tuple, list) and type(tree) is tuple and len(spec) != len(tree):
         one_nd = ndim > 1 and len(spec) == ndim and all(isinstance(s, SbpParallel) for s in spec)
         if not one_nd:  # (S(0),) for two arguments is not one SBP for both
@@ -755,8 +755,6 @@ def _shift(nd):
 
 
 def _shard_call_batch(args, dims, *, sharded):
-    from fflow.transforms.vmap import vmap
-
     sp = sharded
     prog = sp.program
     moved = []
@@ -801,8 +799,6 @@ def _batch_constraint(args, dims, *, sbp):
 
 
 def _register_batch_rules():
-    from fflow.transforms import vmap as vmap_mod
-
     vmap_mod.batch_rules[shard_call_p] = _shard_call_batch
     vmap_mod.batch_rules[sbp_constraint_p] = _batch_constraint
 
@@ -845,8 +841,6 @@ def _global_dispatch(prim, args, params):
         key = None
     sp = _eager_cache.get(key) if key is not None else None
     if sp is None:
-        from fflow.core import Eqn, Var
-
         invars = [Var(a) for a in avals]
         out_avals = prim.abstract_eval(*avals, **params)
         out_avals = out_avals if prim.multiple_results else [out_avals]

@@ -20,7 +20,8 @@ from fflow.transforms.shard_rules import LocalCtx, apply_local
 from fflow.transforms.staging import trace_to_program
 
 from fflow import core
-from fflow.core import Literal, ShapedArray
+from fflow.array import root_trace
+from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 from fflow.sharding import B, GlobalValue, Sharding, local_box, make_global, runtime
 
 
@@ -248,8 +249,6 @@ class ShardedProgram:
 
 
 def _root():
-    from fflow.array import root_trace
-
     return root_trace
 
 
@@ -290,8 +289,6 @@ def inline_calls(program, pl):
     if not any(_body(e, pl) is not None for e in program.eqns):
         return program, {}
     from fflow.transforms.shard import sbp_constraint_p
-
-    from fflow.core import Eqn, Program, Var
 
     eqns = []
 
@@ -465,8 +462,6 @@ def _uses_after(prog):
 
 
 def _segment(prog, eqns, needed_later):
-    from fflow.core import Program
-
     defined = set()
     ins = []
     consts = dict(zip(prog.constvars, prog.consts))
@@ -518,8 +513,6 @@ CACHE_LIMIT = 4096
 
 
 def run_identity(x, pl, target):
-    from fflow.core import Program, Var
-
     src = x._sharding.sbp
     key = (x.shape, x.dtype, pl, src, tuple(target))
     sp = _identity_cache.get(key)

@@ -8,10 +8,11 @@ its bytes, and the total bytes moved per call.
       in (d) }
 """
 
+from fflow.transforms.shard_boxing import _ops_1d_names
 from fflow.transforms.shard_memory import _local_bytes, peak_memory
 from fflow.transforms.shard_plan import _code, _State
 
-from fflow.core import Literal
+from fflow.core import Literal, Var
 from fflow.printing import _Names, _pp_param
 
 
@@ -40,8 +41,6 @@ def pp_sharded(sp):
         return names(replaced.get(v, v)) if type(v) is not Literal else names(v)
 
     def emit_boxing(v, src, dst, bp):
-        from fflow.core import Var
-
         prev = use(v)
         nv = v
         for step in bp.steps:
@@ -92,8 +91,6 @@ def pp_sharded(sp):
 
 
 def _op_text(step):
-    from fflow.transforms.shard_boxing import _ops_1d_names
-
     ops = "+".join(_ops_1d_names(step.src, step.dst)) or "relabel"
     return f"{ops}[mesh_axes={step.axes} {step.src}->{step.dst}]"
 

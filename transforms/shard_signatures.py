@@ -14,6 +14,7 @@ from fflow.transforms.shard_rules import (
     broadcast_only_traits,
     def_broadcast_only,
     def_sbp,
+    sbp_rules,
 )
 
 from fflow import core
@@ -62,8 +63,6 @@ def register():
 
 
 def _registered():
-    from fflow.transforms.shard_rules import sbp_rules
-
     return sbp_rules
 
 
