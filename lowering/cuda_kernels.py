@@ -198,11 +198,32 @@ def render_eqn(b, eqn, idx, guard):
     if name == "convert_element_type":
         x = ins[0]
         return r.cast_from(_at(b, x, idx, guard), renderer_for(x.aval.dtype))
+    if name == "div" and out.dtype in (np.float32, np.float64):
+        # dividing by a per-row register (softmax's sum, a norm): multiply by its
+        # reciprocal, computed once per row (<= 1.5 ulp from the quotient)
+        reg = _row_register(b, ins[1])
+        if reg is not None:
+            b.k.reciprocals.add(reg)
+            return f"({_at(b, ins[0], idx, guard)} * {reg}_inv)"
     if name in ELEMENTWISE:
         in_r = renderer_for(ins[0].aval.dtype)
         args = [_at(b, x, idx, guard) for x in ins]
         return r.round(in_r.code_for_op[name](*args, **p))
     return INDEX_RULES[name](b, eqn, idx, guard)
+
+
+def _row_register(b, v):
+    """The row register `v` is (through broadcasts / reshapes), or None."""
+    while True:
+        if type(v) is Literal:
+            return None
+        reg = b.k.special.get(v)
+        if reg is not None:
+            return reg
+        eqn = b.k.inline.get(v)
+        if eqn is None or eqn.primitive.name not in ("broadcast_in_dim", "reshape"):
+            return None
+        v = eqn.inputs[0]
 
 
 def _broadcast(b, eqn, idx, guard):
@@ -418,6 +439,7 @@ class KernelSource:
         self.inputs = {}  # var -> parameter name
         self.outputs = []  # (var, parameter name)
         self.special = {}  # var -> C expression (values held in registers)
+        self.reciprocals = set()  # row registers divided by: `<reg>_inv` is declared
         self.vector_inputs = set()
         self.helpers = []
         self.idx_t = "long long" if wide else "int"

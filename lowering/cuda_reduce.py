@@ -189,6 +189,7 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
         row_loop = f"for ({k.idx_t} row = blockIdx.x; row < {rows}{k.lit}; row += gridDim.x) {{"
     body = list(head)
     inner = []
+    reg_lines = []  # (line after the register's definition, register, renderer)
     rb = Builder(k)
     row_idx = [rb.index_tmp(e) for e in delinearize("row", nrows_dims, k.lit)] if nrows_dims else []
     inner += rb.lines
@@ -225,6 +226,7 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
         result = red.result(ids if red.is_arg else acc)
         reg = f"red{r_i}"
         inner.append(f"const {red.out_r.compute} {reg} = {result};")
+        reg_lines.append((len(inner), reg, red.out_r))
         k.special[eqn.outputs[0]] = reg
     out_names = [(v, k.output(v)) for v in elem_outputs + row_outputs]
     if row_outputs:
@@ -247,6 +249,9 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
             return out
 
         inner += elem_loop(fill)
+    for at, reg, out_r in reversed(reg_lines):
+        if reg in k.reciprocals:
+            inner.insert(at, f"const {out_r.compute} {reg}_inv = {out_r.lit(1)} / {reg};")
     body += [row_loop] + _indent(inner) + ["}"]
     return k.finish(body, grid, block)
 

@@ -77,6 +77,42 @@ def test_softmax_layernorm_are_one_row_kernel(shape):
     run_cases(cases)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_division_is_a_reciprocal_multiply(dtype):
+    x = (rng.standard_normal((6, 300)) * 3).astype(dtype)
+    y = rng.uniform(1, 2, (6, 300)).astype(dtype)
+    fns = {
+        "softmax": lambda x: nn.softmax(x, axis=-1),
+        "l1 normalise": lambda x: x / jnp.sum(jnp.abs(x), axis=-1, keepdims=True),
+    }
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    refs = {
+        "softmax": e / e.sum(-1, keepdims=True),
+        "l1 normalise": x64 / np.abs(x64).sum(-1, keepdims=True),
+    }
+    for name, fn in fns.items():
+        (k,) = plan_of(fn, x).kernels
+        body = k.source.split("void fflow")[1]
+        # one reciprocal per row, no divide in the per-element loop
+        assert "red1_inv = " in body or "red0_inv = " in body, name
+        loop = body.split("_inv = ")[1].split(";", 1)[1]
+        assert " / " not in loop, name
+        exe = cuda_backend.compile_program(fflow.make_jaxpr(fn)(x), backend=BACKEND)
+        (out,) = exe(x)
+        np.testing.assert_allclose(
+            np.asarray(out),
+            refs[name],
+            rtol=3e-6 if np.asarray(out).dtype == np.float32 else 1e-13,
+            atol=0,
+            err_msg=name,
+        )
+    # a divisor that is not a row value keeps the division
+    (k,) = plan_of(lambda x, y: x / y, x, y).kernels
+    body = k.source.split("void fflow")[1]
+    assert "_inv" not in body and " / " in body
+
+
 def test_reduction_fuses_its_producers():
     x = rng.standard_normal((6, 10)).astype(np.float32)
     plan = plan_of(lambda x: jnp.sum(jnp.exp(x) * 2, axis=0), x)

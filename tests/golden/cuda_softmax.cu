@@ -1,4 +1,4 @@
-extern "C" __global__ void fflow_row_6ad6637c195a(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
+extern "C" __global__ void fflow_row_6dcfdaa48905(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
   const int tid = threadIdx.x & 31;
   const int nt = 32;
   for (int row = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < 4; row += (int)gridDim.x * (blockDim.x >> 5)) {
@@ -26,6 +26,7 @@ extern "C" __global__ void fflow_row_6ad6637c195a(const float* __restrict__ in0,
     for (int o = 16; o > 0; o >>= 1)
       acc1 = (acc1 + __shfl_xor_sync(0xffffffffu, acc1, o));
     const float red1 = (float)(acc1);
+    const float red1_inv = 1.0f / red1;
     if (tid == 0) {
       out1[row] = red0;
       out2[row] = red1;
@@ -38,10 +39,8 @@ extern "C" __global__ void fflow_row_6ad6637c195a(const float* __restrict__ in0,
       float t12 = t11;
       float t13 = (t9 - t12);
       float t14 = expf(t13);
-      float t15 = red1;
-      float t16 = t15;
-      float t17 = (t14 / t16);
-      out0[row * 100 + j] = t17;
+      float t15 = (t14 * red1_inv);
+      out0[row * 100 + j] = t15;
     }
   }
 }
