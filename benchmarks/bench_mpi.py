@@ -38,6 +38,14 @@ the planner picks for this MLP is not plain data parallelism: it all-gathers
 activations, computes weight gradients split S(1), updates them split and all-gathers
 the weights (6 collectives, ~13 MB, none overlappable) instead of bucketed gradient
 all-reduces (cheaper in its cost model by bytes and the halved update).
+
+Session 4 (cache-hit calls on a cheap key, NumPy inputs borrowed instead of copied,
+one-collective programs without the generator, in-place ordered reduction), load ~1-2:
+2 ranks det / nat vs raw: 1 KB 5.9x / 4.9x (43 / 36 vs 7 us), 64 KB 2.9x / 1.9x,
+1 MB 1.5x / 1.3x, 4 MB 1.4x / 1.2x, 16 MB 2.2x / 2.1x, 64 MB 1.35x / 1.3x; 4 ranks
+1 KB 4.4x, 1 MB 1.6x, 64 MB 1.2x. DP MLP: 2 ranks 1.84x of 1 process (48.5 vs 26.3
+ms, 17% communication), 4 ranks 5.1x. Same-load A/B of the 1 KB call alone: 111 ->
+70 us (raw 9 us).
 """
 
 import json
