@@ -5,7 +5,17 @@ import numpy as np
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.array import Array
-from fflow.numpy._util import convert, info, mark_weak, operand, promote, promote_dtypes
+from fflow.numpy._util import (
+    broadcast_shapes,
+    broadcast_to_shape,
+    convert,
+    info,
+    mark_weak,
+    operand,
+    promote,
+    promote_dtypes,
+    weak_for_scalars,
+)
 
 _PY_SCALARS = (int, float, complex, bool)
 
@@ -442,12 +452,8 @@ invert = bitwise_not
 
 
 def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
-    """Elementwise choice; with one argument, the indices of nonzero entries (eager only,
-    or under jit with a static `size`)."""
-    if x is None and y is None:
-        from fflow.numpy.shapes import nonzero
-
-        return nonzero(condition, size=size, fill_value=fill_value)
+    """Elementwise choice (the three-argument form; `fflow.numpy.where` is `shapes.where`,
+    which adds the one-argument form over `nonzero`)."""
     if x is None or y is None:
         raise ValueError("where takes one or three arguments")
     # JAX: weak when the promotion of x and y is (where(c, 1, 2.5), where(c, i32, 0.5))
@@ -458,8 +464,6 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     cond, x, y = _promote_where(cond, x, y)
     out = lax.select_n(cond, y, x)
     if weak:  # JAX: where(c, 1, 2.5) is weakly typed
-        from fflow.numpy._util import mark_weak
-
         out = mark_weak(out)
     return out
 
@@ -471,8 +475,6 @@ def _promote_where(cond, x, y):
 
 
 def promote_shapes_only(*args):
-    from fflow.numpy._util import broadcast_shapes, broadcast_to_shape
-
     shapes = [info(a)[2] for a in args]
     shape = broadcast_shapes(*shapes)
     return [broadcast_to_shape(operand(a), shape) for a in args]
@@ -576,8 +578,6 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def _apply_weak_scalar_rule():
-    from fflow.numpy._util import weak_for_scalars
-
     g = globals()
     skip = {"where", "clip", "nan_to_num", "isclose", "promote_shapes_only", "divmod"}
     for name in list(g):
@@ -697,5 +697,4 @@ __all__ = [
     "tanh",
     "true_divide",
     "trunc",
-    "where",
 ]

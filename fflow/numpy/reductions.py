@@ -6,8 +6,11 @@ import numpy as np
 
 from fflow import dtypes
 from fflow import lax_ops as lax
+from fflow.array import Array
 from fflow.errors import user_error
 from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand
+from fflow.numpy.elementwise import _bool, multiply
+from fflow.numpy.elementwise import where as _where
 
 
 def _keep(out, axes, shape, keepdims):
@@ -36,8 +39,6 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=
     target = dtypes.canonicalize(dtype) if dtype is not None else _sum_dtype(d)
     a = convert(a, target)
     if where is not None:
-        from fflow.numpy.elementwise import where as _where
-
         a = _where(where, a, 0)
     res = lax.reduce_sum(a, axes) if axes else a
     if initial is not None:
@@ -50,8 +51,6 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
     target = dtypes.canonicalize(dtype) if dtype is not None else _sum_dtype(d)
     a = convert(a, target)
     if where is not None:
-        from fflow.numpy.elementwise import where as _where
-
         a = _where(where, a, 1)
     res = lax.reduce_prod(a, axes) if axes else a
     if initial is not None:
@@ -63,8 +62,6 @@ def _extremum(lax_fn, name):
     def fn(a, axis=None, out=None, keepdims=False, initial=None, where=None):
         a, d, shape, axes = _prep(a, axis, None)
         if where is not None:
-            from fflow.numpy.elementwise import where as _where
-
             if initial is None:
                 raise user_error(
                     ValueError, f"{name} with where= needs initial=. Fix: pass initial=."
@@ -77,8 +74,6 @@ def _extremum(lax_fn, name):
                 f"Fix: pass initial= (e.g. {name}(x, initial=-inf)) or check x.size first.",
             )
         if builtins.any(shape[i] == 0 for i in axes):  # empty: just `initial`
-            from fflow.array import Array
-
             kept = tuple(n for i, n in enumerate(shape) if i not in axes)
             res = _keep(lax.full(kept, initial, d), axes, shape, keepdims)
             return Array(res) if type(res) is np.ndarray else res
@@ -98,7 +93,6 @@ amax, amin = max, min
 
 
 def all(a, axis=None, out=None, keepdims=False, where=None):  # noqa: A001
-    from fflow.numpy.elementwise import _bool
 
     a, d, shape, axes = _prep(a, axis, None)
     a = _bool(a)
@@ -107,7 +101,6 @@ def all(a, axis=None, out=None, keepdims=False, where=None):  # noqa: A001
 
 
 def any(a, axis=None, out=None, keepdims=False, where=None):  # noqa: A001
-    from fflow.numpy.elementwise import _bool
 
     a, d, shape, axes = _prep(a, axis, None)
     a = _bool(a)
@@ -128,8 +121,6 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     )
     a = convert(a, target)
     if where is not None:
-        from fflow.numpy.elementwise import where as _where
-
         total = sum(_where(where, a, 0), axis=axis, keepdims=keepdims)
         count = sum(_where(where, 1.0, 0.0), axis=axis, keepdims=keepdims)
         return lax.div(total, convert(count, target))
@@ -208,8 +199,6 @@ cumulative_prod = _cumulative(lax.cumprod, "cumulative_prod")
 
 
 def count_nonzero(a, axis=None, keepdims=False):
-    from fflow.numpy.elementwise import _bool
-
     return sum(_bool(a), axis=axis, keepdims=keepdims)
 
 
@@ -218,7 +207,6 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
         avg = mean(a, axis=axis, keepdims=keepdims)
         n = lax.full_like(avg, _count(info(a)[2], canonical_axes(axis, len(info(a)[2]))))
         return (avg, n) if returned else avg
-    from fflow.numpy.elementwise import multiply
 
     shape = info(a)[2]
     if len(info(weights)[2]) == 1 and len(shape) > 1 and isinstance(axis, int):

@@ -8,7 +8,7 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.core import Tracer
-from fflow.errors import ShapeError, user_error
+from fflow.errors import ConcretizationError, ShapeError, user_error
 from fflow.numpy._util import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -17,7 +17,12 @@ from fflow.numpy._util import (
     info,
     mark_weak,
     operand,
+    promote_dtypes,
 )
+from fflow.numpy.elementwise import _bool, greater, greater_equal, logical_and, remainder, subtract
+from fflow.numpy.elementwise import where as _elementwise_where
+from fflow.numpy.reductions import cumsum
+from fflow.numpy.reductions import sum as _sum
 
 
 def shape(a):
@@ -189,8 +194,6 @@ concat = concatenate
 
 
 def promote_dtypes_only(*arrays):
-    from fflow.numpy._util import convert, promote_dtypes
-
     dtype, weak = promote_dtypes(*arrays)
     out = [convert(operand(a), dtype) for a in arrays]
     if weak:  # all operands were weak: the converted (fresh) ones stay weak, as in JAX
@@ -348,7 +351,6 @@ def roll(a, shift, axis=None):
             continue
         if isinstance(sh, Tracer):
             # traced shift: gather with (i - shift) mod n
-            from fflow.numpy.elementwise import remainder, subtract
 
             idx = remainder(subtract(lax.iota(np.int32, n), sh), n)
             a = take(a, idx, axis=ax)
@@ -449,20 +451,14 @@ def take(a, indices, axis=None, mode=None, fill_value=None):
     if mode == "clip":
         idx = lax.clamp(0, convert(idx, dtypes.int_), n - 1)
     elif mode == "wrap":
-        from fflow.numpy.elementwise import remainder
-
         idx = remainder(convert(idx, dtypes.int_), n)
     else:
         if mode in (None, "fill"):  # JAX's default: out-of-range entries get fill_value
-            from fflow.numpy.elementwise import logical_and
-
             idx = convert(idx, dtypes.int_)
             valid = logical_and(idx >= -n, idx < n)
         idx = _normalize_index(idx, n)
     gathered = lax.gather(a, lax.reshape(idx, tuple(idx_shape) + (1,)), (axis,))
     if valid is not None:
-        from fflow.numpy.elementwise import where
-
         fill = _default_fill(info(a)[0]) if fill_value is None else fill_value
         mask = lax.reshape(valid, tuple(idx_shape) + (1,) * (len(s) - 1))
         gathered = where(mask, gathered, np.asarray(fill, info(a)[0]))
@@ -516,8 +512,6 @@ def nonzero(a, size=None, fill_value=None):
     if size is not None and isinstance(a, Tracer):
         return _nonzero_static_size(a, int(size), fill_value)
     if isinstance(a, Tracer) and a.concrete_value() is None and size is None:
-        from fflow.errors import ConcretizationError
-
         raise ConcretizationError(a, "array")
     value = np.asarray(a)
     res = np.nonzero(value)
@@ -530,10 +524,6 @@ def nonzero(a, size=None, fill_value=None):
 
 
 def _nonzero_static_size(a, size, fill_value):
-    from fflow.numpy.elementwise import _bool, where
-    from fflow.numpy.reductions import cumsum
-    from fflow.numpy.reductions import sum as _sum
-
     shape = info(a)[2]
     mask = ravel(_bool(a))
     n = info(mask)[2][0]
@@ -643,7 +633,6 @@ def tril(m, k=0):
     m = operand(m)
     s = info(m)[2]
     mask = np.tri(s[-2], s[-1], k, dtype=bool)
-    from fflow.numpy.elementwise import where
 
     return where(mask, m, 0)
 
@@ -652,15 +641,11 @@ def triu(m, k=0):
     m = operand(m)
     s = info(m)[2]
     mask = ~np.tri(s[-2], s[-1], k - 1, dtype=bool)
-    from fflow.numpy.elementwise import where
 
     return where(mask, m, 0)
 
 
 def searchsorted(a, v, side="left", sorter=None):
-    from fflow.numpy.elementwise import greater, greater_equal
-    from fflow.numpy.reductions import sum as _sum
-
     a = operand(a)
     v = operand(v)
     cmp = greater_equal if side == "right" else greater
@@ -673,7 +658,18 @@ def clip_index(i, n):
 
 
 # the jax.numpy names this module gives fflow.numpy (its `import *`)
+
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """Elementwise choice; with one argument, the indices of nonzero entries (eager only,
+    or under jit with a static `size`)."""
+    if x is None and y is None:
+        return nonzero(condition, size=size, fill_value=fill_value)
+    return _elementwise_where(condition, x, y, size=size, fill_value=fill_value)
+
+
 __all__ = [
+    "where",
     "argsort",
     "argwhere",
     "array_split",
