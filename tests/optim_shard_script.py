@@ -64,6 +64,31 @@ def sharded(pl, param_sbp, data_sbp, zero):
     return fn, params, x, y, state_sbp
 
 
+TXZ = optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2, weight_decay=0.1, zero=True))
+
+
+def step_zero(p, s, x, y):
+    loss, g = fflow.value_and_grad(loss_fn)(p, x, y)
+    u, s = TXZ.update(g, s, p)
+    return optim.apply_updates(p, u), s, loss
+
+
+def zero_on_optimizer(pl):
+    """`adamw(..., zero=True)`: no state SBPs given to shard (None: the state's own SBP in,
+    the planner's choice out); init on global parameters splits the state, and update
+    keeps it split."""
+    params, x, y = init()
+    params = {k: fflow.to_global(v, pl, B) for k, v in params.items()}
+    fn = fflow.shard(step_zero, pl, in_sbp=(B, None, S(0), S(0)), out_sbp=(B, None, B))
+    state = TXZ.init(params)
+    losses = []
+    for i in range(STEPS):
+        params, state, loss = fn(params, state, x[i], y[i])
+        losses.append(float(loss))
+    final = {k: np.asarray(v).tolist() for k, v in params.items()}
+    return (losses, final), state
+
+
 def state_bytes_on_one_device(state):
     """Bytes of optimizer state one device holds (its first local shard of each leaf)."""
     leaves = fflow.tree_util.tree_leaves(state)
@@ -80,6 +105,9 @@ def main():
         losses, final, state = run(fn, params, x, y)
         out[f"dp_zero={zero}"] = losses, final
         out[f"state_bytes_zero={zero}"] = state_bytes_on_one_device(state), line.size
+    (losses, final), state = zero_on_optimizer(line)
+    out["adamw(zero=True)"] = losses, final
+    out["state_bytes_adamw(zero=True)"] = state_bytes_on_one_device(state), line.size
     if n >= 4:
         mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
         tp = {"w1": (B, S(1)), "b1": (B, S(0)), "w2": (B, S(0)), "b2": (B, B)}

@@ -71,7 +71,7 @@ from fflow.optim.schedules import (
     warmup_cosine_decay_schedule,
     warmup_exponential_decay_schedule,
 )
-from fflow.optim.sharding import state_sbp
+from fflow.optim.sharding import state_sbp, zero
 
 __all__ = [
     "ApplyIfFiniteState",
@@ -128,4 +128,5 @@ __all__ = [
     "warmup_cosine_decay_schedule",
     "warmup_exponential_decay_schedule",
     "state_sbp",
+    "zero",
 ]

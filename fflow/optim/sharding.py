@@ -16,7 +16,7 @@ Example:
 
 import numpy as np
 
-from fflow.sharding import Broadcast, SbpParallel, Split, as_nd_sbp
+from fflow.sharding import Broadcast, SbpParallel, Split, as_nd_sbp, is_global, to_global
 from fflow.transforms.ad_api import ShapeDtypeStruct, eval_shape
 from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
@@ -98,3 +98,68 @@ class _Leaf:
 
     def __init__(self, sbp):
         self.sbp = sbp
+
+
+def zero(inner):
+    """ZeRO-1 for any optimizer: its state is split over the mesh (as
+    `state_sbp(inner, ..., zero=True)`), without passing state SBPs to `shard`.
+
+    `init` on global parameters gives state already split (the SBP of a state leaf is
+    its parameter's, with broadcast mesh axes split: `_zero_split`); inside `shard`,
+    `init` and `update` constrain each state leaf to that split with `with_sbp`, so
+    `shard(step, pl, in_sbp=(param_sbp, None, ...))` keeps the split state from step
+    to step. Inside `shard` a parameter's own SBP is not known while tracing, so the
+    split there assumes broadcast (data-parallel) parameters; for tensor-parallel
+    parameters pass `state_sbp(..., zero=True)` to `shard` as the state's SBP. Outside
+    `shard` on local arrays it is `inner` unchanged: same numbers.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow import optim
+        >>> pl = fflow.placement("cpu", [0, 1])
+        >>> p = {"w": fflow.to_global(jnp.ones((4, 3)), pl, fflow.sbp.broadcast)}
+        >>> tx = optim.adam(1e-3, zero=True)
+        >>> tx.init(p)[0].mu["w"].sbp
+        (S(0),)
+    """
+    from fflow.optim.base import GradientTransformation
+
+    def constrain(state, params):
+        from fflow.transforms.shard import _ctx, with_sbp
+
+        leaves = tree_flatten(params)[0]
+        glob = [x for x in leaves if is_global(x)]
+        if _ctx.stack:
+            pl, sbps = _ctx.stack[-1], None
+        elif glob:
+            pl = glob[0].placement
+            sbps = tree_unflatten(
+                tree_flatten(params)[1],
+                [x.sbp if is_global(x) and x.placement == pl else None for x in leaves],
+            )
+        else:
+            return state  # local arrays, not sharded: nothing to split
+        spec = state_sbp(inner, params, sbps, pl, zero=True)
+        spec_leaves = tree_flatten(spec, is_leaf=_is_nd)[0]
+        state_leaves, state_def = tree_flatten(state)
+        out = []
+        for x, s in zip(state_leaves, spec_leaves):
+            if _ctx.stack or is_global(x):
+                x = with_sbp(x, s)
+            else:
+                x = with_sbp(to_global(x, pl, (Broadcast(),) * pl.ndim), s)
+            out.append(x)
+        return tree_unflatten(state_def, out)
+
+    def init(params):
+        return constrain(inner.init(params), params)
+
+    def update(grads, state, params=None):
+        updates, state = inner.update(grads, state, params)
+        return updates, constrain(state, grads if params is None else params)
+
+    return GradientTransformation(init, update)
+
+
+def _is_nd(s):
+    return isinstance(s, tuple) and s and all(isinstance(x, SbpParallel) for x in s)
