@@ -27,6 +27,7 @@ from fflow import lax as _lax
 from fflow.core import Tracer
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.primitives.random_bits import random_bits_p, random_fold_in_p
+from fflow.primitives.special import lgamma_p
 from fflow.transforms.vmap import vmap
 
 _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.uint64}
@@ -654,8 +655,6 @@ def _poisson_knuth(key, lam, shape, dtype, max_iters):
 
 
 def _poisson_rejection(key, lam, shape, dtype, max_iters):
-    from fflow.scipy.special import gammaln
-
     jnp = _jnp()
     log_lam = jnp.log(lam)
     b = 0.931 + 2.53 * jnp.sqrt(lam)
@@ -671,7 +670,7 @@ def _poisson_rejection(key, lam, shape, dtype, max_iters):
         u_shifted = 0.5 - jnp.abs(u)
         k = jnp.floor((2 * a / u_shifted + b) * u + lam + 0.43)
         s = jnp.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
-        t = -lam + k * log_lam - gammaln(k + 1)
+        t = -lam + k * log_lam - lgamma_p.bind(k + 1)  # scipy.special.gammaln of a float
         accept1 = jnp.logical_and(u_shifted >= 0.07, v <= v_r)
         reject = jnp.logical_or(k < 0, jnp.logical_and(u_shifted < 0.013, v > u_shifted))
         accept = jnp.logical_or(accept1, jnp.logical_and(jnp.logical_not(reject), s <= t))

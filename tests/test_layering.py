@@ -70,7 +70,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.numpy.linalg_ops": 1,
     "fflow.primitives.linalg": 1,
     "fflow.primitives.unary": 1,
-    "fflow.random": 1,
     "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
     "fflow.transforms.lowered": 1,
