@@ -16,8 +16,10 @@ Example:
 
 import numpy as np
 
+from fflow.optim.base import GradientTransformation
 from fflow.sharding import Broadcast, SbpParallel, Split, as_nd_sbp, is_global, to_global
 from fflow.transforms.ad_api import ShapeDtypeStruct, eval_shape
+from fflow.transforms.shard import _ctx, with_sbp
 from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 # distinct fake sizes identify which parameter a state leaf belongs to
@@ -122,11 +124,8 @@ def zero(inner):
         >>> tx.init(p)[0].mu["w"].sbp
         (S(0),)
     """
-    from fflow.optim.base import GradientTransformation
 
     def constrain(state, params):
-        from fflow.transforms.shard import _ctx, with_sbp
-
         leaves = tree_flatten(params)[0]
         glob = [x for x in leaves if is_global(x)]
         if _ctx.stack:
