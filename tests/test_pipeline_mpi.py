@@ -118,3 +118,24 @@ def test_3d_parallel_step_on_8_ranks_equals_simulated_and_single_device():
         for k, w in want[s].items():
             got = np.asarray(sim[f"grad{s}_{k}"])
             np.testing.assert_allclose(got, np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
+@pytest.mark.parametrize("n", [2, 4])
+def test_global_input_on_another_placement_moves_on_ranks(n):
+    script = os.path.join(ROOT, "tests", "pipeline_move_mpi_script.py")
+    mpi = run(n=n, script=script, devices=n)
+    sim = run(script=script, devices=n)
+    assert mpi.pop("runtime") == f"{n} MPI ranks"
+    assert sim.pop("runtime") == f"{n} simulated CPU devices"
+    assert mpi == sim  # bit for bit, bytes included
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 4)).astype(np.float32)
+    w = rng.normal(size=(4, 2)).astype(np.float32)
+    t = np.tanh(x @ w)
+    for name in ("S0", "S1", "B", "P"):
+        assert sim[f"plan_bytes_{name}"] > 0 and sim[f"gw_on_b_{name}"]
+        np.testing.assert_allclose(sim[f"value_{name}"], (t**2).sum(), rtol=1e-5)
+        d = 2 * t * (1 - t**2)
+        np.testing.assert_allclose(np.asarray(sim[f"gw_{name}"]), x.T @ d, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(sim[f"gx_{name}"]), d @ w.T, rtol=1e-4, atol=1e-5)

@@ -185,14 +185,9 @@ def _run_call(sp, args):
     ready = []
     for a, s, v in zip(args, sp.in_sbps, sp.program.invars):
         if is_global(a):
-            if a.placement != pl:
-                raise user_error(
-                    ValueError,
-                    f"a sharded function on {pl} got an array placed on {a.placement}; "
-                    "mixing placements is not allowed. Fix: to_local() it and to_global() "
-                    "it onto this placement.",
-                )
-            ready.append(to_global(a, sbp=s))
+            # on another placement (reached through jit, which traced no source): moves
+            # here by point-to-point boxing; `shard` called directly plans the move
+            ready.append(to_global(a, sbp=s) if a.placement == pl else to_global(a, pl, s))
         else:
             a = as_value(a)
             if a.dtype != v.aval.dtype:
@@ -241,6 +236,8 @@ class Sharded:
                 if is_global(x) and x.placement == pl:
                     spec = x.sbp
                     fixed = True
+                elif _fits_mesh(_global_of(x), pl):
+                    spec = _global_of(x).sbp  # on another placement: moves here as it is
                 else:
                     spec = (B,) * pl.ndim
             if free is not None:
@@ -262,7 +259,8 @@ class Sharded:
         free = []
         in_sbps = self._in_sbps(args, leaves, free)
         avals = [core.aval_of_value(x).strip_weak_type() for x in leaves]
-        key = (in_tree, tuple(avals), tuple(in_sbps))
+        elsewhere = _sources(leaves)  # global inputs on other placements
+        key = (in_tree, tuple(avals), tuple(in_sbps), elsewhere)
         entry = self.cache.get(key)
         if entry is not None:
             sp, out_tree = entry
@@ -289,7 +287,10 @@ class Sharded:
                 program, self.placement, lifted_sbps + ins, outs, plan_options=self.plan_options
             )
 
-        if any(e.primitive is shard_move_p for e in program.eqns):
+        sources = _sources(lifted) + elsewhere
+        if any(s is not None and s[0] != self.placement for s in sources) or any(
+            e.primitive is shard_move_p for e in program.eqns
+        ):
             # several placements: one planned segment per placement
             if self.memory_limit is not None:
                 raise user_error(
@@ -299,8 +300,9 @@ class Sharded:
                     "memory_limit, or shard each placement's part on its own with its limit.",
                 )
             sp = program_cutters[0](
-                program, self.placement, lifted_sbps + in_sbps, out_specs, self.plan_options
-            )
+                program, self.placement, lifted_sbps + in_sbps, out_specs, self.plan_options,
+                sources,
+            )  # fmt: skip
         elif self.memory_limit is None:
             sp = make(in_sbps, out_specs)
         else:
@@ -411,6 +413,30 @@ def _unalias(outs, borrowed):
         for i, v in shards.items():
             if any(np.may_share_memory(v, b) for b in borrowed):
                 shards[i] = v.copy()
+
+
+def _global_of(x):
+    """The global array under `x` (through JVP tracers' primals), or None."""
+    while isinstance(x, core.Tracer) and hasattr(x, "primal"):
+        x = x.primal
+    return x if is_global(x) else None
+
+
+def _fits_mesh(x, pl):
+    if x is None or len(x.sbp) != pl.ndim:
+        return False
+    try:
+        check_sbp_fits(x.shape, x.sbp, pl.hierarchy, "in_sbp")
+    except Exception:  # noqa: BLE001  (a split the other mesh cannot take)
+        return False
+    return True
+
+
+def _sources(values):
+    """Per value: (placement, sbp) of a global array, else None; a sharded program over
+    several placements moves those to where they are used (transforms/shard_mixed.py)."""
+    gs = [_global_of(x) for x in values]
+    return tuple(None if g is None else (g.placement, tuple(g.sbp)) for g in gs)
 
 
 def _split_state(shape, hierarchy):

@@ -88,7 +88,7 @@ class MixedProgram:
 
     is_mixed = True
 
-    def __init__(self, program, pl, in_sbps, out_specs, plan_options=None):
+    def __init__(self, program, pl, in_sbps, out_specs, plan_options=None, in_sources=None):
         self.program = program
         self.placement = pl
         self.in_sbps = list(in_sbps)
@@ -105,7 +105,17 @@ class MixedProgram:
                 items.append(["seg", q, [e]])
         later = _used_later(items, program.outvars)
         sbp_of = {}
+        moved = set()
         free_sbp = dict(zip(program.invars, self.in_sbps))  # inputs: placed where used
+        # where each input lives: a global array on another placement (placement, sbp);
+        # others start on `pl` in their in_sbp. An input read on another placement moves.
+        source = {v: (pl, free_sbp[v]) for v in program.invars}
+        elsewhere = set()  # global arrays: they move to where they are used
+        for v, s in zip(program.invars, in_sources or ()):
+            if s is not None:
+                source[v] = (s[0], tuple(s[1]))
+                elsewhere.add(v)
+        self.in_sources = [None if source[v][0] == pl else source[v] for v in program.invars]
         out_spec = dict(zip(program.outvars, out_specs))
         self.items = []
         self.moves = []  # (TransferPlan, source line) per move, for the printed plan
@@ -114,23 +124,24 @@ class MixedProgram:
                 e = item[1]
                 x = e.inputs[0]
                 src = place.get(x, pl) if type(x) is not Literal else None
-                if x in free_sbp:  # an input moved straight away: it starts on `pl`
-                    src, sbp_of[x] = pl, free_sbp[x]
+                if x in free_sbp:  # an input moved straight away: from where it lives
+                    src, sbp_of[x] = source[x]
                 if src is None or x not in sbp_of:
                     src_sbp = None
                 else:
                     src_sbp = sbp_of[x]
                 params = dict(e.params, src=src, src_sbp=src_sbp)
                 sbp_of[e.outputs[0]] = e.params["sbp"]
+                tp = None
                 if src is not None and src_sbp is not None:
                     a = x.aval
                     tp = plan_transfer(a.shape, a.dtype, src, src_sbp, params["dst"], params["sbp"])
                     self.moves.append((tp, _where(e)))
-                self.items.append(("move", x, e.outputs[0], params))
+                self.items.append(("move", x, e.outputs[0], params, tp))
                 continue
             _, q, eqns = item
             defined = {o for e in eqns for o in e.outputs}
-            ins, cvars = [], []
+            ins, cvars, keys = [], [], []
             for e in eqns:
                 for v in e.inputs:
                     if type(v) is Literal or v in defined or v in ins or v in cvars:
@@ -139,9 +150,25 @@ class MixedProgram:
                         cvars.append(v)
                         continue
                     if v in free_sbp:
-                        nd = free_sbp[v]
-                        sbp_of[v] = nd if len(nd) == q.ndim and _fits(v, nd, q) else (B,) * q.ndim
+                        src, src_sbp = source[v]
+                        if v not in elsewhere:  # a local value: placed where it is used
+                            src = q
+                        nd = src_sbp if src == q else free_sbp[v]
+                        nd = nd if len(nd) == q.ndim and _fits(v, nd, q) else (B,) * q.ndim
+                        sbp_of[v] = nd
                         ins.append(v)
+                        keys.append(v)
+                        if src != q:  # a global input living elsewhere: move it here
+                            key = ("moved", v, q)
+                            keys[-1] = key
+                            if key in moved:
+                                continue
+                            moved.add(key)
+                            params = dict(dst=q, sbp=nd, src=src, src_sbp=src_sbp)
+                            a = v.aval
+                            tp = plan_transfer(a.shape, a.dtype, src, src_sbp, q, nd)
+                            self.moves.append((tp, " (an input on another placement)"))
+                            self.items.append(("move", v, key, params, tp))
                         continue
                     if place.get(v) != q:
                         raise user_error(
@@ -151,6 +178,7 @@ class MixedProgram:
                             "fflow.with_sbp(x, sbp, placement=...).",
                         )
                     ins.append(v)
+                    keys.append(v)
             outs = [v for v in dict.fromkeys(o for e in eqns for o in e.outputs) if v in later[k]]
             specs = [out_spec.get(v) for v in outs]
             specs = [s if s is not None and len(s) == q.ndim else None for s in specs]
@@ -164,10 +192,10 @@ class MixedProgram:
             )  # fmt: skip
             for v, s in zip(outs, sp.out_sbps):
                 sbp_of[v] = tuple(s)
-            self.items.append(("seg", ins, outs, sp))
+            self.items.append(("seg", keys, outs, sp))
         for v in program.outvars:
             if v in free_sbp and v not in sbp_of:
-                sbp_of[v] = free_sbp[v]
+                sbp_of[v] = source[v][1]
         self.out_sbps = [sbp_of.get(v) if type(v) is not Literal else None for v in program.outvars]
 
     @property
@@ -188,11 +216,11 @@ class MixedProgram:
         env = dict(zip(self.program.invars, args))
 
         def read(v):
-            return v.val if type(v) is Literal else env[v]
+            return v.val if type(v) is Literal else env[v]  # a var, or ("moved", v, q)
 
         for item in self.items:
             if item[0] == "move":
-                _, x, y, params = item
+                _, x, y, params, _ = item
                 env[y] = shard_move_p.bind(read(x), **params)
             else:
                 _, ins, outs, sp = item
@@ -208,8 +236,7 @@ class MixedProgram:
                 lines.append(f"-- segment on {sp.placement} ({sp.bytes} B of boxing)")
                 lines.append(str(sp))
             else:
-                p = item[3]
-                tp = next((t for t, _ in self.moves if t.dst_pl == p["dst"]), None)
+                p, tp = item[3], item[4]
                 a = item[1].aval if type(item[1]) is not Literal else None
                 what = f"{a.dtype.name}{list(a.shape)}" if a is not None else "literal"
                 size = f": {tp.describe()}" if tp is not None else ""
