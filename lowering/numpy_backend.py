@@ -22,6 +22,7 @@ Rules of the rendering:
 """
 
 import sys
+import weakref
 
 import numpy as np
 from fflow.lowering import cpu_gemm, passes
@@ -92,8 +93,36 @@ def _donatable(x):
     return type(x) is np.ndarray and x.base is None and x.flags.writeable
 
 
+_BODY_CACHE = weakref.WeakKeyDictionary()  # body program -> its compiled kernel
+
+
+def body_kernel(program):
+    """A raw (NumPy in, NumPy out) compiled kernel for a closed body program (the rows of
+    cond/while/scan/calls reach it as `ctx.body_kernel`, so numpy_rows imports no backend)."""
+    hit = _BODY_CACHE.get(program)
+    if hit is not None:
+        return hit
+    if program.constvars:
+        consts = [np.asarray(c) for c in program.consts]
+        closed = program.replace(
+            invars=list(program.constvars) + list(program.invars), constvars=[], consts=[]
+        )
+        inner = compile_program(closed, name="body", raw=True)
+
+        def kernel(*args):
+            return inner(*consts, *args)
+
+        kernel.source = inner.source
+    else:
+        kernel = compile_program(program, name="body", raw=True)
+    _BODY_CACHE[program] = kernel
+    return kernel
+
+
 class _Ctx:
     """State of one rendering: names, globals, lines, ownership of buffers."""
+
+    body_kernel = staticmethod(body_kernel)
 
     def __init__(self, program, steps, live, donate):
         self.program = program

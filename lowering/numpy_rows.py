@@ -8,7 +8,6 @@ A row is `emit(ctx, eqn, step_index)`; `ctx` is the rendering state of
 """
 
 import functools
-import weakref
 
 import numpy as np
 from fflow.lowering import cpu_attention, cpu_gemm
@@ -225,32 +224,6 @@ def emit_update(ctx, eqn, i):
 
 # -- control flow: Python loops around compiled bodies ---------------------------------
 
-_BODY_CACHE = weakref.WeakKeyDictionary()  # body program -> its compiled kernel
-
-
-def body_kernel(program):
-    """A raw (NumPy in, NumPy out) compiled kernel for a closed body program."""
-    from fflow.lowering.numpy_backend import compile_program
-
-    hit = _BODY_CACHE.get(program)
-    if hit is not None:
-        return hit
-    if program.constvars:
-        consts = [np.asarray(c) for c in program.consts]
-        closed = program.replace(
-            invars=list(program.constvars) + list(program.invars), constvars=[], consts=[]
-        )
-        inner = compile_program(closed, name="body", raw=True)
-
-        def kernel(*args):
-            return inner(*consts, *args)
-
-        kernel.source = inner.source
-    else:
-        kernel = compile_program(program, name="body", raw=True)
-    _BODY_CACHE[program] = kernel
-    return kernel
-
 
 def _tuple_target(names):
     return ", ".join(names) + ("," if len(names) == 1 else "")
@@ -258,7 +231,7 @@ def _tuple_target(names):
 
 def emit_cond(ctx, eqn, i):
     branches = eqn.params["branches"]
-    kernels = ctx.const(tuple(body_kernel(b) for b in branches), "branches")
+    kernels = ctx.const(tuple(ctx.body_kernel(b) for b in branches), "branches")
     idx, *ops = eqn.inputs
     args = ", ".join(ctx.arg(v, True) for v in ops)
     outs = [ctx.name(v) for v in eqn.outputs]
@@ -269,8 +242,8 @@ def emit_cond(ctx, eqn, i):
 
 def emit_while(ctx, eqn, i):
     p = eqn.params
-    cond_k = ctx.const(body_kernel(p["cond_jaxpr"]), "cond")
-    body_k = ctx.const(body_kernel(p["body_jaxpr"]), "body")
+    cond_k = ctx.const(ctx.body_kernel(p["cond_jaxpr"]), "cond")
+    body_k = ctx.const(ctx.body_kernel(p["body_jaxpr"]), "body")
     args = [ctx.arg(v, True) for v in eqn.inputs]
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
     cconsts, bconsts, carry = args[:nc], args[nc : nc + nb], args[nc + nb :]
@@ -286,7 +259,7 @@ def emit_scan(ctx, eqn, i):
     p = eqn.params
     body = p["jaxpr"]
     nconst, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
-    body_k = ctx.const(body_kernel(body), "scan_body")
+    body_k = ctx.const(ctx.body_kernel(body), "scan_body")
     args = [ctx.arg(v, True) for v in eqn.inputs]
     consts, carry, xs = args[:nconst], args[nconst : nconst + ncarry], args[nconst + ncarry :]
     outs = [ctx.name(v) for v in eqn.outputs]
@@ -312,7 +285,7 @@ def emit_call(ctx, eqn, i):
     program = eqn.params.get("program")
     if program is None:
         return emit_fallback(ctx, eqn, i)
-    kernel = ctx.const(body_kernel(program), "call")
+    kernel = ctx.const(ctx.body_kernel(program), "call")
     args = ", ".join(ctx.arg(v, True) for v in eqn.inputs)
     outs = [ctx.name(v) for v in eqn.outputs]
     call = f"{kernel}({args})"
