@@ -57,7 +57,6 @@ KNOWN_CYCLES = [
         "fflow.transforms.shard_plan",
         "fflow.transforms.shard_print",
     ],
-    ["fflow.explain", "fflow.transforms.jit", "fflow.transforms.lowered"],
 ]
 
 # Function-level imports of fflow modules that are not heavy parts, per importer; may
@@ -70,7 +69,6 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.primitives.unary": 1,
     "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
-    "fflow.transforms.lowered": 1,
     "fflow.transforms.shard_boxing": 1,
     "fflow.transforms.shard_exec": 2,
     "fflow.transforms.shard_plan": 1,
