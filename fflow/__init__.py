@@ -12,6 +12,7 @@ import sys as _sys
 
 from fflow import array as _array  # installs the root trace
 from fflow import array_methods, core, dtypes, errors
+from fflow import device_buffer as _device_buffer  # noqa: F401  (Array.device)
 from fflow.array import Array
 from fflow.core import ShapedArray, Tracer
 
@@ -68,7 +69,7 @@ _LAZY = {
     "pipeline": ("fflow.pipelining", "pipeline"),
     "accumulate_gradients": ("fflow.grad_accum", "accumulate_gradients"),
     "amp": ("fflow.transforms.amp", "amp"),
-    "devices": ("fflow.device", "devices"),
+    "devices": ("fflow.device_buffer", "devices"),
     "device_put": ("fflow.device", "device_put"),
     "eval_shape": ("fflow.transforms.ad_api", "eval_shape"),
     "ShapeDtypeStruct": ("fflow.transforms.ad_api", "ShapeDtypeStruct"),
@@ -87,7 +88,7 @@ _LAZY = {
     "ad_checkpoint": ("fflow.ad_checkpoint", None),
     "stages": ("fflow.stages", None),
     "compat": ("fflow.compat", None),
-    "Device": ("fflow.device", "Device"),
+    "Device": ("fflow.device_buffer", "Device"),
     "jacobian": ("fflow.jax_api", "jacobian"),
     "device_count": ("fflow.jax_api", "device_count"),
     "local_device_count": ("fflow.jax_api", "local_device_count"),

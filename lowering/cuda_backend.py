@@ -37,10 +37,11 @@ from fflow.lowering.cuda_render import PREAMBLE
 from fflow.lowering.cuda_runtime import CupyRuntime, ShimRuntime, _tuple  # noqa: F401
 from fflow.transforms.staging import trace_to_program
 
+from fflow import array as _array
 from fflow import core
 from fflow.array import Array, root_trace
 from fflow.core import Literal, Var
-from fflow.device import DeviceBuffer, devices
+from fflow.device_buffer import DeviceBuffer, devices
 
 # -- executable -----------------------------------------------------------------------------
 
@@ -411,3 +412,16 @@ def _freeze(x):
     if isinstance(x, np.ndarray):
         return (x.dtype.str, x.shape, x.tobytes())
     return x
+
+
+def _eager_dispatch(prim, args, params):
+    """Eager primitives on device arrays: a one-equation program on this backend."""
+    for a in args:
+        if type(a) is Array and type(a._value) is DeviceBuffer:
+            return eager(prim, args, params, a._value.device)
+    return NotImplemented
+
+
+# installed when the backend loads (fflow.device_put of a GPU array loads it)
+if _eager_dispatch not in _array.special_dispatch:
+    _array.special_dispatch.append(_eager_dispatch)

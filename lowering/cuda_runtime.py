@@ -10,6 +10,7 @@ import numpy as np
 
 from fflow.array import Array
 from fflow.core import Var
+from fflow.device_buffer import DeviceBuffer, _aligned_copy, _cupy, storage_dtype, to_device
 
 
 def _tuple(grid):
@@ -31,8 +32,6 @@ class ShimRuntime:
         return contextlib.nullcontext()
 
     def empty(self, aval):
-        from fflow.device import _aligned_copy
-
         return _aligned_copy(np.empty(aval.shape, aval.dtype))
 
     def load(self, kernels):
@@ -44,8 +43,6 @@ class ShimRuntime:
         fn(_tuple(kernel.grid), (kernel.block,), args)
 
     def to_runtime(self, value, aval):
-        from fflow.device import DeviceBuffer, _aligned_copy
-
         if type(value) is DeviceBuffer:
             value = value.data
         value = np.asarray(value)
@@ -74,8 +71,6 @@ class ShimRuntime:
     def wrap(self, value, aval):
         if self.device is None:
             return Array(value, aval.weak_type)
-        from fflow.device import DeviceBuffer
-
         return Array(DeviceBuffer(value, aval.dtype, self.device), aval.weak_type)
 
 
@@ -88,8 +83,6 @@ class CupyRuntime:
     name = "cuda"
 
     def __init__(self, device):
-        from fflow.device import _cupy
-
         self.cp = _cupy()
         self.device = device
         self.capability = None
@@ -99,8 +92,6 @@ class CupyRuntime:
         return self.cp.cuda.Device(self.device.id)
 
     def empty(self, aval):
-        from fflow.device import storage_dtype
-
         return self.cp.empty(aval.shape, storage_dtype(aval.dtype))
 
     def load(self, kernels):
@@ -131,8 +122,6 @@ class CupyRuntime:
         fn(_tuple(kernel.grid), (kernel.block,), tuple(args))
 
     def to_runtime(self, value, aval):
-        from fflow.device import DeviceBuffer, to_device
-
         if type(value) is DeviceBuffer:
             value = value.data
         if isinstance(value, self.cp.ndarray):
@@ -201,6 +190,4 @@ class CupyRuntime:
         return value.reshape(shape)
 
     def wrap(self, value, aval):
-        from fflow.device import DeviceBuffer
-
         return Array(DeviceBuffer(value, aval.dtype, self.device), aval.weak_type)
