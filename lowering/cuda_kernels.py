@@ -128,6 +128,23 @@ class Builder:
         self.cache = {}
         self.flat = flat  # iteration size when every value is indexed linearly
         self.lane = None  # vector lane: external loads come from per-lane registers
+        self.canon = None  # row kernels: {index tuple: kind} of this loop's element
+        self.slot = None  # row kernels: C expression of this element's cache slot
+
+    def row_slot(self, v, idx):
+        """The row-cache register holding `v` at `idx`, or None (a load from memory).
+
+        Row kernels read each row (and per-column operands like layernorm's gamma)
+        from memory once into registers; every later pass over the row reads those.
+        """
+        if self.canon is None:
+            return None
+        kind = self.canon.get(tuple(idx))
+        if kind is None or v.aval.shape != self.k.row_shapes.get(kind):
+            return None
+        self.k.canonical_reads.setdefault(v, set()).add(id(self))
+        name = self.k.row_cache.get(v)
+        return None if name is None else f"{name}[{self.slot}]"
 
     def tmp(self, ctype, expr):
         name = f"t{self.k.fresh()}"
@@ -156,6 +173,9 @@ class Builder:
         r = renderer_for(v.aval.dtype)
         eqn = self.k.inline.get(v)
         if eqn is None:
+            slot = self.row_slot(v, idx)
+            if slot is not None:
+                return slot  # a register of the row cache (row kernels)
             name = self.k.input(v)
             if self.lane is not None and v.aval.ndim and v in self.k.vector_inputs:
                 expr = r.load(f"{name}_v[{self.lane}]")
@@ -441,6 +461,9 @@ class KernelSource:
         self.special = {}  # var -> C expression (values held in registers)
         self.reciprocals = set()  # row registers divided by: `<reg>_inv` is declared
         self.vector_inputs = set()
+        self.row_shapes = {}  # row kernels: "row" -> x_shape, "col" -> reduced dims
+        self.row_cache = {}  # row kernels: input var -> register array name
+        self.canonical_reads = {}  # input var -> ids of the loops reading it row-wise
         self.helpers = []
         self.idx_t = "long long" if wide else "int"
         self.lit = "LL" if wide else ""

@@ -13,11 +13,12 @@ from fflow.lowering.cuda_kernels import (
     _grid,
     _grid_loop,
     _indent,
+    _vector_type,
     delinearize,
     linear,
     size_of,
 )
-from fflow.lowering.cuda_render import renderer_for
+from fflow.lowering.cuda_render import renderer_for, storage_ctype
 
 # -- reductions -----------------------------------------------------------------------------
 
@@ -154,6 +155,10 @@ def _accumulate(k, red, b, val, acc, ids, jexpr, comb_fn):
     return [f"{acc} = {red.comb(acc, red.to_acc(val))};"]
 
 
+# registers per thread a row kernel may spend on its row cache (32-bit words)
+ROW_CACHE_WORDS = {"warp": 64, "block": 32}
+
+
 def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     """A kernel per row: reductions over the trailing dims, then outputs of the row.
 
@@ -162,7 +167,49 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     later reductions and the outputs (shape R + N or R / R + (1,)), which is how
     softmax, log_softmax and layernorm become one kernel. Rows of up to 1024
     elements take one warp each (shuffles only); longer rows take a block.
+
+    The row is read from memory once: every input read at the current element (and
+    every per-column operand such as layernorm's gamma, once per thread) is loaded
+    into registers with 16-byte vector loads when the row length allows, and every
+    pass (max, sum, output) reads the registers; outputs are stored 16 bytes at a
+    time. Rows too long for the register budget keep one load per pass.
     """
+    args = (reductions, elem_outputs, row_outputs, inline, wide)
+    probe, k = _row_kernel(*args)
+    x_shape = reductions[0].inputs[0].aval.shape
+    n = size_of(x_shape[len(x_shape) - len(reductions[0].params["axes"]) :])
+    floats = [
+        v
+        for v in k.canonical_reads
+        if renderer_for(v.aval.dtype).compute in ("float", "double")
+        and np.dtype(v.aval.dtype).itemsize in (2, 4, 8)
+    ]
+    if not floats:
+        return probe
+    sizes = [np.dtype(v.aval.dtype).itemsize for v in floats + list(elem_outputs)]
+    nt = 32 if n <= 1024 else _row_block(n)
+    vec = 16 // max(sizes)
+    while vec > 1 and (n % vec or n < nt * vec):  # every thread keeps a full vector
+        vec //= 2
+    slots = -(-n // (nt * vec)) * vec
+    budget = ROW_CACHE_WORDS["warp" if n <= 1024 else "block"]
+    cached = []
+    # inputs read by the most passes first (each of them saves a pass over memory)
+    for v in sorted(floats, key=lambda v: -len(k.canonical_reads[v])):
+        words = slots * (2 if renderer_for(v.aval.dtype).compute == "double" else 1)
+        if words <= budget:
+            cached.append(v)
+            budget -= words
+    if not cached:
+        return probe
+    return _row_kernel(*args, cached=cached, vec=vec)[0]
+
+
+def _row_block(n):
+    return 1024 if n >= 16384 else 512 if n >= 4096 else 256
+
+
+def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), vec=1):
     first = reductions[0]
     x_shape = first.inputs[0].aval.shape
     axes = first.params["axes"]
@@ -170,23 +217,29 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     red_shape = x_shape[len(nrows_dims) :]
     rows, n = size_of(nrows_dims), size_of(red_shape)
     k = KernelSource("row", inline, wide)
+    k.row_shapes = {"row": x_shape}
+    if nrows_dims:
+        k.row_shapes["col"] = red_shape
     warp_mode = n <= 1024
     # a grid-stride loop over rows: the grid is capped (MAX_GRID blocks), so rows past
     # grid * rows-per-block are taken by the same warps / blocks on later iterations
     if warp_mode:
         block = 128
         grid = _grid(rows, block // 32)
+        nt = 32
         head = ["const int tid = threadIdx.x & 31;", "const int nt = 32;"]
         row_loop = (
             f"for ({k.idx_t} row = ({k.idx_t})blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);"
             f" row < {rows}{k.lit}; row += ({k.idx_t})gridDim.x * (blockDim.x >> 5)) {{"
         )
     else:
-        block = 1024 if n >= 16384 else 512 if n >= 4096 else 256
+        block = nt = _row_block(n)
         grid = _grid(rows, 1)
         # the block size is a constant of the kernel, so loops over a row unroll
         head = ["const int tid = threadIdx.x;", f"const int nt = {block};"]
         row_loop = f"for ({k.idx_t} row = blockIdx.x; row < {rows}{k.lit}; row += gridDim.x) {{"
+    chunks = -(-n // (nt * vec))
+    it, lit = k.idx_t, k.lit
     body = list(head)
     inner = []
     reg_lines = []  # (line after the register's definition, register, renderer)
@@ -194,17 +247,71 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     row_idx = [rb.index_tmp(e) for e in delinearize("row", nrows_dims, k.lit)] if nrows_dims else []
     inner += rb.lines
 
-    def elem_loop(fill):
+    def chunk_loop(lines):
+        """`lines` for each chunk of `vec` elements this thread owns (first: `jv`)."""
+        return [
+            "#pragma unroll",
+            f"for (int c = 0; c < {chunks}; ++c) {{",
+            f"  const {it} jv = ({it})(tid + c * nt) * {vec};",
+            f"  if (jv < {n}{lit}) {{",
+        ] + _indent(lines, 2) + ["  }", "}"]  # fmt: skip
+
+    def cache_loads(kind):
+        lines = []
+        for v in cached:
+            if v.aval.shape != k.row_shapes[kind] or kind == "col" and v.aval.shape == x_shape:
+                continue
+            name, r = k.row_cache[v], renderer_for(v.aval.dtype)
+            src = k.input(v)
+            base = f"({src} + row * {n}{lit})" if kind == "row" else src
+            lines.append(f"{r.compute} {name}[{chunks * vec}];")
+            if vec == 1:
+                load = [f"{name}[c] = {r.load(f'{base}[jv]')};"]
+            else:
+                vt = _vector_type(np.dtype(v.aval.dtype).itemsize * vec)
+                st = storage_ctype(v.aval.dtype)
+                load = [
+                    f"const {vt} raw = ((const {vt}*){base})[tid + c * nt];",
+                    f"const {st}* rv = (const {st}*)&raw;",
+                    "#pragma unroll",
+                    f"for (int l = 0; l < {vec}; ++l) {name}[c * {vec} + l] = {r.load('rv[l]')};",
+                ]
+            lines += chunk_loop(load)
+        return lines
+
+    def elem_loop(fill, stores=()):
         b = Builder(k)
         jdx = delinearize("j", red_shape, k.lit) if red_shape else []
         if len(red_shape) > 1:
             jdx = [b.index_tmp(e) for e in jdx]
+        b.canon = {tuple(row_idx + jdx): "row"}
+        if nrows_dims:
+            b.canon[tuple(jdx)] = "col"
+        if not cached:
+            lines = fill(b, row_idx + jdx)
+            return (
+                ["#pragma unroll 4", f"for ({it} j = tid; j < {n}{lit}; j += nt) {{"]
+                + _indent(b.lines + lines)
+                + ["}"]
+            )
+        b.slot = f"(c * {vec} + l)" if vec > 1 else "c"
         lines = fill(b, row_idx + jdx)
-        return (
-            ["#pragma unroll 4", f"for ({k.idx_t} j = tid; j < {n}{k.lit}; j += nt) {{"]
-            + _indent(b.lines + lines)
-            + ["}"]
-        )
+        pre, post = [], []
+        for v, name in stores:  # vector stores of the outputs
+            vt = _vector_type(np.dtype(v.aval.dtype).itemsize * vec)
+            st = storage_ctype(v.aval.dtype)
+            pre += [f"{vt} {name}_raw;", f"{st}* {name}_v = ({st}*)&{name}_raw;"]
+            post.append(f"(({vt}*)({name} + row * {n}{lit}))[tid + c * nt] = {name}_raw;")
+        if vec == 1:
+            return chunk_loop([f"const {it} j = jv;"] + b.lines + lines)
+        per = ["#pragma unroll", f"for (int l = 0; l < {vec}; ++l) {{"]
+        per += _indent([f"const {it} j = jv + l;"] + b.lines + lines) + ["}"]
+        return chunk_loop(pre + per + post)
+
+    for i, v in enumerate(cached):
+        k.row_cache[v] = f"xc{i}"
+    body += cache_loads("col") if nrows_dims else []
+    inner += cache_loads("row")
 
     for r_i, eqn in enumerate(reductions):
         src = eqn.inputs[0]
@@ -238,22 +345,23 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
             stores.append(f"{name}[row] = {renderer_for(v.aval.dtype).store(val)};")
         inner += ["if (tid == 0) {"] + _indent(b.lines + stores) + ["}"]
     if elem_outputs:
+        vec_out = bool(cached) and vec > 1
 
         def fill(b, idx):
             out = []
             for v, name in out_names[: len(elem_outputs)]:
-                val = b.value(v, idx)
+                val = renderer_for(v.aval.dtype).store(b.value(v, idx))
                 out.append(
-                    f"{name}[row * {n}{k.lit} + j] = {renderer_for(v.aval.dtype).store(val)};"
+                    f"{name}_v[l] = {val};" if vec_out else f"{name}[row * {n}{lit} + j] = {val};"
                 )
             return out
 
-        inner += elem_loop(fill)
+        inner += elem_loop(fill, out_names[: len(elem_outputs)] if vec_out else ())
     for at, reg, out_r in reversed(reg_lines):
         if reg in k.reciprocals:
             inner.insert(at, f"const {out_r.compute} {reg}_inv = {out_r.lit(1)} / {reg};")
     body += [row_loop] + _indent(inner) + ["}"]
-    return k.finish(body, grid, block)
+    return k.finish(body, grid, block), k
 
 
 def split_count(eqn):
