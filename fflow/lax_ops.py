@@ -115,6 +115,7 @@ ceil = _unary("ceil")
 is_finite = _unary("is_finite")
 bitwise_not = _unary("not")
 square = _unary("square")
+population_count = _unary("population_count")
 stop_gradient_ = _unary("stop_gradient")
 
 add = _binary("add")
@@ -165,6 +166,13 @@ def select_n(which, *cases):
 def select(pred, on_true, on_false):
     """JAX's lax.select: on_true where pred else on_false."""
     return select_n(pred, on_false, on_true)
+
+
+def bitcast_convert_type(operand, new_dtype):
+    """Reinterpret the bits of `operand` as `new_dtype` (of the same width)."""
+    if _is_scalar(operand):
+        operand = _weak_scalar(operand)
+    return _p.bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize(new_dtype))
 
 
 def convert_element_type(x, new_dtype, weak_type=False):
@@ -536,7 +544,9 @@ __all__ = [
     "ceil",
     "clamp",
     "concatenate",
+    "bitcast_convert_type",
     "convert_element_type",
+    "population_count",
     "cos",
     "cosh",
     "cummax",

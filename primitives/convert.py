@@ -73,3 +73,34 @@ def _convert_amp(trace, prim, cls, ins, params):
 
 
 amp_rules[convert_element_type_p] = _convert_amp
+
+
+bitcast_convert_type_p = Primitive("bitcast_convert_type")
+bitcast_convert_type_p.traits.add("elementwise")
+bitcast_convert_type_p.amp_class = "keep"  # the bits are the value: no AMP cast
+
+
+@bitcast_convert_type_p.def_impl
+def _bitcast_impl(x, *, new_dtype):
+    return np.array(x, order="C").view(new_dtype)
+
+
+@bitcast_convert_type_p.def_abstract_eval
+def _bitcast_abstract_eval(x, *, new_dtype):
+    if np.dtype(new_dtype).itemsize != np.dtype(x.dtype).itemsize:
+        from fflow.errors import DtypeError, user_error
+
+        raise user_error(
+            DtypeError,
+            f"bitcast_convert_type from {x.dtype.name} to {np.dtype(new_dtype).name}: fflow "
+            f"bitcasts between dtypes of one width. Fix: pick a {x.dtype.itemsize}-byte dtype.",
+        )
+    return ShapedArray(x.shape, new_dtype)
+
+
+def _bitcast_jvp(primals, tangents, *, new_dtype):
+    out = bitcast_convert_type_p.bind(primals[0], new_dtype=new_dtype)
+    return out, Zero(tangent_aval(ShapedArray(np.shape(out), new_dtype)))
+
+
+jvp_rules[bitcast_convert_type_p] = _bitcast_jvp

@@ -206,8 +206,14 @@ def _abs_jvp(g, x):
         ax = jnp.abs(x)
         safe = jnp.where(ax == 0, jnp.ones_like(ax), ax)
         return jnp.where(ax == 0, jnp.zeros_like(ax), jnp.real(jnp.conj(x) * g) / safe)
-    return lax.mul(g, lax.sign(x))
+    # JAX: select(x >= 0, g, -g), so d|x|/dx at 0 is 1
+    return lax.select(lax.ge(x, lax.full_like(x, 0)), g, lax.neg(g))
 
+
+population_count_p = unary(
+    "population_count", lambda x: np.bitwise_count(x).astype(x.dtype), float_only=False
+)
+defzero(population_count_p)
 
 abs_p = unary("abs", np.abs, float_only=False, c_math="fabs")
 defjvp(abs_p, _abs_jvp)

@@ -134,6 +134,7 @@ for _name, _fn, _args in [
 ]:  # fmt: skip
     _add(Op(_name, _fn, _args, grad=INT))
 _add(Op("and", lax.bitwise_and, (Arg("b"), Arg("b")), grad=INT))
+_add(Op("population_count", lax.population_count, (Arg("u", (3, 4), 0, 2**31),), grad=INT))
 
 # -- dtype, shape, indexing -----------------------------------------------------------
 _A45 = (Arg("f", (4, 5)),)
@@ -142,6 +143,8 @@ _add(
        amp="its output dtype is the point",
        grad="a float16 output: finite differences see its rounding steps (tests/test_autodiff_primitives.py)"),
     Op("convert_element_type", lambda x: (x.astype(np.int32), x.astype(bool)), grad=ZERO),
+    Op("bitcast_convert_type", lambda x: lax.bitcast_convert_type(x, np.int32), grad=ZERO,
+       amp="its output is the input's bits"),
     Op("broadcast_in_dim", lambda x: lax.broadcast_in_dim(x, (2, 3, 4), (1, 2))),
     Op("reshape", lambda x: lax.reshape(x, (4, 3)) * 2),
     Op("transpose", lambda x: lax.transpose(x, (1, 0)) + 1),

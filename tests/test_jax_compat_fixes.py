@@ -208,3 +208,56 @@ def test_shift_right_logical_of_signed_ints_and_cumlogsumexp():
         np.asarray(lax.cumlogsumexp(jnp.arange(3.0))), [0.0, 1.3132617, 2.4076061], rtol=1e-6
     )
     assert jnp.where(jnp.arange(3) > 0, jnp.arange(3), 0.5).weak_type  # JAX: weak f32
+
+
+def test_abs_derivative_at_zero_is_one_and_logaddexp_splits_ties():
+    # JAX: d|x|/dx = select(x >= 0, 1, -1); logaddexp's derivative at x == y is 1/2
+    np.testing.assert_array_equal(
+        fflow.vmap(fflow.grad(jnp.abs))(jnp.array([-2.0, 0.0, 3.0])), [-1, 1, 1]
+    )
+    assert float(fflow.grad(fflow.nn.softplus)(0.0)) == 0.5
+    assert float(fflow.grad(fflow.nn.log_sigmoid)(0.0)) == 0.5
+    gx, gy = fflow.grad(jnp.logaddexp, argnums=(0, 1))(1.0, 1.0)
+    assert float(gx) == float(gy) == 0.5
+    x, y = 0.3, -1.2  # away from the tie: softmax weights (NumPy)
+    gx, gy = fflow.grad(jnp.logaddexp, argnums=(0, 1))(x, y)
+    np.testing.assert_allclose([gx, gy], np.exp([x, y]) / np.exp([x, y]).sum(), rtol=1e-6)
+    inf = np.inf
+    np.testing.assert_array_equal(
+        jnp.logaddexp(jnp.array([inf, -inf, 1.0, np.nan]), jnp.array([inf, -inf, -inf, 1.0])),
+        np.logaddexp([inf, -inf, 1.0, np.nan], [inf, -inf, -inf, 1.0]),
+    )
+
+
+def test_bitcast_convert_type_and_population_count_match_numpy():
+    x = np.array([1.0, -2.5, np.inf], np.float32)
+    for f in (
+        lambda v: lax.bitcast_convert_type(v, jnp.int32),
+        fflow.jit(lambda v: lax.bitcast_convert_type(v, jnp.int32)),
+    ):
+        np.testing.assert_array_equal(f(x), x.view(np.int32))
+    assert lax.bitcast_convert_type(jnp.float32(1.0), jnp.int32).shape == ()
+    u = np.array([0, 1, 255, 2**32 - 1], np.uint32)
+    np.testing.assert_array_equal(
+        fflow.vmap(lax.population_count)(u), [bin(int(v)).count("1") for v in u]
+    )
+    with pytest.raises(Exception, match="same width|one width"):
+        lax.bitcast_convert_type(jnp.ones(2), jnp.int16)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (5, 3)])
+def test_scipy_linalg_lu_matches_scipy(shape):
+    sl = pytest.importorskip("scipy.linalg")
+    import fflow.scipy.linalg as fl
+
+    a = np.random.default_rng(sum(shape)).normal(size=shape).astype(np.float32)
+    for got, want in zip(fl.lu(a), sl.lu(a)):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    lu, piv = fflow.jit(fl.lu_factor)(a)
+    lu2, piv2 = sl.lu_factor(a) if shape[0] == shape[1] else (None, None)
+    if lu2 is not None:
+        np.testing.assert_allclose(lu, lu2, atol=1e-5)
+        np.testing.assert_array_equal(piv, piv2)
+    batch = np.stack([a, a[::-1]])
+    p, l, u = fflow.vmap(fl.lu)(batch)
+    np.testing.assert_allclose(p @ l @ u, batch, atol=1e-5)

@@ -13,17 +13,14 @@ MIN_FRACTION = 0.70  # the issue's "done" is 0.90
 
 # program -> why fflow does not give JAX's record yet
 KNOWN = {
-    "autodiff_advanced": "grad(abs)(0.0) is 0 in fflow, 1 in JAX",
     "callbacks": "no pure_callback / io_callback",
     "errors_jax_raises": "jnp.sum of a Python list, string leaf under jit, lax.add of mixed dtypes accepted",
     "jit_sharp_bits": "eager static out-of-range index raises instead of clamping",
     "jit_static_args": "jit(jnp.reshape, static_argnums=1): fflow's reshape takes *shape",
     "lax_associative_scan_map": "weak type of a scan's stacked outputs",
     "lax_cond_switch": "weak type of a vmapped switch over a Python scalar",
-    "lax_primitives": "no lax.bitcast_convert_type",
     "optax_losses_schedules": "weak type of optax.linear_schedule(...)(2)",
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
-    "scipy_linalg_signal": "no jax.scipy.linalg.lu",
     "scipy_special_stats": "weak type of stats.beta.logpdf on Python scalars",
 }
 

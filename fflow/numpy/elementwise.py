@@ -394,7 +394,8 @@ def logaddexp(x, y, /):
     x, y = promote(x, y, to_inexact=True)
     amax = lax.max(x, y)
     delta = lax.sub(x, y)
-    out = lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta)))))
+    # min - max, not -|x - y|: its derivative is 0 at a tie, so each side gets 1/2 there
+    out = lax.add(amax, lax.log1p(lax.exp(lax.sub(lax.min(x, y), amax))))
     # delta is NaN where x == y == +-inf (or either is NaN): then x + y is right
     return lax.select_n(lax.ne(delta, delta), out, lax.add(x, y))
 

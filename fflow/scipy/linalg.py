@@ -89,6 +89,54 @@ def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: N803  (SciPy'
     return out
 
 
+def _lu_packed(a):
+    """Doolittle LU with partial pivoting, unrolled over the (static) columns in
+    fflow.numpy ops (so jit, vmap and grad see it): (lu, pivots, permutation)."""
+    a = jnp.asarray(a)
+    a = a.astype(jnp.result_type(a, jnp.float32))
+    m, n = a.shape[-2:]
+    rows, cols = jnp.arange(m), jnp.arange(n)
+    eye = jnp.eye(m, dtype=a.dtype)
+    perm = jnp.broadcast_to(jnp.arange(m), a.shape[:-2] + (m,))
+    pivots = []
+    for k in range(min(m, n)):
+        col = jnp.where(rows >= k, jnp.abs(a[..., :, k]), -1)
+        p = jnp.argmax(col, axis=-1).astype(jnp.int32)
+        pivots.append(p)
+        ek, ep = (rows == k).astype(a.dtype), (rows == p[..., None]).astype(a.dtype)
+        swap = eye - ek[:, None] * ek - ep[..., :, None] * ep[..., None, :]
+        swap = swap + ek[:, None] * ep[..., None, :] + ep[..., :, None] * ek
+        a = swap @ a  # rows k and p exchanged (exact: 0/1 weights)
+        pk = jnp.take_along_axis(perm, p[..., None], -1)[..., 0]
+        perm = jnp.where(
+            rows == k, pk[..., None], jnp.where(rows == p[..., None], perm[..., k : k + 1], perm)
+        )
+        pivot = a[..., k : k + 1, k]
+        safe = jnp.where(pivot == 0, 1, pivot)
+        f = jnp.where((rows > k) & (pivot != 0), a[..., :, k] / safe, 0)
+        urow = jnp.where(cols > k, a[..., k, :], 0)
+        a = a - f[..., :, None] * urow[..., None, :]
+        a = jnp.where((rows[:, None] > k) & (cols == k), f[..., :, None], a)
+    return a, jnp.stack(pivots, -1), perm
+
+
+def lu_factor(a, overwrite_a=False, check_finite=True):
+    """(lu, piv): L below the diagonal (unit diagonal implied), U on and above it."""
+    lu_, piv, _ = _lu_packed(a)
+    return lu_, piv
+
+
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
+    """`a = p @ l @ u` (or `(p @ l, u)` with permute_l), as jax.scipy.linalg.lu."""
+    lu_, _, perm = _lu_packed(a)
+    m, n = lu_.shape[-2:]
+    k = min(m, n)
+    l_ = jnp.tril(lu_[..., :, :k], -1) + jnp.eye(m, k, dtype=lu_.dtype)
+    u = jnp.triu(lu_[..., :k, :])
+    p = (perm[..., None, :] == jnp.arange(m)[:, None]).astype(lu_.dtype)
+    return (p @ l_, u) if permute_l else (p, l_, u)
+
+
 def block_diag(*arrs):
     arrs = [jnp.atleast_2d(jnp.asarray(a)) for a in arrs]
     rows = sum(a.shape[0] for a in arrs)
@@ -103,4 +151,4 @@ def block_diag(*arrs):
 
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv",
-           "norm", "pinv", "qr", "solve", "solve_triangular", "svd"]  # fmt: skip
+           "lu", "lu_factor", "norm", "pinv", "qr", "solve", "solve_triangular", "svd"]  # fmt: skip
