@@ -7,6 +7,7 @@ from fflow.transforms.autodiff import Zero, jvp_rules, tangent_aval, transpose_r
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.core import Primitive, ShapedArray
+from fflow.errors import DtypeError, user_error
 
 convert_element_type_p = Primitive("convert_element_type")
 convert_element_type_p.traits.add("elementwise")
@@ -88,8 +89,6 @@ def _bitcast_impl(x, *, new_dtype):
 @bitcast_convert_type_p.def_abstract_eval
 def _bitcast_abstract_eval(x, *, new_dtype):
     if np.dtype(new_dtype).itemsize != np.dtype(x.dtype).itemsize:
-        from fflow.errors import DtypeError, user_error
-
         raise user_error(
             DtypeError,
             f"bitcast_convert_type from {x.dtype.name} to {np.dtype(new_dtype).name}: fflow "
