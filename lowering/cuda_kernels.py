@@ -30,6 +30,8 @@ ELEMENTWISE = set(Renderer(np.float32).code_for_op) | {
     "shift_right_arithmetic",
     "select_n",
     "convert_element_type",
+    "bitcast_convert_type",
+    "population_count",
 }
 INDEX_OPS = {
     "broadcast_in_dim",
@@ -218,6 +220,10 @@ def render_eqn(b, eqn, idx, guard):
     if name == "convert_element_type":
         x = ins[0]
         return r.cast_from(_at(b, x, idx, guard), renderer_for(x.aval.dtype))
+    if name == "bitcast_convert_type":  # stored bits of one width reread as the other dtype
+        src = renderer_for(ins[0].aval.dtype)
+        bits = src.store(_at(b, ins[0], idx, guard))
+        return r.load(f"fflow_bitcast<{r.ctype}>(({src.ctype})({bits}))")
     if name == "div" and out.dtype in (np.float32, np.float64):
         # dividing by a per-row register (softmax's sum, a norm): multiply by its
         # reciprocal, computed once per row (<= 1.5 ulp from the quotient)

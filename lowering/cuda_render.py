@@ -77,6 +77,15 @@ template <class T> __device__ __forceinline__ T fflow_sign(T x) {
 }
 template <class T> __device__ __forceinline__ T fflow_iabs(T x) { return x < T(0) ? T(0) - x : x; }
 template <class T> __device__ __forceinline__ T fflow_sq(T x) { return x * x; }
+template <class T> __device__ __forceinline__ T fflow_popc(T x) {  // the set bits of x's width
+  unsigned mask = sizeof(T) >= 4 ? 0xffffffffu : (1u << (8 * sizeof(T) % 32)) - 1u;
+  return sizeof(T) == 8 ? (T)__popcll((unsigned long long)x) : (T)__popc((unsigned)x & mask);
+}
+template <class To, class From> __device__ __forceinline__ To fflow_bitcast(From x) {
+  union { From f; To t; } u;  // same widths (checked when traced); NVCC and GCC define this
+  u.f = x;
+  return u.t;
+}
 template <class T> __device__ __forceinline__ T fflow_idiv(T a, T b) {
   if (b == T(0)) return T(-1);
   if (T(-1) < T(0) && b == T(-1)) return T(0) - a;
@@ -335,6 +344,7 @@ class IntRenderer(Renderer):
                 "min": lambda x, y: f"fflow_min<{t}>({x}, {y})",
                 "sign": lambda x: f"fflow_sign<{t}>({x})",
                 "square": lambda x: wrap(f"fflow_sq<{t}>({x})"),
+                "population_count": lambda x: f"fflow_popc<{t}>({x})",
                 "and": lambda x, y: wrap(f"{x} & {y}"),
                 "or": lambda x, y: wrap(f"{x} | {y}"),
                 "xor": lambda x, y: wrap(f"{x} ^ {y}"),

@@ -431,6 +431,7 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
   return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 
 // CUDA's double erfinv (not in libm): Giles' single-precision start, then Newton on erf.

@@ -210,9 +210,13 @@ def _abs_jvp(g, x):
     return lax.select(lax.ge(x, lax.full_like(x, 0)), g, lax.neg(g))
 
 
-population_count_p = unary(
-    "population_count", lambda x: np.bitwise_count(x).astype(x.dtype), float_only=False
-)
+def _popcount(x):
+    # the set bits of x's two's-complement pattern (np.bitwise_count counts those of |x|)
+    x = np.asarray(x)
+    return np.bitwise_count(x.view(np.dtype(f"u{x.dtype.itemsize}"))).astype(x.dtype)
+
+
+population_count_p = unary("population_count", _popcount, float_only=False)
 defzero(population_count_p)
 
 abs_p = unary("abs", np.abs, float_only=False, c_math="fabs")

@@ -29,7 +29,7 @@ UNARY = {
 BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "nextafter"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 INT_BINARY = ["add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor", "pow"]
-INT_UNARY = ["neg", "abs", "sign", "not", "square", "copy"]
+INT_UNARY = ["neg", "abs", "sign", "not", "square", "copy", "population_count"]
 INTS = [np.dtype(t) for t in (np.int32, np.int64, np.int8, np.uint8, np.uint32, np.int16)]
 
 
@@ -158,6 +158,31 @@ def test_convert_element_type():
         )
 
     run_cases(collect(make, 70))
+
+
+def test_bitcast_convert_type():
+    """Stored bits reread: floats (with inf, -0, subnormals) <-> same-width ints, fused
+    into a consumer too; compared exactly with NumPy's .view."""
+    pairs = [(np.float32, np.int32), (np.float32, np.uint32), (np.float64, np.int64),
+             (np.float64, np.uint64), (np.float16, np.int16), (np.float16, np.uint16),
+             (np.int8, np.uint8)] + ([(BF16, np.int16)] if BF16 is not None else [])  # fmt: skip
+    rng = np.random.default_rng(3)
+    cases = []
+    for a, b in pairs:
+        a, b = np.dtype(a), np.dtype(b)
+        if a.kind not in "iu":  # a float (bfloat16's kind is "V")
+            x = rng.uniform(-3, 3, (3, 5)).astype(a)
+            x.flat[:3] = [np.inf, -0.0, -np.inf]
+            x.flat[3] = np.ones((), b).view(a)  # the smallest subnormal
+        else:
+            x = rng.integers(np.iinfo(a).min, np.iinfo(a).max, (3, 5), endpoint=True).astype(a)
+        y = x.view(b)  # the other direction: the bits of every drawn value (no NaNs)
+        cases.append(
+            (f"bitcast {a.name}->{b.name}", lambda v, b=b: lax.bitcast_convert_type(v, b), [x])
+        )
+        cases.append((f"bitcast {b.name}->{a.name} fused",
+                      lambda v, a=a: lax.bitcast_convert_type(v, a) * a.type(1), [y]))  # fmt: skip
+    run_cases(cases, exact_kinds="biuf")
 
 
 def test_shape_and_index_ops():
@@ -514,7 +539,8 @@ TESTED_HERE = (
     set(UNARY) | set(BINARY) | set(COMPARE) | set(INT_BINARY) | set(INT_UNARY)
     | {"integer_pow", "select_n", "shift_left", "shift_right_logical", "not",
        "shift_right_arithmetic",
-       "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "squeeze",
+       "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "reshape",
+       "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
        "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
     | set(cuda_attention.KERNELS)

@@ -241,6 +241,11 @@ def test_bitcast_convert_type_and_population_count_match_numpy():
     np.testing.assert_array_equal(
         fflow.vmap(lax.population_count)(u), [bin(int(v)).count("1") for v in u]
     )
+    # two's-complement bits of signed ints (recorded from JAX: 8, 4, 1, 32, 16)
+    for v, dt, want in [(-1, np.int8, 8), (-16, np.int8, 4), (16, np.int8, 1),
+                        (-1, np.int32, 32), (-1, np.int16, 16)]:  # fmt: skip
+        assert lax.population_count(np.array([v], dt)).tolist() == [want]
+        assert fflow.jit(lax.population_count)(np.array([v], dt)).tolist() == [want]
     with pytest.raises(Exception, match="same width|one width"):
         lax.bitcast_convert_type(jnp.ones(2), jnp.int16)
 
