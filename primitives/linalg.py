@@ -12,15 +12,45 @@ from fflow.transforms.autodiff import Zero, instantiate, is_undefined, jvp_rules
 from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import dtypes
+from fflow import lax_ops as lax
+from fflow.array import Array
 from fflow.core import Primitive, ShapedArray
 from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.sbp import S
 
+# The JVP rules below are written over lax-level helpers (matrices with the same
+# leading batch dimensions; constants broadcast over them), not over fflow.numpy,
+# which sits above the primitives.
 
-def _jnp():
-    import fflow.numpy as jnp
 
-    return jnp
+def _mm(a, b):
+    """a [..., m, k] @ b [..., k, n] (one batch shape)."""
+    nb = a.ndim - 2
+    batch = tuple(range(nb))
+    return lax.dot_general(a, b, (((nb + 1,), (nb,)), (batch, batch)))
+
+
+def _along(v, shape, axis):
+    """v [..., k] broadcast to the matrices `shape` [..., m, n] along `axis` (-1: v[j]
+    at (i, j); -2: v[i] at (i, j))."""
+    nd = len(shape)
+    return lax.broadcast_in_dim(v, shape, tuple(range(nd - 2)) + (nd + axis,))
+
+
+def _const(value, shape):
+    """A NumPy [m, n] constant broadcast to the matrices `shape`."""
+    nd = len(shape)
+    return lax.broadcast_in_dim(Array(value), shape, (nd - 2, nd - 1))
+
+
+def _keep(x, mask):
+    """x where the [m, n] NumPy mask is True, else 0 (tril/triu/diagonal without fflow.numpy)."""
+    return lax.select(_const(mask, x.shape), x, lax.full_like(x, 0))
+
+
+def _diag(x):
+    """The diagonal of x [..., n, n] as [..., n]."""
+    return lax.reduce_sum(_keep(x, np.eye(x.shape[-1], dtype=bool)), (x.ndim - 1,))
 
 
 def _check_matrix(name, a, square=True):
@@ -35,7 +65,8 @@ def _check_matrix(name, a, square=True):
 
 
 def _mT(x):
-    return _jnp().swapaxes(x, -1, -2)
+    nd = x.ndim
+    return lax.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
 
 
 def _linalg_prim(name, impl, abstract_eval, multiple_results=False):
@@ -101,8 +132,8 @@ def _solve_jvp(primals, tangents):
     x = solve_p.bind(a, b)
     rhs = None if type(b_dot) is Zero else b_dot
     if type(a_dot) is not Zero:
-        term = _jnp().negative(_jnp().matmul(a_dot, x))
-        rhs = term if rhs is None else _jnp().add(rhs, term)
+        term = lax.neg(_mm(a_dot, x))
+        rhs = term if rhs is None else lax.add(rhs, term)
     if rhs is None:
         return x, Zero(ShapedArray(np.shape(x), x.dtype))
     return x, solve_p.bind(a, rhs)
@@ -141,17 +172,17 @@ cholesky_p = _linalg_prim("cholesky", _cholesky_impl, _cholesky_abstract)
 
 
 def _cholesky_jvp(primals, tangents):
-    jnp = _jnp()
     (a,), (a_dot,) = primals, tangents
     L = cholesky_p.bind(a)
     if type(a_dot) is Zero:
         return L, a_dot
-    sigma = jnp.multiply(jnp.add(a_dot, _mT(a_dot)), 0.5)
+    sigma = lax.mul(lax.add(a_dot, _mT(a_dot)), 0.5)
     # phi(L^-1 sigma L^-T), sigma symmetric: X = L^-1 sigma, then L^-1 X^T
     inner = solve_p.bind(L, _mT(solve_p.bind(L, sigma)))
     n = a.shape[-1]
-    phi = jnp.multiply(jnp.tril(inner), np.where(np.eye(n, dtype=bool), 0.5, 1.0).astype(a.dtype))
-    return L, jnp.matmul(L, phi)
+    half_diag = np.where(np.eye(n, dtype=bool), 0.5, 1.0).astype(a.dtype)
+    phi = lax.mul(_keep(inner, np.tri(n, dtype=bool)), _const(half_diag, inner.shape))
+    return L, _mm(L, phi)
 
 
 jvp_rules[cholesky_p] = _cholesky_jvp
@@ -174,18 +205,16 @@ eigh_p = _linalg_prim("eigh", _eigh_impl, _eigh_abstract, multiple_results=True)
 
 
 def _eigh_jvp(primals, tangents):
-    jnp = _jnp()
     (a,), (a_dot,) = primals, tangents
     w, v = eigh_p.bind(a)
     if type(a_dot) is Zero:
         return [w, v], [Zero(ShapedArray(w.shape, w.dtype)), Zero(ShapedArray(v.shape, v.dtype))]
-    vdag_adot_v = jnp.matmul(jnp.matmul(_mT(v), a_dot), v)
-    diffs = jnp.subtract(jnp.expand_dims(w, -2), jnp.expand_dims(w, -1))
-    n = a.shape[-1]
-    eye = np.eye(n, dtype=bool)
-    F = jnp.where(eye, 0.0, jnp.reciprocal(jnp.where(eye, 1.0, diffs))).astype(a.dtype)
-    v_dot = jnp.matmul(v, jnp.multiply(F, vdag_adot_v))
-    w_dot = jnp.diagonal(vdag_adot_v, 0, -2, -1)
+    vdag_adot_v = _mm(_mm(_mT(v), a_dot), v)
+    diffs = lax.sub(_along(w, v.shape, -1), _along(w, v.shape, -2))  # w[j] - w[i]
+    off = ~np.eye(a.shape[-1], dtype=bool)
+    F = _keep(lax.div(1.0, lax.select(_const(off, v.shape), diffs, lax.full_like(diffs, 1))), off)
+    v_dot = _mm(v, lax.mul(F, vdag_adot_v))
+    w_dot = _diag(vdag_adot_v)
     return [w, v], [w_dot, v_dot]
 
 
@@ -216,34 +245,35 @@ svd_p = _linalg_prim("svd", _svd_impl, _svd_abstract, multiple_results=True)
 
 
 def _svd_jvp(primals, tangents):
-    jnp = _jnp()
     (a,), (a_dot,) = primals, tangents
     u, s, vt = svd_p.bind(a)
     if type(a_dot) is Zero:
         return [u, s, vt], [Zero(ShapedArray(np.shape(o), o.dtype)) for o in (u, s, vt)]
     ut, v = _mT(u), _mT(vt)
-    s_dim = jnp.expand_dims(s, -2)
-    dS = jnp.matmul(jnp.matmul(ut, a_dot), v)
-    ds = jnp.diagonal(dS, 0, -2, -1)
+    dS = _mm(_mm(ut, a_dot), v)
+    ds = _diag(dS)
     k = s.shape[-1]
-    eye = np.eye(k, dtype=a.dtype)
-    s_diffs = jnp.multiply(jnp.add(s_dim, _mT(s_dim)), jnp.subtract(s_dim, _mT(s_dim)))
-    F = jnp.subtract(jnp.reciprocal(jnp.add(s_diffs, eye)), eye)
-    dSS = jnp.multiply(s_dim, dS)
-    SdS = jnp.multiply(_mT(s_dim), dS)
-    s_zero = jnp.equal(s, 0).astype(a.dtype)
-    s_inv = jnp.subtract(jnp.reciprocal(jnp.add(s, s_zero)), s_zero)
-    s_inv_mat = jnp.multiply(jnp.expand_dims(s_inv, -1), eye)
-    dUdV_diag = jnp.multiply(jnp.multiply(jnp.subtract(dS, _mT(dS)), 0.5), s_inv_mat)
-    dU = jnp.matmul(u, jnp.add(jnp.multiply(F, jnp.add(dSS, _mT(dSS))), dUdV_diag))
-    dV = jnp.matmul(v, jnp.multiply(F, jnp.add(SdS, _mT(SdS))))
+    eye = _const(np.eye(k, dtype=a.dtype), dS.shape)
+    s_row, s_col = _along(s, dS.shape, -1), _along(s, dS.shape, -2)  # s[j], s[i] at (i, j)
+    s_diffs = lax.mul(lax.add(s_row, s_col), lax.sub(s_row, s_col))
+    F = lax.sub(lax.div(1.0, lax.add(s_diffs, eye)), eye)
+    dSS = lax.mul(s_row, dS)
+    SdS = lax.mul(s_col, dS)
+    s_zero = lax.convert_element_type(lax.eq(s, 0.0), a.dtype)
+    s_inv = lax.sub(lax.div(1.0, lax.add(s, s_zero)), s_zero)
+    s_inv_mat = lax.mul(_along(s_inv, dS.shape, -2), eye)
+    dUdV_diag = lax.mul(lax.mul(lax.sub(dS, _mT(dS)), 0.5), s_inv_mat)
+    dU = _mm(u, lax.add(lax.mul(F, lax.add(dSS, _mT(dSS))), dUdV_diag))
+    dV = _mm(v, lax.mul(F, lax.add(SdS, _mT(SdS))))
     m, n = a.shape[-2:]
     if m > n:
-        dAV = jnp.matmul(a_dot, v)
-        dU = jnp.add(dU, jnp.divide(jnp.subtract(dAV, jnp.matmul(u, jnp.matmul(ut, dAV))), s_dim))
+        dAV = _mm(a_dot, v)
+        rest = lax.sub(dAV, _mm(u, _mm(ut, dAV)))
+        dU = lax.add(dU, lax.div(rest, _along(s, rest.shape, -1)))
     if n > m:
-        dAHU = jnp.matmul(_mT(a_dot), u)
-        dV = jnp.add(dV, jnp.divide(jnp.subtract(dAHU, jnp.matmul(v, jnp.matmul(vt, dAHU))), s_dim))
+        dAHU = _mm(_mT(a_dot), u)
+        rest = lax.sub(dAHU, _mm(v, _mm(vt, dAHU)))
+        dV = lax.add(dV, lax.div(rest, _along(s, rest.shape, -1)))
     return [u, s, vt], [dU, ds, _mT(dV)]
 
 
@@ -272,7 +302,6 @@ qr_p = _linalg_prim("qr", _qr_impl, _qr_abstract, multiple_results=True)
 
 
 def _qr_jvp(primals, tangents):
-    jnp = _jnp()
     (a,), (a_dot,) = primals, tangents
     q, r = qr_p.bind(a)
     if type(a_dot) is Zero:
@@ -281,11 +310,11 @@ def _qr_jvp(primals, tangents):
     if m < n:
         raise NotImplementedError("the derivative of qr needs a matrix with m >= n")
     dx_rinv = _mT(solve_p.bind(_mT(r), _mT(a_dot)))  # a_dot @ inv(r)
-    qt_dx_rinv = jnp.matmul(_mT(q), dx_rinv)
-    lower = jnp.tril(qt_dx_rinv, -1)
-    do = jnp.subtract(lower, _mT(lower))
-    dq = jnp.add(jnp.matmul(q, jnp.subtract(do, qt_dx_rinv)), dx_rinv)
-    dr = jnp.matmul(jnp.subtract(qt_dx_rinv, do), r)
+    qt_dx_rinv = _mm(_mT(q), dx_rinv)
+    lower = _keep(qt_dx_rinv, np.tri(n, k=-1, dtype=bool))
+    do = lax.sub(lower, _mT(lower))
+    dq = lax.add(_mm(q, lax.sub(do, qt_dx_rinv)), dx_rinv)
+    dr = _mm(lax.sub(qt_dx_rinv, do), r)
     return [q, r], [dq, dr]
 
 
@@ -309,13 +338,12 @@ slogdet_p = _linalg_prim("slogdet", _slogdet_impl, _slogdet_abstract, multiple_r
 
 
 def _slogdet_jvp(primals, tangents):
-    jnp = _jnp()
     (a,), (a_dot,) = primals, tangents
     sign, logdet = slogdet_p.bind(a)
     zero = Zero(ShapedArray(np.shape(sign), sign.dtype))
     if type(a_dot) is Zero:
         return [sign, logdet], [zero, zero]
-    return [sign, logdet], [zero, jnp.trace(solve_p.bind(a, a_dot), axis1=-2, axis2=-1)]
+    return [sign, logdet], [zero, lax.reduce_sum(_diag(solve_p.bind(a, a_dot)), (a.ndim - 2,))]
 
 
 jvp_rules[slogdet_p] = _slogdet_jvp

@@ -198,14 +198,17 @@ defjvp_with_output(
 
 
 def _abs_jvp(g, x):
-
-    if aval_of_value(x).dtype.kind == "c":
-        # JAX: d|x| = re(conj(x) t) / |x| (0 at x == 0), a real tangent
-        import fflow.numpy as jnp
-
-        ax = jnp.abs(x)
-        safe = jnp.where(ax == 0, jnp.ones_like(ax), ax)
-        return jnp.where(ax == 0, jnp.zeros_like(ax), jnp.real(jnp.conj(x) * g) / safe)
+    dtype = aval_of_value(x).dtype
+    if dtype.kind == "c":
+        # JAX: d|x| = re(conj(x) t) / |x| (0 at x == 0), a real tangent; conj(x) is
+        # 2 re(x) - x and re a cast to the real dtype, as in fflow.numpy
+        real = np.dtype(np.float64 if dtype.itemsize == 16 else np.float32)
+        re_x = lax.convert_element_type(lax.convert_element_type(x, real), dtype)
+        num = lax.convert_element_type(lax.mul(lax.sub(lax.add(re_x, re_x), x), g), real)
+        ax = lax.abs(x)
+        zero = lax.eq(ax, 0.0)
+        safe = lax.select(zero, lax.full_like(ax, 1), ax)
+        return lax.select(zero, lax.full_like(ax, 0), lax.div(num, safe))
     # JAX: select(x >= 0, g, -g), so d|x|/dx at 0 is 1
     return lax.select(lax.ge(x, lax.full_like(x, 0)), g, lax.neg(g))
 

@@ -36,14 +36,11 @@ HEAVY = (
 KNOWN_BAD_EDGES = {
     ("fflow.api_util", "fflow.numpy._util"),
     ("fflow.lowering.cuda_nccl", "fflow.runtime_mpi"),
-    ("fflow.primitives.linalg", "fflow.numpy"),
-    ("fflow.primitives.unary", "fflow.numpy"),
     ("fflow.scipy.special", "fflow.nn"),
 }
 
 # Cycles among modules of one layer (beyond KNOWN_BAD_EDGES) not broken yet; may only shrink.
 KNOWN_CYCLES = [
-    ["fflow.numpy.linalg", "fflow.numpy.linalg_ops"],
     [
         "fflow.mpi_ops",
         "fflow.runtime_mpi",
@@ -61,9 +58,6 @@ KNOWN_CYCLES = [
 # only shrink.
 KNOWN_FUNCTION_LEVEL = {
     "fflow.api_util": 1,
-    "fflow.numpy.linalg_ops": 1,
-    "fflow.primitives.linalg": 1,
-    "fflow.primitives.unary": 1,
     "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
     "fflow.transforms.shard_boxing": 1,

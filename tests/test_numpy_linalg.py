@@ -191,3 +191,45 @@ def test_linalg_vmap_matches_loop():
     _close(out, np.stack([np.linalg.solve(m, np.ones(3)) for m in mats]))
     dets = fflow.vmap(jnp.linalg.det)(mats)
     _close(dets, np.linalg.det(mats))
+
+
+def _usv(svd):
+    def f(a):
+        u, s, vt = svd(a, full_matrices=False)
+        return (u * s[..., None, :]) @ vt, s  # invariant to the signs of the vectors
+
+    return f
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
+@pytest.mark.usefixtures("x64_case")  # float64 reference on purpose
+def test_decomposition_jvps_match_jax(shape):
+    # the JVP rules of primitives/linalg.py (lax-level, batched, both svd branches) vs JAX
+    jax = pytest.importorskip("jax")
+    import jax.numpy as xnp
+
+    rng = np.random.RandomState(1)
+    a, t = rng.randn(*shape), rng.randn(*shape)
+    cases = [("svd", _usv(jnp.linalg.svd), _usv(xnp.linalg.svd), a, t)]
+    if shape[-2] >= shape[-1]:
+        cases.append(("qr", jnp.linalg.qr, xnp.linalg.qr, a, t))
+    if shape[-2] == shape[-1]:
+        spd = a @ np.swapaxes(a, -1, -2) + 4 * np.eye(shape[-1])
+        sym = t + np.swapaxes(t, -1, -2)
+        cases += [
+            ("cholesky", jnp.linalg.cholesky, xnp.linalg.cholesky, spd, sym),
+            ("eigh", lambda m: jnp.linalg.eigh(m)[0], lambda m: xnp.linalg.eigh(m)[0], spd, sym),
+            (
+                "slogdet",
+                lambda m: jnp.linalg.slogdet(m)[1],
+                lambda m: xnp.linalg.slogdet(m)[1],
+                a,
+                t,
+            ),
+        ]
+    with jax.enable_x64(True):
+        for name, f, g, x, dx in cases:
+            ours = jax.tree_util.tree_leaves(fflow.jvp(f, (x,), (dx,))[1])
+            ref = jax.jvp(g, (xnp.asarray(x),), (xnp.asarray(dx),))[1]
+            for o, r in zip(ours, jax.tree_util.tree_leaves(ref), strict=True):
+                np.testing.assert_allclose(np.asarray(o), r, rtol=1e-8, atol=1e-9, err_msg=name)

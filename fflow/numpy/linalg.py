@@ -22,7 +22,7 @@ from fflow.numpy import reductions as _red
 from fflow.numpy import shapes as _sh
 from fflow.numpy._util import info, operand
 from fflow.numpy._util import promote_dtypes as _promote_dtypes
-from fflow.numpy.linalg_ops import matmul, norm, outer, tensordot, trace, vdot  # noqa: F401
+from fflow.numpy.linalg_ops import matmul, outer, tensordot, trace, vdot  # noqa: F401
 from fflow.numpy.statistics import cross as _cross
 from fflow.primitives.linalg import cholesky_p, eigh_p, qr_p, slogdet_p, solve_p, svd_p
 from fflow.primitives.unary import integer_pow_by_squaring as _pow_by_squaring
@@ -44,6 +44,64 @@ def _mT(x):
 
 def matrix_transpose(x):
     return _sh.matrix_transpose(x)
+
+
+# -- norm --------------------------------------------------------------------------
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector and matrix norms (None/2-norm, 1, inf, -inf, 0, p; 'fro' for matrices)."""
+    x = operand(x)
+    if not dtypes.is_inexact(info(x)[0]):
+        x = lax.convert_element_type(x, dtypes.float_)
+    nd = len(info(x)[2])
+    if axis is None and (ord is None or ord == "fro"):
+        return _ew.sqrt(_red.sum(_ew.multiply(x, x), axis=None, keepdims=keepdims))
+    if axis is None:
+        axis = tuple(range(nd))
+    if isinstance(axis, int):
+        axis = (axis,)
+    if len(axis) == 1:
+        if ord is None or ord == 2:
+            return _ew.sqrt(_red.sum(_ew.multiply(x, x), axis=axis, keepdims=keepdims))
+        if ord == np.inf:
+            return _red.max(_ew.absolute(x), axis=axis, keepdims=keepdims)
+        if ord == -np.inf:
+            return _red.min(_ew.absolute(x), axis=axis, keepdims=keepdims)
+        if ord == 0:
+            return _red.sum(_ew.not_equal(x, 0).astype(info(x)[0]), axis=axis, keepdims=keepdims)
+        if ord == 1:
+            return _red.sum(_ew.absolute(x), axis=axis, keepdims=keepdims)
+        p = float(ord)
+        return _ew.power(
+            _red.sum(_ew.power(_ew.absolute(x), p), axis=axis, keepdims=keepdims), 1 / p
+        )
+    if ord is None or ord == "fro":
+        return _ew.sqrt(_red.sum(_ew.multiply(x, x), axis=axis, keepdims=keepdims))
+    r, c = axis
+    if ord == 1:
+        return _red.max(
+            _red.sum(_ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims
+        )
+    if ord == np.inf:
+        return _red.max(
+            _red.sum(_ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims
+        )
+    if ord == -1:
+        return _red.min(
+            _red.sum(_ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims
+        )
+    if ord == -np.inf:
+        return _red.min(
+            _red.sum(_ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims
+        )
+    if ord in (2, -2, "nuc"):
+        s = svd(_sh.moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
+        out = _red.max(s, -1) if ord == 2 else _red.min(s, -1) if ord == -2 else _red.sum(s, -1)
+        if keepdims:
+            out = _sh.expand_dims(out, tuple(sorted(a % nd for a in axis)))
+        return out
+    raise NotImplementedError(f"norm with ord={ord!r} over two axes")
 
 
 def vector_norm(x, axis=None, keepdims=False, ord=2):

@@ -1,5 +1,5 @@
 """Linear algebra: dot, matmul (`@`), tensordot, einsum (opt_einsum's order), outer,
-inner, trace, diag, and `linalg.norm`."""
+inner, trace, diag (`linalg.norm` is in fflow/numpy/linalg.py)."""
 
 import functools
 
@@ -8,8 +8,6 @@ import numpy as np
 from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.errors import ShapeError, user_error
-from fflow.numpy import elementwise as ew
-from fflow.numpy import reductions as red
 from fflow.numpy._util import (
     broadcast_shapes,
     broadcast_to_shape,
@@ -20,7 +18,7 @@ from fflow.numpy._util import (
 )
 from fflow.numpy.elementwise import conjugate, multiply
 from fflow.numpy.reductions import sum as _sum
-from fflow.numpy.shapes import expand_dims, moveaxis, ravel, reshape
+from fflow.numpy.shapes import moveaxis, ravel, reshape
 
 
 def _promote_pair(a, b):
@@ -407,57 +405,6 @@ def _einsum_pair(a, sa, b, sb, out, preferred_element_type=None):
         + "".join(c for c in sb if c not in sa)
     )
     return _einsum_single(res, res_spec, out)
-
-
-# -- linalg.norm --------------------------------------------------------------------------
-
-
-def norm(x, ord=None, axis=None, keepdims=False):
-    """Vector and matrix norms (None/2-norm, 1, inf, -inf, 0, p; 'fro' for matrices)."""
-
-    x = operand(x)
-    if not dtypes.is_inexact(info(x)[0]):
-        x = lax.convert_element_type(x, dtypes.float_)
-    nd = len(info(x)[2])
-    if axis is None and (ord is None or ord == "fro"):
-        return ew.sqrt(red.sum(ew.multiply(x, x), axis=None, keepdims=keepdims))
-    if axis is None:
-        axis = tuple(range(nd))
-    if isinstance(axis, int):
-        axis = (axis,)
-    if len(axis) == 1:
-        if ord is None or ord == 2:
-            return ew.sqrt(red.sum(ew.multiply(x, x), axis=axis, keepdims=keepdims))
-        if ord == np.inf:
-            return red.max(ew.absolute(x), axis=axis, keepdims=keepdims)
-        if ord == -np.inf:
-            return red.min(ew.absolute(x), axis=axis, keepdims=keepdims)
-        if ord == 0:
-            return red.sum(ew.not_equal(x, 0).astype(info(x)[0]), axis=axis, keepdims=keepdims)
-        if ord == 1:
-            return red.sum(ew.absolute(x), axis=axis, keepdims=keepdims)
-        p = float(ord)
-        return ew.power(red.sum(ew.power(ew.absolute(x), p), axis=axis, keepdims=keepdims), 1 / p)
-    if ord is None or ord == "fro":
-        return ew.sqrt(red.sum(ew.multiply(x, x), axis=axis, keepdims=keepdims))
-    r, c = axis
-    if ord == 1:
-        return red.max(red.sum(ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims)
-    if ord == np.inf:
-        return red.max(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
-    if ord == -1:
-        return red.min(red.sum(ew.absolute(x), axis=r, keepdims=True), axis=axis, keepdims=keepdims)
-    if ord == -np.inf:
-        return red.min(red.sum(ew.absolute(x), axis=c, keepdims=True), axis=axis, keepdims=keepdims)
-    if ord in (2, -2, "nuc"):
-        from fflow.numpy import linalg as la
-
-        s = la.svd(moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
-        out = red.max(s, -1) if ord == 2 else red.min(s, -1) if ord == -2 else red.sum(s, -1)
-        if keepdims:
-            out = expand_dims(out, tuple(sorted(a % nd for a in axis)))
-        return out
-    raise NotImplementedError(f"norm with ord={ord!r} over two axes")
 
 
 def _fix(sa, sb):
