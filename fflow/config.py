@@ -19,6 +19,9 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
 * `blas_threads` (0): threads of large matrix products. 0 adapts (fflow runs NumPy's
   BLAS on one thread and splits large GEMMs over its own pool, sized to the free
   cores, see fflow/threads.py); n > 0 uses n threads; -1 leaves NumPy's BLAS alone.
+* `blas_kernel` ("auto"): the OpenBLAS kernels of compiled GEMMs. "auto" runs the core
+  OpenBLAS detects for this CPU even when `OPENBLAS_CORETYPE` pins NumPy's to another
+  (lowering/cpu_gemm.py); "numpy" calls NumPy's library as loaded. Read at the first GEMM.
 * `cpu_devices` (8): number of simulated CPU devices for `shard`.
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
@@ -45,6 +48,7 @@ _DEFAULTS = {
     "enable_x64": False,
     "jit_backend": "numpy",
     "blas_threads": 0,
+    "blas_kernel": "auto",
 }
 
 
@@ -159,6 +163,8 @@ def _blas_threads_hook(value):
 config.on_update("blas_threads", _blas_threads_hook)
 if config.blas_threads:
     _blas_threads_hook(config.blas_threads)
+config.on_update("blas_kernel", threads.set_blas_kernel)
+threads.set_blas_kernel(config.blas_kernel)
 
 update = config.update
 

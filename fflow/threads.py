@@ -151,6 +151,20 @@ class _Blas:
 
 _blas = None
 _fixed = [0]  # fflow.config blas_threads: 0 adapts, n > 0 fixed, -1 leaves BLAS alone
+_kernel = ["auto"]  # fflow.config blas_kernel: "auto" or "numpy" (lowering/cpu_gemm.py)
+
+
+def blas_kernel():
+    """Which OpenBLAS kernels fflow's GEMMs run: "auto" (the core OpenBLAS detects for
+    this CPU, even when OPENBLAS_CORETYPE pins NumPy's) or "numpy" (NumPy's library)."""
+    return _kernel[0]
+
+
+def set_blas_kernel(value):
+    """`fflow.config` hook of `blas_kernel`; read when the GEMM pool loads (first GEMM)."""
+    if value not in ("auto", "numpy"):
+        raise ValueError(f'blas_kernel must be "auto" or "numpy", got {value!r}')
+    _kernel[0] = value
 
 
 def _openblas_setter(ctl):

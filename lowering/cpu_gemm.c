@@ -215,11 +215,13 @@ static void lead(job_t *j) {
   pthread_mutex_init(&j->lock, NULL);
   pthread_cond_init(&j->cond, NULL);
 
-  pthread_mutex_lock(&g_lock);
-  g_job = j;
-  g_gen++;
-  pthread_cond_broadcast(&g_wake);
-  pthread_mutex_unlock(&g_lock);
+  if (j->max_workers > 0) {
+    pthread_mutex_lock(&g_lock);
+    g_job = j;
+    g_gen++;
+    pthread_cond_broadcast(&g_wake);
+    pthread_mutex_unlock(&g_lock);
+  }
 
   double t0 = now();
   int mine = 0;
@@ -269,7 +271,7 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   j->nb0 = nb0; j->nb1 = nb1;
   j->sa0 = sa0; j->sa1 = sa1; j->sb0 = sb0; j->sb1 = sb1; j->sc0 = sc0; j->sc1 = sc1;
   long nb = nb0 * nb1, extent, align = 16;
-  int parts = 2 * threads;
+  int parts = threads > 1 ? 2 * threads : 1; /* one thread: one call, no wake-up */
   if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
   else if (N >= M) { j->axis = 2; extent = N; }
   else { j->axis = 1; extent = M; }

@@ -1,14 +1,24 @@
 """Large GEMMs on fflow's C thread pool (lowering/cpu_gemm.c, built by gcc once and
 cached like the native loops): pthreads that block between jobs and never hold the
-Python GIL, calling NumPy's own OpenBLAS (single-threaded) through its cblas entry.
+Python GIL, calling OpenBLAS (single-threaded) through its cblas entry.
 
 `matmul(a, b, out, threads)` is what the generated code of a jitted program calls for
 every product above `fflow.threads.SMALL_GEMM_FLOPS`. Without a C compiler, or for
 layouts BLAS cannot take, it falls back to fflow's Python pool (`fflow.threads.matmul`).
+
+Which kernels: NumPy's OpenBLAS, as loaded. When the environment pins it to a CPU
+core type (`OPENBLAS_CORETYPE`, e.g. Haswell's AVX2 kernels on an AVX-512 machine:
+~125 vs ~230 GFLOP/s per core measured here), fflow's GEMMs call a private copy of
+the same library loaded with the core OpenBLAS detects for this CPU, as XLA and
+PyTorch ship kernels for the CPU they run on; NumPy itself keeps its pinned core.
+`fflow.config.update("blas_kernel", "numpy")` (env `FFLOW_BLAS_KERNEL=numpy`) keeps
+fflow on NumPy's library.
 """
 
 import ctypes
 import os
+import shutil
+import zlib
 
 import numpy as np
 
@@ -19,19 +29,82 @@ _lib = None  # the loaded library, or False when unavailable
 _pid = None  # the process that started the pool's threads (a forked child has none)
 _pending = []  # (job, a, b): operands a late worker may still read
 _NO_TRANS, _TRANS = 111, 112
+_own = [False]  # fflow's GEMMs run other kernels than np.matmul (a private library)
 
 
-def _cblas(name):
-    """Address of NumPy's cblas_<name> and whether it takes 64-bit ints, or (None, 0)."""
-    for info in threads.blas().info:
-        if info["api"] != "openblas":
-            continue
-        lib = ctypes.CDLL(info["path"])
-        for prefix in ("scipy_", ""):
-            for suffix, ilp64 in (("64_", 1), ("", 0)):
-                fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
-                if fn is not None:
-                    return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
+def _symbol(lib, name):
+    """(function, whether it takes 64-bit ints) of OpenBLAS's `name`, or (None, 0)."""
+    for prefix in ("scipy_", ""):
+        for suffix, ilp64 in (("64_", 1), ("", 0)):
+            fn = getattr(lib, f"{prefix}{name}{suffix}", None)
+            if fn is not None:
+                return fn, ilp64
+    return None, 0
+
+
+def _corename(lib):
+    fn, _ = _symbol(lib, "openblas_get_corename")
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    return fn()
+
+
+def _detected_copy(path):
+    """NumPy's OpenBLAS loaded again (a private copy: a second dlopen of the same file
+    returns the same library) without OPENBLAS_CORETYPE, one thread; or None."""
+    from fflow.lowering import native  # its cache directory
+
+    try:
+        st = os.stat(path)
+        key = f"{os.path.basename(path)}:{st.st_size}:{st.st_mtime_ns}".encode()
+        # not named like OpenBLAS: threadpoolctl (and so users) see NumPy's library only
+        dst = os.path.join(native.cache_dir(), f"fflow_kernels_{zlib.crc32(key):08x}.so")
+        if not os.path.exists(dst):
+            tmp = f"{dst}.{os.getpid()}.tmp"
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dst)
+    except OSError:
+        return None
+    saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
+    os.environ.pop("OPENBLAS_CORETYPE", None)
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # OpenBLAS reads both when it loads
+    try:
+        return ctypes.CDLL(dst)
+    except OSError:
+        return None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def kernel_library(path):
+    """The OpenBLAS fflow's GEMMs call, given NumPy's at `path`: NumPy's own, unless
+    OPENBLAS_CORETYPE pins it to another core than OpenBLAS detects for this CPU."""
+    numpy_lib = ctypes.CDLL(path)
+    if "OPENBLAS_CORETYPE" not in os.environ or threads.blas_kernel() == "numpy":
+        return numpy_lib
+    private = _detected_copy(path)
+    if private is None or _corename(private) in (None, _corename(numpy_lib)):
+        return numpy_lib
+    setter, _ = _symbol(private, "openblas_set_num_threads")
+    if setter is not None:
+        setter.argtypes = [ctypes.c_int]
+        setter(1)  # fflow's pool does the threading
+    _own[0] = True
+    return private
+
+
+def _cblas(libs, name):
+    """Address of cblas_<name> and whether it takes 64-bit ints, or (None, 0)."""
+    for lib in libs:
+        fn, ilp64 = _symbol(lib, f"cblas_{name}")
+        if fn is not None:
+            return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
     return None, 0
 
 
@@ -45,8 +118,9 @@ def _load():
 
     if not native.enabled():
         return _lib
-    sgemm, ilp64 = _cblas("sgemm")
-    dgemm, ilp64_d = _cblas("dgemm")
+    libs = [kernel_library(i["path"]) for i in threads.blas().info if i["api"] == "openblas"]
+    sgemm, ilp64 = _cblas(libs, "sgemm")
+    dgemm, ilp64_d = _cblas(libs, "dgemm")
     if sgemm is None or dgemm is None or ilp64 != ilp64_d:
         return _lib
     with open(_SOURCE) as f:
@@ -104,9 +178,9 @@ def _collect():
 def matmul(a, b, out, n_threads):
     """out[...] = a @ b, on `n_threads` threads of the C pool (NumPy matmul semantics
     for equal batch dims; out C-contiguous)."""
-    if n_threads <= 1:
-        return np.matmul(a, b, out=out)
     lib = _lib if _lib is not None else _load()
+    if n_threads <= 1 and not _own[0]:
+        return np.matmul(a, b, out=out)
     batch = out.shape[:-2]
     ok = (
         lib
@@ -124,6 +198,8 @@ def matmul(a, b, out, n_threads):
         la, lb = _layout(a, m, k), _layout(b, k, n)
         ok = la is not None and lb is not None and m * n * k > 0
     if not ok:
+        if n_threads <= 1:
+            return np.matmul(a, b, out=out)
         return threads.matmul(a, b, out, n_threads)
     nb = (1, 1) if not batch else ((1,) + batch if len(batch) == 1 else batch)
     sa = (0, 0) if not batch else ((0,) + a.strides[:1] if len(batch) == 1 else a.strides[:2])

@@ -3,6 +3,8 @@ NumPy), the per-step thread choice (driven by given wall times, never measured),
 and BLAS ownership through threadpoolctl."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -265,7 +267,7 @@ def test_product_read_transposed_is_computed_in_that_layout():
     np.testing.assert_allclose(np.asarray(f(a, b, w)), w - 0.5 * (a.T @ b).T, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
 def test_c_pool_matches_numpy_for_every_layout(n_threads):
     from fflow.lowering import cpu_gemm
 
@@ -326,3 +328,47 @@ def test_c_pool_in_a_forked_child():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+_KERNEL_SCRIPT = """
+import ctypes, numpy as np, threadpoolctl
+from fflow.lowering import cpu_gemm
+rng = np.random.default_rng(6)
+a, b = rng.normal(size=(96, 300)).astype(np.float32), rng.normal(size=(300, 200)).astype(np.float32)
+for nt in (1, 2):
+    out = np.empty((96, 200), np.float32)
+    cpu_gemm.matmul(a, b, out, nt)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+info = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
+lib = cpu_gemm.kernel_library(info[0]["filepath"])
+print(info[0]["architecture"], cpu_gemm._own[0], cpu_gemm._corename(lib).decode())
+"""
+
+
+@pytest.mark.parametrize("kernel", ["auto", "numpy"])
+def test_gemm_kernels_of_the_cpu_even_when_openblas_coretype_pins_numpys(kernel, tmp_path):
+    """OPENBLAS_CORETYPE=Prescott (SSE3 kernels) pins NumPy's OpenBLAS; fflow's GEMMs
+    run the core OpenBLAS detects (blas_kernel "auto") or NumPy's ("numpy")."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not any(i["internal_api"] == "openblas" for i in threadpoolctl.threadpool_info()):
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+
+    def run(**env):
+        env = dict(os.environ, FFLOW_BLAS_KERNEL=kernel, **env)
+        env["FFLOW_CACHE_DIR"] = os.environ.get("FFLOW_CACHE_DIR") or str(tmp_path)
+        if env["OPENBLAS_CORETYPE"] is None:
+            del env["OPENBLAS_CORETYPE"]
+        cmd = [sys.executable, "-c", _KERNEL_SCRIPT]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    detected, own, fflow_core = run(OPENBLAS_CORETYPE=None)
+    assert (own, fflow_core) == ("False", detected)  # nothing pinned: NumPy's library
+    pinned, own, fflow_core = run(OPENBLAS_CORETYPE="Prescott")
+    if pinned == detected:
+        pytest.skip(f"this CPU runs the kernels of {pinned} anyway")
+    if kernel == "numpy":
+        assert (own, fflow_core) == ("False", pinned)
+    else:
+        assert (own, fflow_core) == ("True", detected)
