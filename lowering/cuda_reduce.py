@@ -20,6 +20,8 @@ from fflow.lowering.cuda_kernels import (
 )
 from fflow.lowering.cuda_render import renderer_for, storage_ctype
 
+from fflow.core import Literal
+
 # -- reductions -----------------------------------------------------------------------------
 
 
@@ -313,7 +315,18 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
     body += cache_loads("col") if nrows_dims else []
     inner += cache_loads("row")
 
+    online = {} if cached else _online_pairs(reductions, inline)
     for r_i, eqn in enumerate(reductions):
+        if r_i - 1 in online:
+            continue  # the sum of an online max/sum pair: computed with its max
+        if r_i in online:
+            inner += _online_max_sum(
+                k, eqn, reductions[r_i + 1], elem_loop, warp_mode, r_i, online[r_i]
+            )
+            for i in (r_i, r_i + 1):
+                reg_lines.append((len(inner), f"red{i}", renderer_for(eqn.inputs[0].aval.dtype)))
+                k.special[reductions[i].outputs[0]] = f"red{i}"
+            continue
         src = eqn.inputs[0]
         red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
         acc, ids = f"acc{r_i}", f"ids{r_i}"
@@ -362,6 +375,106 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
             inner.insert(at, f"const {out_r.compute} {reg}_inv = {out_r.lit(1)} / {reg};")
     body += [row_loop] + _indent(inner) + ["}"]
     return k.finish(body, grid, block), k
+
+
+# ops that pass a row value through unchanged (to the broadcast over the row)
+_ROW_VIEWS = ("broadcast_in_dim", "reshape", "squeeze", "stop_gradient", "copy", "sbp_constraint")
+
+
+def _online_pairs(reductions, inline):
+    """Indices i where reductions i, i+1 are max(a) and sum(exp(a - max(a))) in f32/f64.
+
+    Such a pair needs one pass over the row instead of two: each thread keeps a
+    running max m and the sum s of exp(a - m), rescaling s when m grows.
+    """
+    pairs = {}
+    for i in range(len(reductions) - 1):
+        mx, sm = reductions[i], reductions[i + 1]
+        if i - 1 in pairs or mx.primitive.name != "reduce_max":
+            continue
+        a = mx.inputs[0]
+        if sm.primitive.name != "reduce_sum" or np.dtype(a.aval.dtype) not in (
+            np.float32,
+            np.float64,
+        ):
+            continue
+        e = inline.get(sm.inputs[0])
+        d = inline.get(e.inputs[0]) if e is not None and e.primitive.name == "exp" else None
+        if d is None or d.primitive.name != "sub" or d.inputs[0] is not a:
+            continue
+        mode = _shift_of(d.inputs[1], mx.outputs[0], inline)
+        if mode and sm.outputs[0].aval.dtype == a.aval.dtype:
+            pairs[i] = mode
+    return pairs
+
+
+def _shift_of(r, m, inline):
+    """How the subtracted row value `r` is made of the max `m`: "max" (m itself, through
+    broadcasts / reshapes), "finite" (logsumexp's `where(isfinite(m), m, 0)`) or None."""
+    mode = "max"
+    while r is not m and type(r) is not Literal:
+        pe = inline.get(r)
+        if pe is None:
+            return None
+        if pe.primitive.name in _ROW_VIEWS:
+            r = pe.inputs[0]
+            continue
+        if mode != "max" or pe.primitive.name != "select_n" or len(pe.inputs) != 3:
+            return None
+        w, zero, val = pe.inputs
+        we = inline.get(w) if type(w) is not Literal else None
+        if we is None or we.primitive.name != "is_finite" or we.inputs[0] is not val:
+            return None
+        while type(zero) is not Literal and zero in inline:
+            ze = inline[zero]
+            if ze.primitive.name not in _ROW_VIEWS:
+                return None
+            zero = ze.inputs[0]
+        if type(zero) is not Literal or np.asarray(zero.value) != 0:
+            return None
+        mode, r = "finite", val
+    return mode if r is m else None
+
+
+def _online_max_sum(k, mx, sm, elem_loop, warp_mode, r_i, mode):
+    """Lines computing `red{r_i}` = max(a) and `red{r_i+1}` = sum(exp(a - max)) in one pass."""
+    r = renderer_for(mx.inputs[0].aval.dtype)
+    t, ex = r.compute, r.code_for_op["exp"]
+    m, s = f"m{r_i}", f"s{r_i}"
+
+    def merge(m2, s2):  # (m, s) += (m2, s2); exact rescaling skipped when a max is unchanged
+        return [
+            f"{{ const {t} mn = fflow_max<{t}>({m}, {m2});",
+            f"  {s} = ({m} == mn ? {s} : {s} * {ex(f'{m} - mn')})"
+            f" + ({m2} == mn ? {s2} : {s2} * {ex(f'{m2} - mn')});",
+            f"  {m} = mn; }}",
+        ]
+
+    lines = [f"{t} {m} = {r.lit(-np.inf)};", f"{t} {s} = {r.lit(0)};"]
+    lines += elem_loop(lambda b, idx: merge(b.value(mx.inputs[0], idx), r.lit(1)))
+    shfl = "__shfl_xor_sync(0xffffffffu, {}, o)"
+    lines += ["for (int o = 16; o > 0; o >>= 1) {"]
+    lines += _indent(
+        [f"const {t} om = {shfl.format(m)}, os = {shfl.format(s)};"] + merge("om", "os")
+    )
+    lines += ["}"]
+    if not warp_mode:
+        tag = f"o{r_i}"
+        lines += [
+            f"__shared__ {t} sm_{tag}[32], ss_{tag}[32];",
+            f"if ((threadIdx.x & 31) == 0) {{ sm_{tag}[threadIdx.x >> 5] = {m}; "
+            f"ss_{tag}[threadIdx.x >> 5] = {s}; }}",
+            "__syncthreads();",
+            f"{m} = sm_{tag}[0]; {s} = ss_{tag}[0];",
+            "for (int w = 1; w < (int)(blockDim.x >> 5); ++w)",
+        ]
+        lines += _indent(merge(f"sm_{tag}[w]", f"ss_{tag}[w]")) + ["__syncthreads();"]
+    inf, ninf = r.lit(np.inf), r.lit(-np.inf)
+    if mode == "max":  # an infinite max makes some exp(a - max) NaN (inf - inf)
+        total = f"({m} == {inf} || {m} == {ninf}) ? {r.lit(np.nan)} : {s}"
+    else:  # the shift is 0 when the max is not finite: sum(exp(a)) is 0 or inf
+        total = f"{m} == {ninf} ? {r.lit(0)} : {m} == {inf} ? {inf} : {s}"
+    return lines + [f"const {t} red{r_i} = {m};", f"const {t} red{r_i + 1} = {total};"]
 
 
 def split_count(eqn):

@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+import scipy.special
 from cuda_harness import BACKEND, BF16, nvrtc_required, to_backend
 from fflow.lowering import cuda_backend, nvrtc
 
@@ -118,12 +119,33 @@ def test_layernorm_backward_rows_read_once():
     np.testing.assert_allclose(dg, (dy64 * xh + dy64).sum(0), rtol=1e-4, atol=1e-5)
 
 
-def test_long_rows_past_the_register_budget_still_correct():
-    x = rng.standard_normal((2, 40000)).astype(np.float32)
-    (k,) = plan_of(FNS["softmax"][0], x, x[0]).kernels
-    assert "xc0" not in k.source  # 40 floats per thread > the budget: a load per pass
-    (out,) = _run(FNS["softmax"][0], [x, x[0]])
-    np.testing.assert_allclose(out, ref_softmax(x.astype(np.float64)), rtol=3e-5, atol=1e-9)
+def test_long_rows_take_an_online_max_and_sum():
+    # 40,000 floats a row: past the register budget, so max and sum(exp(x - max))
+    # are one pass (running max, rescaled sum) and the output a second one
+    x = rng.standard_normal((5, 40000)).astype(np.float32) * 4
+    x[1, 7] = np.inf
+    x[2] = -np.inf
+    x[3, 11] = np.nan
+    x[4, :20000] = -np.inf  # -inf before the first finite element of some threads
+    x64 = x.astype(np.float64)
+    fns = {
+        "softmax": (FNS["softmax"][0], FNS["softmax"][1], 2),
+        "log_softmax": (FNS["log_softmax"][0], FNS["log_softmax"][1], 2),
+        "logsumexp": (
+            lambda x, g: nn.logsumexp(x, axis=-1),
+            lambda x, g: scipy.special.logsumexp(x, axis=-1),
+            1,
+        ),
+    }
+    for name, (fn, ref, passes) in fns.items():
+        (k,) = plan_of(fn, x, x[0]).kernels
+        body = _body(k)
+        assert "xc0" not in body and "s0 = (m0 == mn" in body, name
+        assert len(re.findall(r"\bin0\[", body)) == passes, name
+        (out,) = _run(fn, [x, x[0]])
+        with np.errstate(all="ignore"):
+            want = ref(x64, None)
+        np.testing.assert_allclose(out, want, rtol=3e-5, atol=1e-9, equal_nan=True, err_msg=name)
 
 
 @pytest.mark.skipif(not nvrtc_required(), reason="NVRTC unavailable")
@@ -136,3 +158,17 @@ def test_row_cache_is_registers_with_128_bit_loads():
         loads = re.findall(r"ld\.global\S*", ptx)
         assert loads and all(".v4" in ld for ld in loads), loads
         assert re.search(r"st\.global\S*\.v4", ptx)
+
+
+def test_online_max_and_sum_in_warp_rows():
+    # a transposed input is not read at the row's element: no cache, online pass
+    x = rng.standard_normal((96, 5)).astype(np.float32) * 4
+    x[3, 1] = np.inf
+    x[:, 2] = -np.inf
+    fn = lambda x: nn.softmax(x.T, axis=-1)  # noqa: E731
+    (k,) = plan_of(fn, x).kernels
+    assert "xc0" not in k.source and "s0 = (m0 == mn" in k.source
+    (out,) = _run(fn, [x])
+    with np.errstate(all="ignore"):
+        want = ref_softmax(x.T.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=3e-5, atol=1e-9, equal_nan=True)
