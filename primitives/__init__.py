@@ -16,6 +16,7 @@ from fflow.primitives import (  # noqa: F401
     pipeline_call,
     random_bits,
     reduction,
+    sbp_constraint,
     shape,
     shard_move,
     sort,

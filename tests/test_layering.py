@@ -61,8 +61,7 @@ KNOWN_FUNCTION_LEVEL = {
     "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
     "fflow.transforms.shard_boxing": 1,
-    "fflow.transforms.shard_exec": 2,
-    "fflow.transforms.shard_plan": 1,
+    "fflow.transforms.shard_exec": 1,
 }
 
 

@@ -23,16 +23,15 @@ Eager global arrays (`fflow.to_global`) run op by op through the same rules.
 """
 
 import functools
-import threading
 
 import numpy as np
+from fflow.primitives.sbp_constraint import dual, sbp_constraint_p, shift, tracing
 from fflow.primitives.shard_move import shard_move_p
 from fflow.transforms import shard_signatures as _sigs  # noqa: F401  (registers rules)
 from fflow.transforms import vmap as vmap_mod
 from fflow.transforms.autodiff import (
     Zero,
     backward_pass,
-    deflinear,
     instantiate,
     is_undefined,
     jvp_flat,
@@ -76,46 +75,6 @@ from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 # ----------------------------------------------------------------------------
 # with_sbp: an identity with an SBP constraint
 
-sbp_constraint_p = Primitive("sbp_constraint")
-sbp_constraint_p.amp_class = "follow"
-
-
-@sbp_constraint_p.def_impl
-def _sbp_constraint_impl(x, *, sbp):
-    return x
-
-
-@sbp_constraint_p.def_abstract_eval
-def _sbp_constraint_abstract_eval(x, *, sbp):
-    check_sbp_fits(x.shape, sbp, _mesh_of(sbp), "with_sbp")
-    return ShapedArray(x.shape, x.dtype, x.weak_type)
-
-
-def _mesh_of(sbp):
-    ctx = _ctx.stack[-1] if _ctx.stack else None
-    if ctx is not None and ctx.ndim == len(sbp):
-        return ctx.hierarchy
-    return (1,) * len(sbp)
-
-
-def dual(nd):
-    """The SBP of a cotangent: partial becomes broadcast, split and broadcast stay."""
-    return tuple(B if s.is_partial() else s for s in nd)
-
-
-deflinear(
-    sbp_constraint_p,
-    lambda ct, x, *, sbp: [None if type(ct) is Zero else sbp_constraint_p.bind(ct, sbp=dual(sbp))],
-)
-
-
-class _Ctx(threading.local):
-    def __init__(self):
-        self.stack = []  # placements of the shard calls being traced (innermost last)
-
-
-_ctx = _Ctx()
-
 
 def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
     """Constrain the SBP of `x` inside a sharded function (as JAX's sharding constraints).
@@ -142,8 +101,8 @@ def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
         >>> z.placement.ranks, float(z)
         ((3,), 12.0)
     """
-    if _ctx.stack:
-        pl = _ctx.stack[-1]
+    if tracing.stack:
+        pl = tracing.stack[-1]
         if placement is not None and placement != pl:
             # a move to another placement: shard cuts the program there (shard_mixed.py)
             nd = as_nd_sbp(sbp, placement.ndim, "with_sbp")
@@ -267,13 +226,13 @@ class Sharded:
             return sp, out_tree, self.captured.get(key, []) + leaves
         store = Store()
         flat = flatten_fun(self.fun, in_tree, store)
-        _ctx.stack.append(self.placement)
+        tracing.stack.append(self.placement)
         try:
             # the current trace is the parent: values of outer transforms that `f` closes
             # over become constants here, and are lifted to inputs below
             program = trace_to_program(flat, avals)
         finally:
-            _ctx.stack.pop()
+            tracing.stack.pop()
         self.trace_count += 1
         out_tree = store.value
         program, lifted, lifted_sbps = _lift_closed_over(program, self.placement)
@@ -776,10 +735,6 @@ transpose_rules[shard_call_p] = _shard_call_transpose
 # vmap of shard_call: batch the global program, shift split axes past the batch dim
 
 
-def _shift(nd):
-    return tuple(Split(s.axis + 1) if s.is_split() else s for s in nd)
-
-
 def _shard_call_batch(args, dims, *, sharded):
     sp = sharded
     prog = sp.program
@@ -806,8 +761,8 @@ def _shard_call_batch(args, dims, *, sharded):
             for v, m in zip(prog.invars, mapped)
         ]
         bprog = _retrace(lambda *xs: list(f(*xs)), avals)
-        in_sbps = [_shift(s) if m else s for s, m in zip(sp.in_sbps, mapped)]
-        out_sbps = [_shift(s) for s in sp.out_sbps]
+        in_sbps = [shift(s) if m else s for s, m in zip(sp.in_sbps, mapped)]
+        out_sbps = [shift(s) for s in sp.out_sbps]
         bsp = ShardedProgram(
             bprog, sp.placement, in_sbps, out_sbps, name="vmap", plan_options=sp.plan_options
         )
@@ -816,17 +771,8 @@ def _shard_call_batch(args, dims, *, sharded):
     return list(outs), [0] * len(outs)
 
 
-def _batch_constraint(args, dims, *, sbp):
-    (x,), (d,) = args, dims
-    if d != 0:
-        perm = (d,) + tuple(i for i in range(x.ndim) if i != d)
-        x = lax.transpose(x, perm)
-    return sbp_constraint_p.bind(x, sbp=_shift(sbp)), 0
-
-
 def _register_batch_rules():
     vmap_mod.batch_rules[shard_call_p] = _shard_call_batch
-    vmap_mod.batch_rules[sbp_constraint_p] = _batch_constraint
 
 
 _register_batch_rules()

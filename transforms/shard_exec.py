@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 from fflow.primitives.collectives import all_reduce_p, collective_phases
+from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
 from fflow.transforms.shard_buckets import plan_buckets, schedule
 from fflow.transforms.shard_plan import fixed_plan, plan_program
@@ -288,8 +289,6 @@ def inline_calls(program, pl):
     """
     if not any(_body(e, pl) is not None for e in program.eqns):
         return program, {}
-    from fflow.transforms.shard import sbp_constraint_p
-
     eqns = []
 
     def constrain(atoms, sbps):

@@ -25,6 +25,7 @@ The plan with the lowest exact total wins. Everything runs on integer codes of
 N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
+from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import (
     boxing_time,
@@ -99,8 +100,6 @@ class _Problem:
     """The program as integers: var ids, per-equation candidate codes and costs."""
 
     def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile):
-        from fflow.transforms.shard import sbp_constraint_p
-
         self.program = program
         self.h = tuple(pl.hierarchy)
         self.nd = len(self.h)
