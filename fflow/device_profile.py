@@ -55,8 +55,12 @@ class DeviceProfile:
         )
 
 
-# measured on the 2-core development machine with profile_devices (4 simulated devices)
-CPU = DeviceProfile("cpu", flops=3e10, mem_bandwidth=5e9, latency=5e-5, bandwidth=2e9)
+# the 2-core development machine: flops and mem_bandwidth as fflow runs them (a jit'd
+# 512x1024x1024 matmul 28-37 GFLOP/s, a jit'd SGD update of 1M f32 3.8 GB/s); the links
+# as profile_devices measured them on 2 simulated devices (latency 74-79 us,
+# 5.0-5.1e8 B/s, 2026-12-03, load ~2; a data-parallel MLP step under fflow.launch -n 2
+# moved its 7.5 MB per rank at ~6.5e8 B/s). Was bandwidth=2e9, latency=5e-5.
+CPU = DeviceProfile("cpu", flops=3e10, mem_bandwidth=5e9, latency=7.5e-5, bandwidth=5e8)
 # H200 SXM: ~400 TFLOP/s TF32 dense, 4.8 TB/s HBM3e, NVLink 4 at ~450 GB/s per direction
 H200 = DeviceProfile(
     "h200-nvlink", flops=4e14, mem_bandwidth=4.8e12, latency=1e-5, bandwidth=4.5e11, memory=141e9

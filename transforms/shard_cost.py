@@ -17,7 +17,16 @@ from fflow.transforms import shard_buckets  # noqa: F401  (defines config.grad_b
 from fflow.config import config
 from fflow.device_profile import DeviceProfile, default_profile
 
-__all__ = ["DeviceProfile", "default_profile", "eqn_flops", "work_share", "compute_time"]
+__all__ = [
+    "DeviceProfile",
+    "default_profile",
+    "eqn_flops",
+    "work_share",
+    "compute_time",
+    "boxing_time",
+    "hidden_time",
+    "is_bucketed_reduce",
+]
 
 # primitives whose cost is moving bytes, not arithmetic
 MOVE_TRAITS = ("shape", "indexing")
@@ -98,3 +107,41 @@ def boxing_time(bp, hierarchy, profile, bucketed=0):
             lat *= min(1.0, max(per_device / bucket, 1.0 / bucketed))
         t += lat + per_device / bw
     return t
+
+
+def is_bucketed_reduce(bp):
+    """Whether a BoxingPlan is only all-reduces of partial sums to broadcast: what the
+    runtimes put into gradient buckets (transforms/shard_buckets.py), started when the
+    value is ready and waited for where it is read."""
+    return bool(bp.steps) and all(
+        st.kind == "axis"
+        and st.src.is_partial()
+        and st.src.op == "sum"
+        and st.dst.is_broadcast()
+        or not st.bytes
+        for st in bp.steps
+    )
+
+
+def hidden_time(items):
+    """Seconds of each bucketed all-reduce that overlap compute (DDP's overlap of the
+    gradient all-reduces with the rest of the backward pass).
+
+    `items`: (key, ready, needed, seconds): the time its value is computed and the time
+    the first reader starts, on the program's compute timeline, and what the
+    all-reduce takes. The link runs one all-reduce at a time, in the order the values
+    become ready; each hides the part of it that ends before its reader starts (the
+    last gradient of a backward pass, read right away by the optimizer, hides
+    nothing). Returns {key: hidden seconds}, each at most its `seconds`.
+
+    Example:
+        >>> hidden_time([("a", 0.0, 10.0, 4.0), ("b", 1.0, 6.0, 4.0), ("c", 9.0, 9.0, 1.0)])
+        {'a': 4.0, 'b': 2.0, 'c': 0.0}
+    """
+    link = 0.0  # when the link is free
+    out = {}
+    for key, ready, needed, t in sorted(items, key=lambda it: it[1]):
+        start = max(ready, link)
+        out[key] = max(0.0, min(t, needed - start))
+        link = start + t
+    return out

@@ -32,11 +32,14 @@ from fflow.transforms.shard_cost import (
     compute_time,
     default_profile,
     eqn_flops,
+    hidden_time,
+    is_bucketed_reduce,
 )
 from fflow.transforms.shard_rules import Sig, signatures
 
+from fflow.config import config
 from fflow.core import Literal
-from fflow.sbp import B
+from fflow.sbp import B, Partial
 
 EXHAUSTIVE_MAX_EQNS = 12
 GREEDY_MAX_EQNS = 1000  # beyond this the message-passing starts always beat greedy
@@ -179,15 +182,43 @@ class _Problem:
             self.out_req_codes.append(r)
             self.out_reqs[i].append(r)
         self.akey = [(a.shape, a.dtype) for a in self.avals]
-        self.late, self.crossing = _late_vars(program, self)
+        self.late, self.crossing, self.last_heavy = _late_vars(program, self)
+        self.hidden = self._overlap()
         akids = {}
-        # one int per (shape, dtype, late): conversion prices are cached under int keys
+        # one int per (shape, dtype, late) and per var with hidden all-reduce time:
+        # conversion prices are cached under int keys
         self.akid = [
-            akids.setdefault(k + (t,), len(akids)) * _KEY * _KEY
-            for k, t in zip(self.akey, self.late)
+            akids.setdefault(k + (t, i if i in self.hidden else -1), len(akids)) * _KEY * _KEY
+            for i, (k, t) in enumerate(zip(self.akey, self.late))
         ]
         self._bt = {}
         self._fin = {}
+
+    def _overlap(self):
+        """Per gradient (a value crossing into the optimizer tail), the seconds of its
+        bucketed all-reduce hidden behind the compute between it and its first reader
+        (`hidden_time`). The compute timeline is each equation's cheapest candidate, so
+        the credit is a constant per var and a plan's total stays a sum of local terms."""
+        if not self.crossing or all(h == 1 for h in self.h) or config.grad_bucket_mb <= 0:
+            return {}  # nothing crosses, one device, or no buckets: nothing overlaps
+        start, t = [], 0.0
+        for comp in self.comp:
+            start.append(t)
+            t += min(comp)
+        end = t
+        full = (Partial("sum"),) * self.nd
+        items = []
+        for k, outs in enumerate(self.eqn_outs[: self.last_heavy + 1]):
+            for i in outs:
+                if not self.late[i] or self.avals[i].dtype.kind != "f":
+                    continue
+                needed = min((c for c, _ in self.consumers[i]), default=None)
+                shape, dtype = self.akey[i]
+                bp = plan_boxing(shape, dtype, self.h, full, (B,) * self.nd)
+                secs = boxing_time(bp, self.h, self.profile, bucketed=self.crossing)
+                ready = start[k] + min(self.comp[k])
+                items.append((i, ready, end if needed is None else start[needed], secs))
+        return {i: s for i, s in hidden_time(items).items() if s > 0}
 
     def nd_of(self, code):
         return _NDS[code]
@@ -205,6 +236,9 @@ class _Problem:
             # a bucket holds at most the values crossing into the tail (the gradients)
             members = self.crossing if self.late[i] else 0
             t = boxing_time(bp, self.h, self.profile, bucketed=members)
+            hidden = self.hidden.get(i)
+            if hidden and is_bucketed_reduce(bp):
+                t = max(t - hidden, 0.0)
             if not t and bp.steps:
                 t = 1e-12  # a local conversion (slice, pad): free, but not nothing
             self._bt[key] = t
@@ -291,7 +325,7 @@ def _late_vars(program, prob):
         for cons, reqs in zip(prob.consumers, prob.out_reqs)
     ]
     crossing = sum(late[i] for outs in prob.eqn_outs[: last + 1] for i in outs)
-    return late, crossing
+    return late, crossing, last
 
 
 def plan_program(
