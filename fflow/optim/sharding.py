@@ -17,9 +17,10 @@ Example:
 import numpy as np
 
 from fflow.optim.base import GradientTransformation
+from fflow.primitives.sbp_constraint import tracing
 from fflow.sharding import Broadcast, SbpParallel, Split, as_nd_sbp, is_global, to_global
 from fflow.transforms.ad_api import ShapeDtypeStruct, eval_shape
-from fflow.transforms.shard import _ctx, with_sbp
+from fflow.transforms.shard import with_sbp
 from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
 
 # distinct fake sizes identify which parameter a state leaf belongs to
@@ -128,8 +129,8 @@ def zero(inner):
     def constrain(state, params):
         leaves = tree_flatten(params)[0]
         glob = [x for x in leaves if is_global(x)]
-        if _ctx.stack:
-            pl, sbps = _ctx.stack[-1], None
+        if tracing.stack:
+            pl, sbps = tracing.stack[-1], None
         elif glob:
             pl = glob[0].placement
             sbps = tree_unflatten(
@@ -143,7 +144,7 @@ def zero(inner):
         state_leaves, state_def = tree_flatten(state)
         out = []
         for x, s in zip(state_leaves, spec_leaves):
-            if _ctx.stack or is_global(x):
+            if tracing.stack or is_global(x):
                 x = with_sbp(x, s)
             else:
                 x = with_sbp(to_global(x, pl, (Broadcast(),) * pl.ndim), s)
