@@ -20,8 +20,6 @@ Parameter gradients stay partial across micro-batches and are reduced once per
 step (the data-parallel all-reduce happens once, not once per micro-batch).
 """
 
-import time
-
 import numpy as np
 
 from fflow import array as array_mod
@@ -29,23 +27,19 @@ from fflow import core
 from fflow.core import Program
 from fflow.errors import user_error
 from fflow.pipeline_schedule import Schedule
+from fflow.pipeline_step import Step, _dummy
 from fflow.primitives.pipeline_call import pipeline_call_p
 from fflow.sharding import (
     B,
     P,
     is_global,
     local_shape,
-    make_global,
     placement,
-    runtime,
     to_global,
 )
 from fflow.transforms import shard as shard_mod
 from fflow.transforms.autodiff import Zero, backward_pass, instantiate, linearize_flat
-from fflow.transforms.shard_transfer import start_transfer
 from fflow.tree_util import tree_flatten, tree_unflatten
-
-_TAGS = 20000  # pipeline transfers use tags below this; eager to_global the ones above
 
 
 def _is_float(dtype):
@@ -82,6 +76,19 @@ class _Stage:
         n_in = len(p_avals) + len(x_avals)
         self.fwd_sp = plan if len(plan.program.invars) == n_in else None
         self._p_avals, self._x_avals = p_avals, x_avals
+        self.p_avals = p_avals
+        # the backward's SBPs. Gradients come out partial on the data-parallel mesh axes
+        # (where the stage's input is split and the parameter replicated), so
+        # micro-batches accumulate without communication and the step reduces them
+        # once; input cotangents come out in the inputs' SBPs
+        xf_sbps = [s for s, f in zip(x_sbps, self.x_float) if f]
+        dp_axes = {a for nd in xf_sbps for a, sb in enumerate(nd) if sb.is_split()}
+        self.gp_sbps = [
+            tuple(P if a in dp_axes and sb.is_broadcast() else sb for a, sb in enumerate(nd))
+            for nd in p_sbps
+        ]
+        self.gx_sbps = [tuple(B if sb.is_partial() else sb for sb in nd) for nd in xf_sbps]
+        self.gx_avals = [a for a, f in zip(x_avals, self.x_float) if f]
         self._make_forward_res(plan)
         self._bwd = {}  # need_dx -> (Sharded, planned program)
         self._ct = {}
@@ -174,7 +181,7 @@ class _Stage:
         return ct
 
     def _make_backward(self, need_dx):
-        x_float, out_float, store = self.x_float, self.out_float, self._store
+        out_float, store = self.out_float, self._store
         n_p = len(self._p_avals)
 
         def bwd(p_list, res, ct):
@@ -189,7 +196,6 @@ class _Stage:
             # stage 0 without input gradients: their matmuls are dead code here
             return g[:n_p], (g[n_p:] if need_dx else [])
 
-        xf_sbps = [s for s, f in zip(self.x_sbps, x_float) if f]
         ct_sbps = [s for s, f in zip(self.out_sbps, out_float) if f]
         in_sbp = (self.p_sbps, self.res_sbps, ct_sbps)
         args = (
@@ -197,18 +203,9 @@ class _Stage:
             [_dummy(a) for a in self.res_avals],
             [_dummy(a) for a, f in zip(self.out_avals, out_float) if f],
         )
-        # gradients come out partial on the data-parallel mesh axes (where the stage's
-        # input is split and the parameter replicated), so micro-batches accumulate
-        # without communication and the step reduces them once; input cotangents come
-        # out in the inputs' SBPs
-        dp_axes = {a for nd in xf_sbps for a, sb in enumerate(nd) if sb.is_split()}
-        gp_sbps = [
-            tuple(P if a in dp_axes and sb.is_broadcast() else sb for a, sb in enumerate(nd))
-            for nd in self.p_sbps
-        ]
-        gx_sbps = [tuple(B if sb.is_partial() else sb for sb in nd) for nd in xf_sbps]
-        gx_sbps = gx_sbps if need_dx else []
-        sharded = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp, out_sbp=(gp_sbps, gx_sbps))
+        gx_sbps = self.gx_sbps if need_dx else []
+        out_sbp = (self.gp_sbps, gx_sbps)
+        sharded = shard_mod.shard(bwd, self.pl, in_sbp=in_sbp, out_sbp=out_sbp)
         sp = sharded.lower(*args)
         n_in = sum(len(a) for a in args)
         return sharded, (sp if len(sp.program.invars) == n_in else None)
@@ -217,10 +214,6 @@ class _Stage:
 def _local_bytes(aval, nd, pl):
     shape = local_shape(aval.shape, nd, pl.hierarchy, pl.coords(0))
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-
-
-def _dummy(aval):
-    return array_mod.Array(np.zeros(aval.shape, aval.dtype))
 
 
 def _aval(x):
@@ -310,225 +303,7 @@ class Pipeline:
 
     def _run(self, leaves, want):
         with core.set_current_trace(array_mod.root_trace):
-            return _Step(self, leaves, want).run()
-
-
-class _Step:
-    """One call of the pipeline: walks the schedule's operations in (tick, device) order."""
-
-    def __init__(self, pipe, leaves, want):
-        self.pipe = pipe
-        self.train = want is not None
-        self.want = want
-        self.tree = pipe._tree
-        params_list, batch = tree_unflatten(self.tree, leaves)
-        n = len(pipe.stages)
-        if not isinstance(params_list, (list, tuple)) or len(params_list) != n:
-            raise user_error(
-                ValueError,
-                f"the pipeline has {n} stages, so params_list must be a list of {n} parameter "
-                f"pytrees (one per stage), got {type(params_list).__name__}",
-            )
-        self.params_list = list(params_list)
-        self.batch = batch
-        self.n_param_leaves = len(leaves) - len(tree_flatten(batch)[0])
-
-    def run(self):
-        pipe = self.pipe
-        n, m = len(pipe.stages), pipe.m
-        sched = pipe.schedule if self.train else pipe.forward_schedule
-        # parameters onto their stages (once per step)
-        self.p_leaves, self.p_trees = [], []
-        for s in range(n):
-            leaves, tree = tree_flatten(self.params_list[s])
-            self.p_leaves.append(leaves)
-            self.p_trees.append(tree)
-        b_leaves, self.b_tree = tree_flatten(self.batch)
-        arrays = [np.asarray(b) for b in b_leaves]
-        for a in arrays:
-            if a.ndim == 0 or a.shape[0] % m:
-                raise user_error(
-                    ValueError,
-                    f"the batch is cut into {m} micro-batches along axis 0, but a batch leaf "
-                    f"has shape {a.shape}. Fix: a batch size divisible by num_microbatches.",
-                )
-        size = arrays[0].shape[0] // m if arrays else 0
-        self.micro = [[a[k * size : (k + 1) * size] for a in arrays] for k in range(m)]
-        self.stages = [None] * n  # _Stage of each stage, made when first reached
-        self.inbox = {}  # ("F"|"B", stage, mb) -> [PendingTransfer or array per leaf]
-        self.saved = {}  # (stage, mb) -> (input leaves)
-        self.alive = [0] * n
-        self.peak = [0] * n
-        self.grads = [None] * n
-        self.losses = []
-        self.dx = [None] * m
-        self.tag = 0
-        self.transfers = {}  # (F|B, from stage, to stage) -> TransferPlans of one micro-batch
-        rt = runtime()
-        before = rt.bytes_moved
-        self._stage0_inputs()
-        durations = {}  # seconds of each operation this process ran (its devices' share)
-        start = time.perf_counter()
-        for op in sched.ops_in_order():
-            self._t0 = time.perf_counter()  # reset after the op's inputs arrived
-            if op.kind == "F":
-                self._forward(op.stage, op.mb)
-            else:
-                self._backward(op.stage, op.mb)
-            durations[(op.kind, op.stage, op.mb)] = time.perf_counter() - self._t0
-        loss = self._finish_loss()
-        pipe.stats = {
-            "peak_activation_bytes": list(self.peak),
-            "bytes_moved": rt.bytes_moved - before,
-            "op_seconds": durations,
-            "step_seconds": time.perf_counter() - start,
-            "transfers": self.transfers,
-        }
-        if not self.train:
-            return loss, None
-        return loss, self._finish_grads()
-
-    def _stage_for(self, s, x_tree, x_leaves):
-        pipe = self.pipe
-        if self.stages[s] is None:
-            st = pipe._stage(
-                s, self.params_list[s], self.p_leaves[s], self.p_trees[s], x_tree, x_leaves
-            )
-            self.stages[s] = st
-            pl = st.pl
-            st.p_vals = [to_global(a, pl, nd) for a, nd in zip(self.p_leaves[s], st.p_sbps)]
-        return self.stages[s]
-
-    def _stage0_inputs(self):
-        st = self._stage_for(0, self.b_tree, self.micro[0])
-        for k, mb in enumerate(self.micro):
-            self.inbox[("F", 0, k)] = [to_global(a, st.pl, nd) for a, nd in zip(mb, st.x_sbps)]
-
-    def _take(self, key):
-        items = self.inbox.pop(key)
-        out = [x.wait() if hasattr(x, "wait") else x for x in items]
-        self._t0 = time.perf_counter()  # waiting for inputs is idle time, not compute
-        return out
-
-    def _send(self, values, dst_pl, dst_sbps, key):
-        pending = []
-        plans = []
-        for v, nd in zip(values, dst_sbps):
-            t = start_transfer(v, dst_pl, nd, tag=self.tag % _TAGS)
-            pending.append(t)
-            plans.append(t.plan)
-            self.tag += 1
-        self.inbox[key] = pending
-        kind, stage, _ = key  # the values go to `stage`'s F (activations) or B (cotangents)
-        src = stage - 1 if kind == "F" else stage + 1
-        self.transfers.setdefault((kind, src, stage), plans)
-
-    def _forward(self, s, k):
-        n = len(self.pipe.stages)
-        x = self._take(("F", s, k))
-        x_tree = self.b_tree if s == 0 else self.stages[s - 1].out_tree
-        st = self._stage_for(s, x_tree, x)
-        if self.train:
-            y, res = st.forward_train(st.p_vals, x)
-            self.saved[(s, k)] = res
-            self.alive[s] += st.x_bytes
-            self.peak[s] = max(self.peak[s], self.alive[s])
-        else:
-            y = st.forward(st.p_vals, x)
-        if s == n - 1:
-            if len(y) != 1 or y[0].shape != ():
-                raise user_error(
-                    ValueError,
-                    f"the last pipeline stage must return the micro-batch's scalar loss, got "
-                    f"{len(y)} outputs of shapes {[tuple(v.shape) for v in y]}",
-                )
-            self.losses.append(y[0])
-            self.pipe.loss_dtype = np.dtype(y[0].dtype)
-            return
-        nxt = self._next_stage(s, y, st)
-        self._send(y, nxt.pl, nxt.x_sbps, ("F", s + 1, k))
-
-    def _next_stage(self, s, y, st):
-        t = s + 1
-        if self.stages[t] is None:
-            dummies = [_dummy(a) for a in st.out_avals]
-            self._stage_for(t, st.out_tree, dummies)
-        return self.stages[t]
-
-    def _backward(self, s, k):
-        n = len(self.pipe.stages)
-        st = self.stages[s]
-        res = self.saved.pop((s, k))
-        self.alive[s] -= st.x_bytes
-        if s == n - 1:
-            ct = [st.loss_cotangent(1.0 / self.pipe.m)]
-        else:
-            ct = self._take(("B", s, k))
-        gp, gx = st.backward(st.p_vals, res, ct, need_dx=s > 0 or self._want_batch())
-        acc = self.grads[s]
-        self.grads[s] = list(gp) if acc is None else [_add(a, g) for a, g in zip(acc, gp)]
-        if s > 0:
-            prev = self.stages[s - 1]
-            dst = [nd for nd, f in zip(prev.out_sbps, prev.out_float) if f]
-            self._send(gx, prev.pl, dst, ("B", s - 1, k))
-        elif self._want_batch():
-            self.dx[k] = gx
-
-    def _want_batch(self):
-        return any(self.want[self.n_param_leaves :])
-
-    def _finish_loss(self):
-        total = self.losses[0]
-        for v in self.losses[1:]:
-            total = total + v
-        total = total * np.asarray(1.0 / self.pipe.m, total.dtype)
-        return _to_every_rank(total)
-
-    def _finish_grads(self):
-        out = []
-        for s in range(len(self.pipe.stages)):
-            st = self.stages[s]
-            # one reduction per step: partial sums over micro-batches become the
-            # parameters' own SBP here
-            for g, nd in zip(self.grads[s], st.p_sbps):
-                out.append(to_global(g, sbp=_grad_sbp(nd)))
-        if self._want_batch():
-            st = self.stages[0]
-            it = iter(range(len(self.dx[0])))
-            per_leaf = []
-            for f in st.x_float:
-                if f:
-                    j = next(it)
-                    pieces = [np.asarray(_to_every_rank(self.dx[k][j])) for k in range(self.pipe.m)]
-                    per_leaf.append(array_mod.Array(np.concatenate(pieces, axis=0)))
-                else:
-                    per_leaf.append(None)
-            out.extend(per_leaf)
-        else:
-            out.extend([None] * (len(self.want) - len(out)))
-        return out
-
-
-def _grad_sbp(nd):
-    return tuple(B if s.is_partial() else s for s in nd)
-
-
-def _add(a, b):
-    """a + b of two global arrays with one sharding: shard by shard (no boxing)."""
-    if a._sharding != b._sharding or any(s.is_partial() and s.op != "sum" for s in a._sharding.sbp):
-        return a + b
-    shards = {i: np.add(v, b._value.shards[i]) for i, v in a._value.shards.items()}
-    sh = a._sharding
-    return make_global(a.shape, a.dtype, sh.placement, sh.sbp, shards)
-
-
-def _to_every_rank(x):
-    """A local array of a global value, sent to every rank with buffer sends."""
-    if not is_global(x):
-        return x
-    world = placement("cpu", list(range(runtime().device_count())))
-    y = start_transfer(x, world, (B,), tag=_TAGS - 1).wait()
-    return array_mod.Array(np.array(runtime().local_of(y._value)))
+            return Step(self, leaves, want).run()
 
 
 class PipelineFunction:
@@ -540,8 +315,12 @@ class PipelineFunction:
 
     @property
     def stats(self):
-        """The last run: peak activation bytes per stage, bytes moved, seconds per
-        operation, and the transfer plans between stages (`transfers`)."""
+        """The last run on this process: `peak_activation_bytes` (per stage, the most
+        bytes of saved residuals one device held; measured on this process' stages,
+        counted at their planned size for other ranks' stages), `bytes_moved`,
+        `trace` (each operation run here, timed: see fflow/pipeline_trace.py),
+        `step_start`/`step_end` (perf_counter) and `transfers` (the transfer plans
+        between stages of one micro-batch)."""
         return self.pipe.stats
 
     def describe_transfers(self):

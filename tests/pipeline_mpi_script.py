@@ -9,6 +9,7 @@ import numpy as np
 
 import fflow
 import fflow.numpy as jnp
+from fflow.pipeline_trace import StepTrace
 from fflow.sharding import B, P, S, partial_max, runtime
 
 
@@ -94,12 +95,14 @@ def main():
     runs = {
         "1f1b": (fflow.pipeline([stage] * 3 + [last], one, 4), 4),
         "gpipe": (fflow.pipeline([stage] * 3 + [last], one, 2, schedule="gpipe"), 4),
-        "interleaved": (fflow.pipeline([stage] * 3 + [last], one[:2], 4, "interleaved"), 4),
+        # v=2 virtual stages on each of the 4 ranks: 8 stages
+        "interleaved": (fflow.pipeline([stage] * 7 + [last], one, 4, "interleaved"), 8),
         "dp_pp": (
             fflow.pipeline([stage, last], [a, b], 2, in_sbp=[(B, (S(0), S(0)))] * 2),
             2,
         ),
     }
+    traces = {}
     for name, (f, n) in runs.items():
         params = make(n)
         for _ in range(2):  # two SGD steps: parameters stay on their stages
@@ -108,7 +111,16 @@ def main():
         out[f"{name}_loss"] = loss
         for s, p in enumerate(params):
             out[f"{name}_w{s}"] = p["w"]
+        # what each process ran (simulated: every operation; MPI: its own stages'),
+        # and the executed schedule's ticks, from the traces of every process
+        trace = StepTrace.gather(f)
+        traces[f"{name}_ticks"] = [trace.ticks().span] + trace.ticks().idle
+        traces[f"{name}_lanes"] = [
+            [lane.name, sorted({f"{k}{s}" for k, s, *_ in lane.ops})] for lane in trace.lanes
+        ]
+        traces[f"{name}_ops_here"] = sorted({f"{o.kind}{o.stage}" for o in f.stats["trace"]})
     result = {k: np.asarray(v).tolist() for k, v in out.items()}
+    result["traces"] = traces
     sent = rt.bytes_moved
     if hasattr(rt, "comm"):
         sent = rt.comm.allreduce(sent)

@@ -59,13 +59,33 @@ def test_mpi_equals_simulated_and_plain():
     assert mpi.pop("runtime") == "4 MPI ranks"
     assert sim.pop("runtime") == "4 simulated CPU devices"
     assert mpi.keys() == sim.keys()
+    mpi_tr, sim_tr = mpi.pop("traces"), sim.pop("traces")
     for key in sim:
         assert mpi[key] == sim[key], key  # bit for bit, bytes included
+    # each rank ran its own stages' operations only (simulated: one process ran all)
+    for name, n in [("1f1b", 4), ("interleaved", 8)]:
+        want = [sorted(f"{k}{s}" for s in range(n) for k in "FB" if s % 4 == d) for d in range(4)]
+        assert [ops for _, ops in mpi_tr[f"{name}_lanes"]] == want
+        assert [ops for _, ops in sim_tr[f"{name}_lanes"]] == want
+        assert mpi_tr[f"{name}_ops_here"] == want[0]
+        assert sim_tr[f"{name}_ops_here"] == sorted(x for w in want for x in w)
+    dp = [ops for _, ops in mpi_tr["dp_pp_lanes"]]
+    assert dp == [["B0", "F0"], ["B0", "F0"], ["B1", "F1"], ["B1", "F1"]]
+    # the executed schedule's ticks (from every rank's trace): the textbook bubble
+    p = 4
+    for name, m, v in [("1f1b", 4, 1), ("gpipe", 2, 1), ("interleaved", 4, 2)]:
+        assert mpi_tr[f"{name}_ticks"] == sim_tr[f"{name}_ticks"]
+        span, *idle = sim_tr[f"{name}_ticks"]
+        assert span == 2 * (v * m + p - 1)
+        np.testing.assert_allclose(idle, [(p - 1) / (v * m + p - 1)] * p)
+    # 2 stages of 2 ranks each, m=2: (p-1)/(m+p-1) = 1/3 on every rank (MPI) or device
+    assert mpi_tr["dp_pp_ticks"][0] == sim_tr["dp_pp_ticks"][0] == 6
+    np.testing.assert_allclose(mpi_tr["dp_pp_ticks"][1:], [1 / 3] * 4)
     x = np.arange(30.0, dtype=np.float32).reshape(5, 6) / 7
     for key in sim:
         if key.startswith("move_"):
             np.testing.assert_allclose(np.asarray(sim[key]), x, rtol=1e-6, atol=1e-6)
-    for name, n in [("1f1b", 4), ("gpipe", 4), ("interleaved", 4), ("dp_pp", 2)]:
+    for name, n in [("1f1b", 4), ("gpipe", 4), ("interleaved", 8), ("dp_pp", 2)]:
         loss, ws = plain_two_steps(n)
         np.testing.assert_allclose(sim[f"{name}_loss"], loss, rtol=1e-5, atol=1e-6)
         for s, w in enumerate(ws):
