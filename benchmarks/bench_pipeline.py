@@ -78,15 +78,17 @@ def typical(op_seconds):
     return {key: med[key[:2]] for key in op_seconds}
 
 
+def op_seconds(stats):
+    return {(o.kind, o.stage, o.mb): o.end - o.start for o in stats["trace"]}
+
+
 def measured_seconds(stats, sched, pipe, rt):
     """Seconds of every operation: under MPI each rank times its own, summed over ranks
     (one buffer Allreduce); simulated devices run them all in this process."""
     if not hasattr(rt, "comm"):
-        return stats["op_seconds"]
+        return op_seconds(stats)
     keys = [(o.kind, o.stage, o.mb) for o in sched.ops_in_order()]
-    mine = np.array(
-        [stats["op_seconds"][k] if rt.rank in pipe.placement_of(k[1]).ranks else 0.0 for k in keys]
-    )
+    mine = np.array([op_seconds(stats).get(k, 0.0) for k in keys])
     total = np.empty_like(mine)
     rt.comm.Allreduce(mine, total)
     return dict(zip(keys, total.tolist()))
@@ -102,10 +104,10 @@ def imbalance(seconds, n_stages):
 def wall_bubble(stats, pipe, rank):
     """1 - this rank's compute seconds / step seconds (MPI only: ranks run at once)."""
     mine = 0.0
-    for (_kind, stage, _mb), sec in stats["op_seconds"].items():
+    for (_kind, stage, _mb), sec in op_seconds(stats).items():
         if rank in pipe.placement_of(stage).ranks:
             mine += sec
-    return 1.0 - mine / stats["step_seconds"]
+    return 1.0 - mine / (stats["step_end"] - stats["step_start"])
 
 
 def table(title, header, rows):
