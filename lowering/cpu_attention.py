@@ -8,7 +8,8 @@ and the softmax runs in place on the one [B, N, T, S] buffer. The backward
 recomputes the probabilities and uses rowsum(dP * P) = rowsum(dO * O), as flash
 attention does.
 
-float32 and float64 take this path; 16-bit operands run the reference.
+float32 and float64 take this path; bf16/fp16 operands (amp) too, as float32 copies
+(the reference also computes in float32), each result rounded back once.
 """
 
 import numpy as np
@@ -16,6 +17,16 @@ from fflow.lowering import cpu_gemm
 from fflow.primitives.attention import BIG_NEG, attention_bwd_p, attention_p
 
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
+_LOW = ("bfloat16", "float16")  # by name: ml_dtypes (bf16) is an optional extra
+
+
+def _low(*xs):
+    """Whether the operands are all one 16-bit float dtype (computed in float32)."""
+    return all(x.dtype == xs[0].dtype for x in xs) and xs[0].dtype.name in _LOW
+
+
+def _up(x):
+    return x.astype(np.float32)
 
 
 def _mm(a, b, nt):
@@ -59,6 +70,10 @@ def _probs(q, k, scale, bad, nt):
 
 def forward(q, k, v, *rest, scale, causal, has_mask, nt=1):
     """[out [B, T, N, Hv], lse [B, N, T]], as `dot_product_attention`'s reference."""
+    if _low(q, k, v):
+        out, lse = forward(_up(q), _up(k), _up(v), *rest, scale=scale, causal=causal,
+                           has_mask=has_mask, nt=nt)  # fmt: skip
+        return [out.astype(v.dtype), lse]
     if not (q.dtype == k.dtype == v.dtype and q.dtype in _FAST):
         return attention_p.impl(q, k, v, *rest, scale=scale, causal=causal, has_mask=has_mask)
     mask = rest[0] if has_mask else None
@@ -73,6 +88,11 @@ def backward(q, k, v, *rest, scale, causal, has_mask, nt=1):
     """[dq, dk, dv], as `attention_bwd`'s reference (args: q, k, v, [mask], out, lse, ct)."""
     mask = rest[0] if has_mask else None
     out, lse, ct = rest[has_mask:]
+    if _low(q, k, v, ct):
+        # out=None: rowsum(dP * P) from the float32 products, not from the rounded out
+        args = (*(_up(x) for x in (q, k, v)), *rest[:has_mask], None, lse, _up(ct))
+        grads = backward(*args, scale=scale, causal=causal, has_mask=has_mask, nt=nt)
+        return [g.astype(x.dtype) for g, x in zip(grads, (q, k, v))]
     if not (q.dtype == k.dtype == v.dtype == ct.dtype and q.dtype in _FAST):
         return attention_bwd_p.impl(q, k, v, *rest, scale=scale, causal=causal, has_mask=has_mask)
     n, kh, t, s = q.shape[2], k.shape[2], q.shape[1], k.shape[1]
@@ -83,7 +103,10 @@ def backward(q, k, v, *rest, scale, causal, has_mask, nt=1):
     ct_t = ct.transpose(0, 2, 1, 3)  # [B, N, T, Hv]
     vv = _heads(v, n)
     ds = _mm(ct_t, vv.transpose(0, 2, 3, 1), nt)  # dP [B, N, T, S]
-    row = np.einsum("btnh,btnh->bnt", ct, out.astype(ct.dtype))[..., None]
+    if out is None:
+        row = np.sum(ds * p, axis=-1, keepdims=True)
+    else:
+        row = np.einsum("btnh,btnh->bnt", ct, out.astype(ct.dtype))[..., None]
     ds -= row
     ds *= p
     if bad is not None:

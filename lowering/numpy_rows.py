@@ -38,6 +38,9 @@ def emit_fallback(ctx, eqn, i):
         ctx.emit(f"{outs[0]} = {call}")
 
 
+_LOW = ("bfloat16", "float16")  # by name: ml_dtypes (bf16) is an optional extra
+
+
 def _free(ndim, contract, batch):
     return [d for d in range(ndim) if d not in contract and d not in batch]
 
@@ -98,11 +101,13 @@ def emit_dot(ctx, eqn, i):
     lhs, rhs = eqn.inputs
     pet = eqn.params.get("preferred_element_type")
     la, ra = lhs.aval, rhs.aval
+    # bf16/fp16 operands (amp) multiply as float32 copies, as the reference does
+    low = la.dtype == ra.dtype and la.dtype.name in _LOW
+    low = low and (pet is None or np.dtype(pet).name in _LOW + ("float32",))
     if not (
         la.dtype == ra.dtype
-        and la.dtype.kind == "f"
-        and la.dtype.itemsize >= 4
-        and (pet is None or np.dtype(pet) == la.dtype)
+        and (low or la.dtype.kind == "f" and la.dtype.itemsize >= 4)
+        and (low or pet is None or np.dtype(pet) == la.dtype)
         and type(lhs) is not Literal
         and type(rhs) is not Literal
     ):
@@ -113,8 +118,9 @@ def emit_dot(ctx, eqn, i):
     m = int(np.prod([la.shape[d] for d in lf], dtype=np.int64))
     n = int(np.prod([ra.shape[d] for d in rf], dtype=np.int64))
     k = int(np.prod([la.shape[d] for d in lc], dtype=np.int64))
-    a = _view(ctx.name(lhs), la.shape, [[d] for d in lb] + [lf, list(lc)])
-    b = _view(ctx.name(rhs), ra.shape, [[d] for d in rb] + [list(rc), rf])
+    up = ".astype(np.float32)" if low else ""
+    a = _view(ctx.name(lhs) + up, la.shape, [[d] for d in lb] + [lf, list(lc)])
+    b = _view(ctx.name(rhs) + up, ra.shape, [[d] for d in rb] + [list(rc), rf])
     out = eqn.outputs[0]
     name = ctx.name(out)
     mshape = bshape + (m, n)
@@ -127,7 +133,8 @@ def emit_dot(ctx, eqn, i):
     if flops >= threads.SMALL_GEMM_FLOPS and m * n * k:
         ctx.globals["_mm"] = cpu_gemm.matmul
         ctx.gemm_pool = True
-        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(out.aval.dtype, 'dt')})")
+        dt = np.dtype(np.float32) if low else out.aval.dtype
+        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(dt, 'dt')})")
         ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
     else:
         ctx.emit(f"{name} = np.matmul({a}, {b})")
@@ -135,6 +142,8 @@ def emit_dot(ctx, eqn, i):
         ctx.emit(f"{name} = np.transpose({name})")
     elif mshape != tuple(out.aval.shape):
         ctx.emit(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
+    if low and out.aval.dtype != np.float32:  # f32 accumulation, rounded once
+        ctx.emit(f"{name} = {name}.astype({ctx.const(out.aval.dtype, 'dt')})")
     ctx.fresh.add(out)
 
 
