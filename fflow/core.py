@@ -237,6 +237,11 @@ class Primitive:
         self.abstract_eval = fn
         return fn
 
+    def get_bind_params(self, params):
+        """The keyword arguments `bind` takes for an equation's params (JAX's name, used by
+        custom interpreters: `eqn.primitive.bind(*invals, **prim.get_bind_params(...))`)."""
+        return dict(params)
+
     def __repr__(self):
         return self.name
 

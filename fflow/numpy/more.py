@@ -455,6 +455,8 @@ def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None
 
 def _correlate(a, v, mode):
     a, v = sh.promote_dtypes_only(a, v)
+    if not dtypes.is_inexact(info(a)[0]):  # as JAX: integers and bools correlate in floats
+        a, v = (lax.convert_element_type(x, dtypes.float_) for x in (a, v))
     n, m = info(a)[2][0], info(v)[2][0]
     if n < m:
         # correlation is symmetric up to reversal: keep the longer one first
@@ -692,13 +694,56 @@ def vecmat(x1, x2, /):
 
 
 def bitwise_count(x):
+    """The set bits of |x| (NumPy's and JAX's rule: int8 -1 counts 1), as uint8."""
     x = operand(x)
-    bits = info(x)[0].itemsize * 8
-    count = lax.full_like(x, 0)
-    one = lax.full_like(x, 1)
-    for i in range(bits):
-        count = lax.add(count, lax.bitwise_and(ew.right_shift(x, i), one))
-    return count.astype(np.uint8)
+    if info(x)[0].kind == "i":
+        x = ew.abs(x)
+    return lax.population_count(x).astype(np.uint8)
+
+
+def _bit_weights(bitorder, ndim):
+    if bitorder not in ("little", "big"):
+        raise ValueError(f"bitorder must be 'little' or 'big', got {bitorder!r}")
+    bits = np.arange(8, dtype=np.uint8)
+    return asarray((bits[::-1] if bitorder == "big" else bits).reshape((1,) * ndim + (8,)))
+
+
+def packbits(a, axis=None, bitorder="big"):
+    """Pack the truth of each element into the bits of uint8s (8 per byte, padded with 0)."""
+    a = operand(a)
+    if info(a)[0].kind not in "biu":
+        raise user_error(TypeError, "packbits: expected an integer or boolean array")
+    a = ew.not_equal(a, 0).astype(np.uint8)
+    if axis is None:
+        a, axis = sh.ravel(a), 0
+    a = sh.swapaxes(a, axis, -1)
+    n = info(a)[2][-1]
+    if n % 8:
+        a = sh.pad(a, [(0, 0)] * (len(info(a)[2]) - 1) + [(0, 8 - n % 8)])
+    a = sh.reshape(a, info(a)[2][:-1] + (-(-n // 8), 8))
+    packed = red.sum(ew.left_shift(a, _bit_weights(bitorder, len(info(a)[2]) - 1)), axis=-1)
+    return sh.swapaxes(packed.astype(np.uint8), axis, -1)
+
+
+def unpackbits(a, axis=None, count=None, bitorder="big"):
+    """The bits of a uint8 array, 8 per element along `axis` (flattened when None);
+    `count` keeps the first `count` (pads with 0 beyond; negative drops from the end)."""
+    a = operand(a)
+    if info(a)[0] != np.uint8:
+        raise user_error(TypeError, "unpackbits: expected a uint8 array")
+    if axis is None:
+        a, axis = sh.ravel(a), 0
+    a = sh.swapaxes(a, axis, -1)
+    shifted = ew.right_shift(sh.expand_dims(a, -1), _bit_weights(bitorder, len(info(a)[2])))
+    bits = ew.bitwise_and(shifted, np.uint8(1))
+    bits = sh.reshape(bits, info(bits)[2][:-2] + (-1,))
+    if count is not None:
+        n = info(bits)[2][-1]
+        if count > n:
+            bits = sh.pad(bits, [(0, 0)] * (len(info(bits)[2]) - 1) + [(0, count - n)])
+        else:
+            bits = bits[..., :count]
+    return sh.swapaxes(bits, axis, -1)
 
 
 bitwise_invert = ew.bitwise_not
@@ -741,6 +786,8 @@ __all__ = [
     "array_equiv",
     "bartlett",
     "bitwise_count",
+    "packbits",
+    "unpackbits",
     "bitwise_invert",
     "blackman",
     "bool",
