@@ -18,6 +18,11 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   at the same bytes as a ring all-reduce. 16-bit values travel as 16-bit buffers.
   Small all-reduces (value bytes x ranks <= 64 KB) are one all-gather of the whole
   values and the same ordered reduction: one collective's latency instead of two.
+  Large ones with even chunks reduce into the received buffer's own row and
+  all-gather in place (one result-sized buffer). Where MPI's reduction has the same
+  bits it is used instead (`exact_native`): integer sum/max/min at any group size
+  and float32/float64 sums of 2 members (one IEEE addition per element, which is
+  commutative; only which payload a NaN + NaN keeps may differ).
   `bytes_moved` counts the cost model's bytes of the conversion either way (what
   the simulated runtime measures).
 * native: MPI's own `Iallreduce` / `Ireduce_scatter` (MPICH picks the algorithm and
@@ -35,7 +40,8 @@ from fflow.config import config
 from fflow.primitives.collectives import _ex_combine, _reduce_parts
 from fflow.sharding import balanced
 
-config.define("mpi_deterministic", True)
+_det = [True]  # config mpi_deterministic, mirrored by its update hook (read per call)
+config.define("mpi_deterministic", True, hook=lambda v: _det.__setitem__(0, bool(v)))
 
 SMALL_BYTES = 1 << 16  # all-reduces moving less (value bytes x ranks) use one all-gather
 _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
@@ -102,9 +108,21 @@ def _name(dtype):
 
 
 def use_native(dtype):
-    if config.mpi_deterministic:
+    if _det[0]:
         return False
     return _name(dtype) in _NATIVE + _HALF
+
+
+_INTS = ("int32", "int64", "uint32", "uint64", "int8", "uint8")
+
+
+def exact_native(dtype, op, p):
+    """Whether MPI's own reduction gives the ordered reduction's bits: integers (their
+    sum, max and min are exact in any order) and float32/float64 sums of 2 members (one
+    IEEE addition per element, and a + b == b + a bit for bit; only which NaN's payload
+    survives a NaN + NaN may differ)."""
+    name = _name(dtype)
+    return name in _INTS or (p == 2 and op == "sum" and name in ("float32", "float64"))
 
 
 def _alltoall_chunks(rt, comm, ranks, flat, sizes, rest, what):
@@ -144,7 +162,10 @@ def all_reduce(rt, comm, ranks, x, params, what):
     q, r = divmod(x.size, p)
     mine = q + (me < r)  # balanced(x.size, p)[me]
     rt.bytes_moved += ((x.size - mine) + (p - 1) * mine) * x.itemsize
-    if use_native(x.dtype) and not (_name(x.dtype) in _HALF and op != "sum"):
+    name = _name(x.dtype)
+    if (not _det[0] and name in _NATIVE + _HALF and not (name in _HALF and op != "sum")) or (
+        exact_native(x.dtype, op, p)
+    ):
         return _native_all_reduce(rt, comm, ranks, x, op, what)
     flat = x.reshape(-1)
     if x.nbytes * p <= SMALL_BYTES:
@@ -156,8 +177,18 @@ def all_reduce(rt, comm, ranks, x, params, what):
         return _reduce_rows(rows, op, x.dtype).reshape(x.shape)
     sizes = balanced(x.size, p)
     parts = _alltoall_chunks(rt, comm, ranks, flat, sizes, 1, what)
-    reduced = _contig(_reduce_rows(parts, op, x.dtype))
-    return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what).reshape(x.shape)
+    return _gather_reduced(rt, comm, ranks, parts, sizes, op, what).reshape(x.shape)
+
+
+def _reduce_into_row(rows, me, op):
+    """rows[me] = ((rows[0] op rows[1]) op rows[2]) ... in group order (the bits of
+    `_reduce_parts`), accumulating in rows[0] until row `me` is reached."""
+    fn = _REDUCE[op]
+    acc = rows[0]
+    for k in range(1, len(rows)):
+        dst = rows[me] if k >= me else acc
+        fn(acc, rows[k], out=dst)
+        acc = dst
 
 
 def _native_all_reduce(rt, comm, ranks, x, op, what):
@@ -181,7 +212,9 @@ def start_all_reduce(comm, flat, op, owned=False):
     p = comm.Get_size()
     sizes = balanced(flat.size, p)
     me = comm.Get_rank()
-    if use_native(flat.dtype) and _name(flat.dtype) not in _HALF:
+    if (use_native(flat.dtype) and _name(flat.dtype) not in _HALF) or exact_native(
+        flat.dtype, op, p
+    ):
         if owned:
             req = comm.Iallreduce(MPI.IN_PLACE, flat, op=_native_op(op))
             return ("native", req, flat, sizes, op)
@@ -209,8 +242,22 @@ def finish_all_reduce(rt, comm, ranks, handle, what):
         return buf
     if kind == "rows":
         return _reduce_rows(buf, op, buf.dtype).reshape(-1)
-    reduced = _reduce_rows(buf, op, buf.dtype)
-    return _allgather_chunks(rt, comm, ranks, _contig(reduced), sizes, 1, what)
+    return _gather_reduced(rt, comm, ranks, buf, sizes, op, what)
+
+
+def _gather_reduced(rt, comm, ranks, parts, sizes, op, what):
+    """The all-gather half of a deterministic all-reduce: `parts` (p, sizes[me]) are
+    the received chunks; returns the flat reduced value. Even chunks of a 32/64-bit
+    type are reduced into row `me` and all-gathered in place (the received buffer is
+    the result's layout: one full-size buffer instead of two)."""
+    me = comm.Get_rank()
+    if min(sizes) == max(sizes) and _name(parts.dtype) not in _HALF:
+        _reduce_into_row(parts, me, op)
+        req = comm.Iallgather(_mpi().IN_PLACE, [_raw(parts), _mpi().BYTE])
+        rt.wait([req], ranks, what)
+        return parts.reshape(-1)
+    reduced = _contig(_reduce_rows(parts, op, parts.dtype))
+    return _allgather_chunks(rt, comm, ranks, reduced, sizes, 1, what)
 
 
 # -- all_gather: S(axis) -> B --------------------------------------------------------

@@ -30,7 +30,8 @@ from fflow.printing import pp_program
 from fflow.sharding import B, balanced, local_piece, make_global
 from fflow.transforms.shard_exec import _stages, device_steps, run_identity
 
-config.define("debug_collectives", False)
+_debug = [False]  # config debug_collectives, mirrored by its update hook (read per call)
+config.define("debug_collectives", False, hook=lambda v: _debug.__setitem__(0, bool(v)))
 
 
 class _What:
@@ -162,25 +163,20 @@ class MPIRuntime:
 
     # -- running sharded programs ---------------------------------------------------
     def execute(self, sp, in_shards):
-
-        pl = sp.placement
-        i = self._my_index(pl)
-        n_out = len(sp.program.outvars)
+        run = getattr(sp, "_mpi_run", None)
+        if run is None or _debug[0]:
+            run = self._prepare(sp, in_shards)
+        i, local, one = run
         if i is None:
-            return [{} for _ in range(n_out)]
-        args = [s[i] for s in in_shards]
-        if config.debug_collectives or not getattr(sp, "_mpi_checked", False):
-            self.check_program(sp, pl, args)
-            sp._mpi_checked = True
+            return [{} for _ in sp.program.outvars]
         self._sp = sp
-        local = sp.local_program(i)
-        one = _single_collective(local)
         if one is not None:  # one collective, input to output: no generator
             k, eqn, outs = one
-            y = self.run_request(pl, (eqn.primitive, args[k], eqn.params))
+            y = self.collective(sp.placement, eqn.primitive, in_shards[k][i], eqn.params)
             self._sp = None
-            return [{i: y if o is None else args[o]} for o in outs]
-        gen = device_steps(local, args)
+            return [{i: y if o is None else in_shards[o][i]} for o in outs]
+        pl = sp.placement
+        gen = device_steps(local, [s[i] for s in in_shards])
         value = None
         first = True
         while True:
@@ -192,7 +188,21 @@ class MPIRuntime:
             first = False
             value = self.run_request(pl, req)
         self._sp = None
-        return [{i: results[k]} for k in range(n_out)]
+        return [{i: r} for r in results]
+
+    def _prepare(self, sp, in_shards):
+        """(this rank's device index, its local program, its single collective or None)
+        of `sp`, after the first call's fingerprint check (every call's with
+        debug_collectives); kept on `sp`."""
+        pl = sp.placement
+        i = self._my_index(pl)
+        if i is None:
+            sp._mpi_run = (None, None, None)
+            return sp._mpi_run
+        self.check_program(sp, pl, [s[i] for s in in_shards])
+        local = sp.local_program(i)
+        sp._mpi_run = (i, local, _single_collective(local))
+        return sp._mpi_run
 
     def run_request(self, pl, req):
         if req[0] == "start":  # a gradient bucket: started now, finished at "wait"
@@ -226,7 +236,7 @@ class MPIRuntime:
         what = _What(self, self.collective_count, prim, x, ranks, self._sp)
         if self.control.left:
             self.control.check_group(ranks, what)
-        if config.debug_collectives:
+        if _debug[0]:
             self.check_collective(comm, ranks, prim, x, params, what)
         return ranks, comm, what
 

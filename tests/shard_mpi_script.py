@@ -195,6 +195,17 @@ def main(n, fail_rank=None):
         )(wbig, xbig, vbig)
     fflow.config.update("grad_bucket_mb", 25.0)
 
+    # all-reduces over the one-all-gather size: all-to-all, ordered reduction, then an
+    # in-place all-gather (even chunks) or one into a second buffer (uneven); sums of
+    # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)
+    rl = np.random.default_rng(11)
+    for shape in [(160, 64), (161, 63)]:
+        xl = rl.normal(size=shape).astype(np.float32)
+        for src in (P, partial_max, partial_min):
+            out[f"large_{shape[1]}_{src}"] = boxed(xl, pl, (src,), (B,))
+        out[f"large_{shape[1]}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
+        out[f"large_{shape[1]}_f64"] = boxed(xl.astype(np.float64), pl, (P,), (B,))
+
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
         fflow.config.update("mpi_deterministic", False)

@@ -59,6 +59,18 @@ def test_mpi_equals_simulated(n):
     x3 = np.arange(5 * 7 * 6, dtype=np.float32).reshape(5, 7, 6)
     for key in [k for k in sim if k.startswith(("a2a3d_", "ag3d_"))]:
         assert mpi[key] == sim[key] == x3.tolist(), key  # boxing keeps the logical value
+    # independent reference for the large all-reduces: NumPy over the per-device values
+    rl = np.random.default_rng(11)  # the script's draws, in its order
+    for shape in [(160, 64), (161, 63)]:
+        xl = rl.normal(size=shape).astype(np.float32)
+        scales = [np.float32((k + 1) / (n + 1)) for k in range(n)]
+        parts = np.stack([xl * s + np.float32(k * 0.25) for k, s in enumerate(scales)])
+        c = shape[1]
+        np.testing.assert_allclose(mpi[f"large_{c}_P"], parts.sum(0), rtol=1e-5, atol=1e-5)
+        assert mpi[f"large_{c}_P(max)"] == parts.max(0).tolist()
+        assert mpi[f"large_{c}_P(min)"] == parts.min(0).tolist()
+        ints = (xl * 100).astype(np.int32)
+        assert mpi[f"large_{c}_int"] == sum(ints + k for k in range(n)).tolist()
     for res in (mpi, sim):  # buckets change no number
         for w in ("w1", "w2"):
             assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]

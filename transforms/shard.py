@@ -70,7 +70,7 @@ from fflow.sharding import (
     program_cutters,
     to_global,
 )
-from fflow.tree_util import prefix_broadcast, tree_flatten, tree_unflatten
+from fflow.tree_util import LEAF, prefix_broadcast, tree_flatten, tree_unflatten
 
 # ----------------------------------------------------------------------------
 # with_sbp: an identity with an SBP constraint
@@ -286,6 +286,15 @@ class Sharded:
         as_value copies, no SBP prefix walk); None where the full path is needed."""
         if core.current_trace() is not array_mod.root_trace:
             return None
+        array_t = array_mod.Array
+        parts = [len(args)]  # positional global arrays: no pytree flattening
+        for x in args:
+            if type(x) is not array_t or x._sharding is None:
+                break
+            v = x._value
+            parts.append((x._sharding, v.shape, v.dtype))
+        else:
+            return list(args), tuple(parts)
         leaves, in_tree = tree_flatten(args)
         parts = [in_tree]
         for x in leaves:
@@ -344,6 +353,8 @@ class Sharded:
         outs = sp.run_global(ready)
         if borrowed:
             _unalias(outs, borrowed)
+        if out_tree is LEAF:
+            return (outs[0],)
         return (tree_unflatten(out_tree, outs),)
 
     @api_boundary

@@ -21,9 +21,9 @@ from fflow.transforms.shard_rules import LocalCtx, apply_local
 from fflow.transforms.staging import trace_to_program
 
 from fflow import core
-from fflow.array import root_trace
+from fflow.array import Array, root_trace
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var
-from fflow.sharding import B, GlobalValue, Sharding, local_box, make_global, runtime
+from fflow.sharding import B, GlobalValue, Sharding, local_box, runtime
 
 
 class ShardedProgram:
@@ -239,13 +239,16 @@ class ShardedProgram:
 
     def run_global(self, args):
         """Run on global Arrays already in `in_sbps`; returns global Arrays."""
-        in_shards = [a._value.shards for a in args]
-        out_shards = self.run_shards(in_shards)
+        out_shards = runtime().execute(self, [a._value.shards for a in args])
+        shardings = self._out_shardings
+        if shardings is None:
+            shardings = self._out_shardings = [Sharding(self.placement, s) for s in self.out_sbps]
         outs = []
-        for v, s, shards in zip(self.program.outvars, self.out_sbps, out_shards):
-            outs.append(
-                make_global(v.aval.shape, v.aval.dtype, self.placement, s, shards, v.aval.weak_type)
-            )
+        for v, sh, shards in zip(self.program.outvars, shardings, out_shards):
+            aval = v.aval
+            out = Array(GlobalValue(aval.shape, aval.dtype, sh, shards), aval.weak_type)
+            out._sharding = sh
+            outs.append(out)
         return outs
 
 
