@@ -136,6 +136,44 @@ def __getattr__(name):
     return value
 
 
+# Global arrays (fflow/sharding.py) reach the modules above it through hooks, each
+# loading its module on first use (import time): the runtime, eager boxing, moves to
+# other devices, eager operations and sharded programs over several placements.
+
+
+def _make_runtime(kind):
+    """FFLOW_RUNTIME=mpi: MPI ranks (fflow.launch); nccl: MPI ranks with one GPU each,
+    collectives over NCCL; else simulated devices in this process."""
+    if kind == "nccl":
+        return _importlib.import_module("fflow.lowering.cuda_nccl").NCCLRuntime()
+    if kind == "mpi":
+        return _importlib.import_module("fflow.runtime_mpi").MPIRuntime()
+    return _importlib.import_module("fflow.runtime_sim").SimRuntime()
+
+
+_sharding.runtime_factories.append(_make_runtime)
+
+
+def _box_global(x, pl, sbp):
+    """Eager boxing of a global array (`x.to_global(sbp=...)`): transforms/shard_exec.py."""
+    return _importlib.import_module("fflow.transforms.shard_exec").run_identity(x, pl, sbp)
+
+
+_sharding.boxers.append(_box_global)
+
+
+def _global_dispatch(prim, args, params):
+    """Eager operations on global arrays: planned and run by transforms/shard.py."""
+    for a in args:
+        if type(a) is _array.Array and a._sharding is not None:
+            shard = _importlib.import_module("fflow.transforms.shard")
+            return shard._global_dispatch(prim, args, params)
+    return NotImplemented
+
+
+_array.special_dispatch.append(_global_dispatch)
+
+
 def _move_placement(x, placement, sbp):
     """to_global onto other devices: point-to-point boxing (transforms/shard_transfer.py),
     loaded on the first move (import time)."""

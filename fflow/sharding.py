@@ -33,6 +33,7 @@ from fflow.array import Array
 from fflow.config import config
 from fflow.device_profile import CPU, H200, DeviceProfile, best_time, default_profile  # noqa: F401
 from fflow.errors import ShapeError, user_error
+from fflow.primitives.sbp_constraint import constrain
 from fflow.sbp import (  # noqa: F401
     B,
     Broadcast,
@@ -62,7 +63,6 @@ from fflow.sbp import (  # noqa: F401
     scatter_global,
     split,
 )
-from fflow.transforms.shard_boxing import box_global
 
 # ----------------------------------------------------------------------------
 # Placement
@@ -164,24 +164,18 @@ def device_count():
 
 _runtime = None
 
+# The runtimes (simulated devices, MPI ranks, NCCL) run sharded programs, so they sit
+# above this module (runtime_sim.py, runtime_mpi.py, lowering/cuda_nccl.py import it);
+# fflow/__init__ installs the factory that picks one from FFLOW_RUNTIME and loads it
+# on first use. So do the other hooks below: eager boxing and moves of global arrays.
+runtime_factories = []
+
 
 def runtime():
     """The runtime executing global arrays: MPI under `fflow.launch`, else simulated."""
     global _runtime
     if _runtime is None:
-        kind = os.environ.get("FFLOW_RUNTIME", "").lower()
-        if kind == "nccl":  # MPI ranks with one GPU each, collectives over NCCL
-            from fflow.lowering.cuda_nccl import NCCLRuntime  # loads CuPy and mpi4py
-
-            _runtime = NCCLRuntime()
-        elif kind == "mpi":
-            from fflow.runtime_mpi import MPIRuntime  # loads mpi4py
-
-            _runtime = MPIRuntime()
-        else:
-            from fflow.runtime_sim import SimRuntime
-
-            _runtime = SimRuntime()
+        _runtime = runtime_factories[0](os.environ.get("FFLOW_RUNTIME", "").lower())
     return _runtime
 
 
@@ -279,9 +273,11 @@ def is_global(x):
     return type(x) is Array and x._sharding is not None
 
 
-# Moving a global array to other devices: transforms/shard_transfer.py installs its
-# point-to-point boxing here when fflow is imported (a hook, so this module does not
-# import it back).
+# Boxing a global array to another SBP on its placement (a one-equation sharded program,
+# transforms/shard_exec.py) and moving it to other devices (point-to-point boxing,
+# transforms/shard_transfer.py): hooks fflow/__init__ installs, since both modules
+# sit above this one.
+boxers = []
 placement_movers = []
 # A sharded program that moves values to other placements (with_sbp(..., placement=))
 # is cut into one sharded program per placement by transforms/shard_mixed.py, through
@@ -308,14 +304,10 @@ def to_global(x, placement=None, sbp=None):
         >>> x.shape, x.to_local_shards()[0].shape
         ((4, 2), (2, 2))
     """
-    from fflow.transforms import shard as _shard  # noqa: F401  (eager global dispatch)
-
     if isinstance(x, core.Tracer):
         if sbp is None:
             raise user_error(ValueError, "to_global of a traced value needs an sbp")
-        from fflow.transforms.shard import with_sbp
-
-        return with_sbp(x, sbp)
+        return constrain(x, sbp)
     if is_global(x):
         src = x._sharding
         pl = src.placement if placement is None else placement
@@ -333,8 +325,7 @@ def to_global(x, placement=None, sbp=None):
         if pl == src.placement and target == src.sbp:
             return x
         check_sbp_fits(x.shape, target, pl.hierarchy, "to_global")
-
-        return box_global(x, pl, target)
+        return boxers[0](x, pl, target)
     if placement is None:
         raise user_error(ValueError, "to_global of a local array needs a placement")
     target = (B,) * placement.ndim if sbp is None else as_nd_sbp(sbp, placement.ndim, "to_global")

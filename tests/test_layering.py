@@ -40,27 +40,13 @@ KNOWN_BAD_EDGES = {
 }
 
 # Cycles among modules of one layer (beyond KNOWN_BAD_EDGES) not broken yet; may only shrink.
-KNOWN_CYCLES = [
-    [
-        "fflow.mpi_ops",
-        "fflow.runtime_mpi",
-        "fflow.runtime_sim",
-        "fflow.sharding",
-        "fflow.transforms.shard",
-        "fflow.transforms.shard_boxing",
-        "fflow.transforms.shard_exec",
-        "fflow.transforms.shard_plan",
-        "fflow.transforms.shard_print",
-    ],
-]
+KNOWN_CYCLES = []
 
 # Function-level imports of fflow modules that are not heavy parts, per importer; may
 # only shrink.
 KNOWN_FUNCTION_LEVEL = {
     "fflow.api_util": 1,
-    "fflow.sharding": 3,
     "fflow.transforms.jit": 3,
-    "fflow.transforms.shard_boxing": 1,
     "fflow.transforms.shard_exec": 1,
 }
 

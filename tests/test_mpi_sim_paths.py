@@ -31,6 +31,25 @@ def test_make_global_array_from_per_device_pieces_equals_numpy():
     np.testing.assert_array_equal(np.asarray(m), np.full((3,), 4.0))
 
 
+def test_eager_ops_on_a_made_global_array_in_a_fresh_process():
+    # nothing else loaded transforms/shard.py: the eager dispatch for global arrays is
+    # installed by `import fflow` itself (it multiplied the local pieces before)
+    import subprocess
+    import sys
+
+    code = (
+        "import fflow, numpy as np\n"
+        "pl = fflow.placement('cpu', [0, 1])\n"
+        "x = fflow.make_global_array(lambda i: np.full((2, 3), i + 1.0, np.float32), pl,"
+        " fflow.sbp.split(0))\n"
+        "y = (x * 2).to_global(sbp=fflow.sbp.broadcast)\n"
+        "print(y.sbp, np.asarray(y)[:, 0].tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    expected = (np.repeat([1.0, 2.0], 2) * 2).tolist()
+    assert out.stdout.strip() == f"(B,) {expected}"
+
+
 def test_make_global_array_names_the_device_and_both_shapes():
     pl = fflow.placement("cpu", [0, 1, 2])
     shards = [np.zeros((2, 5), np.float32)] * 2 + [np.zeros((2, 4), np.float32)]

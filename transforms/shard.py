@@ -844,7 +844,4 @@ def _global_dispatch(prim, args, params):
     return outs if prim.multiple_results else outs[0]
 
 
-if _global_dispatch not in array_mod.special_dispatch:
-    array_mod.special_dispatch.append(_global_dispatch)
-
 __all__ = ["shard", "with_sbp", "shard_call_p", "sbp_constraint_p", "ShardedProgram", "Literal"]

@@ -402,10 +402,3 @@ def _apply_1d(x, src, dst, g, p, common):
         return coll.reduce_scatter_p.bind(x, op=src.op, axis=dst.axis, sizes=sizes, **common)
     x = coll.all_reduce_p.bind(x, op=src.op, **common)
     return _apply_1d(x, B, dst, g, p, common)
-
-
-def box_global(x, pl, target):
-    """Eager boxing of a global array (`Array.to_global(sbp=...)`)."""
-    from fflow.transforms.shard_exec import run_identity
-
-    return run_identity(x, pl, target)
