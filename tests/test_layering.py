@@ -36,7 +36,6 @@ HEAVY = (
 KNOWN_BAD_EDGES = {
     ("fflow.api_util", "fflow.numpy._util"),
     ("fflow.lowering.cuda_nccl", "fflow.runtime_mpi"),
-    ("fflow.scipy.special", "fflow.nn"),
 }
 
 # Cycles among modules of one layer (beyond KNOWN_BAD_EDGES) not broken yet; may only shrink.

@@ -15,7 +15,6 @@ import numpy as np
 
 import fflow.numpy as jnp
 from fflow import dtypes, lax
-from fflow.nn import log_softmax, logsumexp, softmax  # noqa: F401
 from fflow.primitives.special import digamma_p, lgamma_p, polygamma_p
 
 
@@ -29,6 +28,86 @@ def _promote_float(x, y):
     if not dtypes.is_inexact(dtype):
         dtype = dtypes.float_
     return jnp.broadcast_arrays(jnp.asarray(x, dtype), jnp.asarray(y, dtype))
+
+
+# -- softmax and logsumexp (fflow.nn re-exports them, as jax.nn does) --------------
+
+
+def _reduce_max(x, axis, where):
+    if where is None:
+        return jnp.max(x, axis=axis, keepdims=True)
+    return jnp.max(x, axis=axis, keepdims=True, where=where, initial=-np.inf)
+
+
+def softmax(x, axis=-1, where=None, initial=None):
+    """exp(x) / sum(exp(x)) along `axis`, computed with the max subtracted.
+
+    Example:
+        >>> import fflow, fflow.numpy as jnp
+        >>> from fflow.scipy.special import softmax
+        >>> g = fflow.grad(lambda x: softmax(x)[0])(jnp.array([1e4, 0.0]))
+        >>> bool(jnp.all(jnp.isfinite(g)))
+        True
+    """
+    x = _float(x)
+    x_max = _reduce_max(x, axis, where)
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    unnormalized = jnp.exp(x_safe - lax.stop_gradient(x_max))
+    total = jnp.sum(unnormalized, axis=axis, keepdims=True, where=where)
+    result = unnormalized / total
+    if where is not None:
+        result = jnp.where(where, result, 0)
+    return result
+
+
+def log_softmax(x, axis=-1, where=None, initial=None):
+    """x - logsumexp(x) along `axis`."""
+    x = _float(x)
+    x_max = _reduce_max(x, axis, where)
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    shifted = x_safe - lax.stop_gradient(x_max)
+    shifted_lse = jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True, where=where))
+    result = shifted - shifted_lse
+    if where is not None:
+        result = jnp.where(where, result, -np.inf)
+    return result
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """log(sum(b * exp(a))) along `axis`, stable for large inputs (JAX's algorithm).
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> from fflow.scipy.special import logsumexp
+        >>> round(float(logsumexp(jnp.array([1000.0, 1000.0]))), 2)
+        1000.69
+    """
+    a = _float(a)
+    if b is not None:
+        a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
+    if axis is None:
+        dims = tuple(range(a.ndim))
+    elif isinstance(axis, (tuple, list)):
+        dims = tuple(int(d) % max(a.ndim, 1) for d in axis)
+    else:
+        dims = (int(axis) % max(a.ndim, 1),)
+    if where is None:
+        amax = jnp.max(a, axis=dims, keepdims=True) if dims else a
+    else:
+        amax = jnp.max(a, axis=dims, keepdims=True, where=where, initial=-np.inf)
+    amax = lax.stop_gradient(jnp.where(jnp.isfinite(amax), amax, jnp.zeros_like(amax)))
+    exp_a = jnp.exp(a - amax)
+    if b is not None:
+        exp_a = exp_a * b
+    sumexp = jnp.sum(exp_a, axis=dims, keepdims=keepdims, where=where)
+    sign = jnp.sign(sumexp)
+    sumexp = jnp.abs(sumexp)
+    out = jnp.log(sumexp) + (amax if keepdims else jnp.squeeze(amax, dims))
+    if return_sign:
+        return out, sign
+    if b is not None:
+        out = jnp.where(sign < 0, np.nan, out)
+    return out
 
 
 def erf(x):
