@@ -15,6 +15,7 @@ from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 
 WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
 FULL_REDUCE_MIN = 8192
+_COL_FUSIBLE = ("reduce_sum", "reduce_max", "reduce_min")
 
 
 # -- plan -----------------------------------------------------------------------------------
@@ -84,6 +85,16 @@ class _RowGroup:
         x_shape = eqn.inputs[0].aval.shape
         self.x_shape = x_shape
         self.rows = x_shape[:-1]
+        self.cols = []  # reductions over the rows, fused into the row kernel
+
+
+class _ColCand:
+    """A reduction over leading axes: fused into a neighbouring row kernel of the same
+    shape when it can be (a bias / gamma / beta gradient), else its own `step`."""
+
+    def __init__(self, eqn, step):
+        self.eqn = eqn
+        self.step = step
 
 
 def _renders_inputs(eqn):
@@ -229,11 +240,20 @@ class Plan:
                     **self.inline,
                     **{v: self._producer(v) for v in item.elem_outputs + item.row_outputs},
                 }
-                kern = cr.row_kernel(
-                    item.reductions, item.elem_outputs, item.row_outputs, inline, self.wide
+                kerns = cr.row_kernel(
+                    item.reductions,
+                    item.elem_outputs,
+                    item.row_outputs,
+                    inline,
+                    self.wide,
+                    cols=item.cols,
                 )
                 names = " ".join(e.primitive.name for e in item.reductions)
-                self.steps.append(KernelStep([kern], note=f"row-fused: {names}"))
+                if item.cols:
+                    names += " + columns: " + " ".join(e.primitive.name for e in item.cols)
+                self.steps.append(KernelStep(kerns, note=f"row-fused: {names}"))
+            elif type(item) is _ColCand:
+                self.steps.append(item.step)
             else:
                 self.steps.append(item)
         self.kernels = [k for s in self.steps if type(s) is KernelStep for k in s.kernels]
@@ -267,6 +287,13 @@ class Plan:
                 )
         if axes == tuple(range(nd - len(axes), nd)):
             return _RowGroup(e)
+        step = self._strided(e)
+        if axes == tuple(range(len(axes))) and e.primitive.name in _COL_FUSIBLE:
+            return _ColCand(e, step)
+        return step
+
+    def _strided(self, e):
+        x = e.inputs[0]
         nsplit = cr.split_count(e)
         if nsplit > 1:
             red = cr.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)
@@ -287,7 +314,7 @@ class Plan:
             item = pending[i]
             i += 1
             if type(item) is not _RowGroup:
-                out.append(item)
+                out.append(item)  # a _ColCand may still join the next row group
                 continue
             g = item
             e0 = g.reductions[0]
@@ -303,6 +330,10 @@ class Plan:
                         g.reductions += nxt.reductions
                         i += 1
                         continue
+                if type(nxt) is _ColCand and self._col_fusible(g, nxt.eqn):
+                    g.cols.append(nxt.eqn)
+                    i += 1
+                    continue
                 if type(nxt) is _EwGroup:
                     form = (
                         "E"
@@ -318,9 +349,47 @@ class Plan:
                         i += 1
                         continue
                 break
+            # column reductions just before the group join it when the group does not read them
+            while mergeable and out and type(out[-1]) is _ColCand:
+                if not self._col_fusible(g, out[-1].eqn, before=True):
+                    break
+                g.cols.insert(0, out.pop().eqn)
             g.row_outputs = [e.outputs[0] for e in g.reductions] + g.row_outputs
             out.append(g)
         return out
+
+    def _col_fusible(self, g, e, before=False):
+        """Can reduction `e` over the rows of `g` be accumulated by g's row kernel?"""
+        x = e.inputs[0]
+        if x.aval.shape != g.x_shape or tuple(sorted(e.params["axes"])) != tuple(
+            range(len(g.rows))
+        ):
+            return False
+        if tuple(g.reductions[0].params["axes"]) != (len(g.x_shape) - 1,):
+            return False
+        own = set(g.elem_outputs) | set(g.row_outputs)
+        # it may not read another column result (known only after the kernel) ...
+        if self._reaches(x, {c.outputs[0] for c in g.cols}, own):
+            return False
+        if before:  # ... and the group (its columns too) may not read it (it came first)
+            roots = [r.inputs[0] for r in g.reductions + g.cols] + g.elem_outputs + g.row_outputs
+            if any(self._reaches(r, {e.outputs[0]}, own) for r in roots):
+                return False
+        return self._row_local(g, x, "E", own=())
+
+    def _reaches(self, root, targets, own):
+        prod = self.producers()
+        seen, stack = set(), [root]
+        while stack:
+            v = stack.pop()
+            if type(v) is Literal or v in seen:
+                continue
+            seen.add(v)
+            if v in targets:
+                return True
+            if v in self.inline or v in own:
+                stack.extend(prod[v].inputs)
+        return False
 
     def _row_local(self, g, root, form, own=()):
         """Does `root` (at `form`: "E" element or "R" row) read the group's reductions
@@ -402,11 +471,4 @@ class _Identity:
 
 
 def _acc_dtype(ctype):
-    return {
-        "float": np.float32,
-        "double": np.float64,
-        "int": np.int32,
-        "unsigned int": np.uint32,
-        "long long": np.int64,
-        "unsigned long long": np.uint64,
-    }[ctype]
+    return cr.ACC_DTYPES[ctype]

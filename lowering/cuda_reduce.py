@@ -20,7 +20,7 @@ from fflow.lowering.cuda_kernels import (
 )
 from fflow.lowering.cuda_render import renderer_for, storage_ctype
 
-from fflow.core import Literal
+from fflow.core import Literal, ShapedArray, Var
 
 # -- reductions -----------------------------------------------------------------------------
 
@@ -157,12 +157,23 @@ def _accumulate(k, red, b, val, acc, ids, jexpr, comb_fn):
     return [f"{acc} = {red.comb(acc, red.to_acc(val))};"]
 
 
+# the NumPy dtype of an accumulator's C type (partial results in memory)
+ACC_DTYPES = {
+    "float": np.float32,
+    "double": np.float64,
+    "int": np.int32,
+    "unsigned int": np.uint32,
+    "long long": np.int64,
+    "unsigned long long": np.uint64,
+}
+
 # registers per thread a row kernel may spend on its row cache (32-bit words)
 ROW_CACHE_WORDS = {"warp": 64, "block": 32}
 
 
-def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
-    """A kernel per row: reductions over the trailing dims, then outputs of the row.
+def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False, cols=()):
+    """The kernels of one row group: reductions over the trailing dims, then outputs of
+    the row, plus column reductions of the same rows (`cols`).
 
     `reductions` are equations reducing the trailing axes of inputs of one shape
     R + N (R: rows, N: reduced dims); their results stay in registers and feed the
@@ -175,9 +186,16 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
     into registers with 16-byte vector loads when the row length allows, and every
     pass (max, sum, output) reads the registers; outputs are stored 16 bytes at a
     time. Rows too long for the register budget keep one load per pass.
+
+    `cols` reduce the rows R of an expression of the row (layernorm's gamma and beta
+    gradients, a bias gradient): each thread owns the same columns in every row it
+    visits, so it accumulates them in registers across its rows; a block combines
+    its warps in shared memory (in warp order: deterministic) and writes one partial
+    row, and a second kernel per column reduction sums the partials of the blocks.
+    Returns [row kernel] + one combining kernel per column reduction.
     """
     args = (reductions, elem_outputs, row_outputs, inline, wide)
-    probe, k = _row_kernel(*args)
+    probe, k = _row_kernel(*args, cols=cols)
     x_shape = reductions[0].inputs[0].aval.shape
     n = size_of(x_shape[len(x_shape) - len(reductions[0].params["axes"]) :])
     floats = [
@@ -186,15 +204,17 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
         if renderer_for(v.aval.dtype).compute in ("float", "double")
         and np.dtype(v.aval.dtype).itemsize in (2, 4, 8)
     ]
-    if not floats:
-        return probe
+    if not floats and not cols:
+        return [probe]
     sizes = [np.dtype(v.aval.dtype).itemsize for v in floats + list(elem_outputs)]
     nt = 32 if n <= 1024 else _row_block(n)
-    vec = 16 // max(sizes)
+    vec = 16 // max(sizes) if sizes else 1
     while vec > 1 and (n % vec or n < nt * vec):  # every thread keeps a full vector
         vec //= 2
     slots = -(-n // (nt * vec)) * vec
     budget = ROW_CACHE_WORDS["warp" if n <= 1024 else "block"]
+    for c in cols:  # the column accumulators come first
+        budget -= slots * (2 if _col_reduction(c).acc in ("double", "long long") else 1)
     cached = []
     # inputs read by the most passes first (each of them saves a pass over memory)
     for v in sorted(floats, key=lambda v: -len(k.canonical_reads[v])):
@@ -202,16 +222,25 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False):
         if words <= budget:
             cached.append(v)
             budget -= words
-    if not cached:
-        return probe
-    return _row_kernel(*args, cached=cached, vec=vec)[0]
+    if not cached and not cols:
+        return [probe]
+    kern, k = _row_kernel(*args, cached=cached, vec=vec, cols=cols)
+    return [kern] + [combine_partials_kernel(c, p, wide) for c, p in zip(cols, k.partials)]
+
+
+def _col_reduction(eqn):
+    return Reduction(eqn.primitive.name, eqn.inputs[0].aval.dtype, eqn.outputs[0].aval.dtype)
+
+
+# blocks of a row kernel with column reductions: each writes one partial row
+COL_GRID = 512
 
 
 def _row_block(n):
     return 1024 if n >= 16384 else 512 if n >= 4096 else 256
 
 
-def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), vec=1):
+def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), vec=1, cols=()):
     first = reductions[0]
     x_shape = first.inputs[0].aval.shape
     axes = first.params["axes"]
@@ -226,7 +255,7 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
     # a grid-stride loop over rows: the grid is capped (MAX_GRID blocks), so rows past
     # grid * rows-per-block are taken by the same warps / blocks on later iterations
     if warp_mode:
-        block = 128
+        block = 256 if cols else 128
         grid = _grid(rows, block // 32)
         nt = 32
         head = ["const int tid = threadIdx.x & 31;", "const int nt = 32;"]
@@ -240,7 +269,10 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
         # the block size is a constant of the kernel, so loops over a row unroll
         head = ["const int tid = threadIdx.x;", f"const int nt = {block};"]
         row_loop = f"for ({k.idx_t} row = blockIdx.x; row < {rows}{k.lit}; row += gridDim.x) {{"
+    if cols:  # two rows per warp (block) at least, so fewer partial rows to combine
+        grid = min(-(-rows // (2 * (block // 32 if warp_mode else 1))), COL_GRID)
     chunks = -(-n // (nt * vec))
+    chunked = bool(cached or cols)  # loops over this thread's chunks of the row
     it, lit = k.idx_t, k.lit
     body = list(head)
     inner = []
@@ -289,14 +321,14 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
         b.canon = {tuple(row_idx + jdx): "row"}
         if nrows_dims:
             b.canon[tuple(jdx)] = "col"
-        if not cached:
+        if not chunked:
             lines = fill(b, row_idx + jdx)
             return (
                 ["#pragma unroll 4", f"for ({it} j = tid; j < {n}{lit}; j += nt) {{"]
                 + _indent(b.lines + lines)
                 + ["}"]
             )
-        b.slot = f"(c * {vec} + l)" if vec > 1 else "c"
+        b.slot = slot
         lines = fill(b, row_idx + jdx)
         pre, post = [], []
         for v, name in stores:  # vector stores of the outputs
@@ -312,10 +344,17 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
 
     for i, v in enumerate(cached):
         k.row_cache[v] = f"xc{i}"
+    slot = f"(c * {vec} + l)" if vec > 1 else "c"
+    col_reds = [_col_reduction(c) for c in cols]
+    for i, red in enumerate(col_reds):  # per-thread column accumulators, across rows
+        body += [f"{red.acc} ca{i}[{chunks * vec}];", "#pragma unroll",
+                 f"for (int s = 0; s < {chunks * vec}; ++s) ca{i}[s] = {red.init};"]  # fmt: skip
     body += cache_loads("col") if nrows_dims else []
     inner += cache_loads("row")
 
     online = {} if cached else _online_pairs(reductions, inline)
+    if not chunked:
+        slot = None
     for r_i, eqn in enumerate(reductions):
         if r_i - 1 in online:
             continue  # the sum of an online max/sum pair: computed with its max
@@ -357,11 +396,14 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
             val = b.value(v, idx)
             stores.append(f"{name}[row] = {renderer_for(v.aval.dtype).store(val)};")
         inner += ["if (tid == 0) {"] + _indent(b.lines + stores) + ["}"]
-    if elem_outputs:
-        vec_out = bool(cached) and vec > 1
+    if elem_outputs or cols:
+        vec_out = chunked and vec > 1 and bool(elem_outputs)
 
         def fill(b, idx):
             out = []
+            for i, (c, red) in enumerate(zip(cols, col_reds)):
+                val = red.to_acc(b.value(c.inputs[0], idx))
+                out.append(f"ca{i}[{slot}] = {red.comb(f'ca{i}[{slot}]', val)};")
             for v, name in out_names[: len(elem_outputs)]:
                 val = renderer_for(v.aval.dtype).store(b.value(v, idx))
                 out.append(
@@ -374,6 +416,30 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
         if reg in k.reciprocals:
             inner.insert(at, f"const {out_r.compute} {reg}_inv = {out_r.lit(1)} / {reg};")
     body += [row_loop] + _indent(inner) + ["}"]
+    k.partials = []
+    for i, red in enumerate(col_reds):
+        part = Var(ShapedArray((grid, n), ACC_DTYPES[red.acc]))
+        k.partials.append(part)
+        pname = k.output(part)
+        each = [
+            "#pragma unroll",
+            f"for (int l = 0; l < {vec}; ++l) {{",
+            f"  const {it} j = jv + l;",
+        ]
+        if warp_mode:  # the block's warps in order through shared memory, then one row
+            add = red.comb(f"cp{i}[j]", f"ca{i}[{slot}]")
+            body += [f"__shared__ {red.acc} cp{i}[{n}];",
+                     f"for (int w = 0; w < {block // 32}; ++w) {{",
+                     "  if ((int)(threadIdx.x >> 5) == w) {"]  # fmt: skip
+            body += _indent(
+                chunk_loop(each + [f"  cp{i}[j] = w == 0 ? ca{i}[{slot}] : {add};", "}"]), 2
+            )
+            body += ["  }", "  __syncthreads();", "}",
+                     f"for (int j = threadIdx.x; j < {n}; j += blockDim.x)",
+                     f"  {pname}[({it})blockIdx.x * {n}{lit} + j] = cp{i}[j];"]  # fmt: skip
+        else:
+            store = f"  {pname}[({it})blockIdx.x * {n}{lit} + j] = ca{i}[{slot}];"
+            body += chunk_loop(each + [store, "}"])
     return k.finish(body, grid, block), k
 
 
