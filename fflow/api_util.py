@@ -36,6 +36,25 @@ def flatten_fun(fun, in_tree, out_store):
     return flat
 
 
+def asarray_value(x):
+    """A plain NumPy array for list/tuple input, with JAX's 32-bit defaults."""
+    if isinstance(x, (list, tuple)):
+        if any(isinstance(e, (Tracer, Array)) for e in _flat(x)):
+            raise TypeError("nested sequences of arrays: use fflow.numpy.stack")
+        arr = np.asarray(x)
+    else:
+        arr = np.asarray(x)
+    return dtypes.canonical_array(arr)  # JAX's 32-bit defaults unless x64 is on
+
+
+def _flat(x):
+    for e in x:
+        if isinstance(e, (list, tuple)):
+            yield from _flat(e)
+        else:
+            yield e
+
+
 def as_value(x):
     """Leaves entering a transform: Python/NumPy scalars become arrays (weak for Python)."""
     t = type(x)
@@ -50,8 +69,6 @@ def as_value(x):
         return Array(dtypes.canonical_array(np.asarray(x)))
     if isinstance(x, Array):
         return x
-    from fflow.numpy._util import asarray_value
-
     try:
         value = asarray_value(x)
     except Exception:

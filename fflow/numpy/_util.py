@@ -5,6 +5,7 @@ import numpy as np
 
 from fflow import core, dtypes
 from fflow import lax_ops as lax
+from fflow.api_util import asarray_value
 from fflow.array import Array, root_trace
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error
@@ -32,25 +33,6 @@ def info(x):
         return x.dtype, x._weak, x.shape
     arr = asarray_value(x)
     return arr.dtype, False, arr.shape
-
-
-def asarray_value(x):
-    """A plain NumPy array for list/tuple input, with JAX's 32-bit defaults."""
-    if isinstance(x, (list, tuple)):
-        if any(isinstance(e, (Tracer, Array)) for e in _flat(x)):
-            raise TypeError("nested sequences of arrays: use fflow.numpy.stack")
-        arr = np.asarray(x)
-    else:
-        arr = np.asarray(x)
-    return default_dtype_array(arr)
-
-
-def _flat(x):
-    for e in x:
-        if isinstance(e, (list, tuple)):
-            yield from _flat(e)
-        else:
-            yield e
 
 
 def default_dtype_array(arr):
