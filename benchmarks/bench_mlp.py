@@ -123,6 +123,17 @@ def step_flops(batch, dims):
     return 2 * fwd + sum(2 * batch * a * b for a, b in pairs[1:])
 
 
+def thread_note():
+    """How many threads fflow's adaptive steps ran their GEMMs on, and which kernels."""
+    from fflow.lowering import cpu_gemm
+
+    from fflow import threads
+
+    counts = ", ".join(f"{n}: {c}" for n, c in sorted(threads.picks.items()))
+    lib = "this CPU's (a private copy)" if cpu_gemm._own[0] else "NumPy's"
+    return f"fflow's calls per GEMM thread count: {counts or 'none'}; OpenBLAS kernels: {lib}."
+
+
 def sgemm_limit(reps):
     """Best float32 GFLOP/s of a 512^3 GEMM here: one thread and fflow's pool, interleaved."""
     from fflow.lowering import cpu_gemm
@@ -196,6 +207,10 @@ def main():
         params = init(dims)
         step_times_fns["numpy"] = lambda: numpy_step(params, x, y)
 
+    if "fflow" in step_times_fns:
+        from fflow import threads
+
+        threads.picks.clear()
     step_times = interleaved_times(step_times_fns, reps)
     name = f"MLP step {'-'.join(map(str, dims))}, batch {batch}"
     note = ""
@@ -209,7 +224,7 @@ def main():
         note = (
             f"GEMM work of the step: {flops / 1e6:.0f} MFLOP; fflow achieves "
             f"{flops / step_times['fflow'] / 1e9:.0f} GFLOP/s{jax_rate}; sgemm limit "
-            f"measured in the same run (512^3, GFLOP/s): {rates}."
+            f"measured in the same run (512^3, GFLOP/s): {rates}. {thread_note()}"
         )
     print_table(
         "MLP training step",

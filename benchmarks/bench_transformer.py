@@ -3,6 +3,7 @@ softmax attention, GELU MLP, mean-square loss, SGD): fflow jit vs JAX jit vs PyT
 eager. (No hand-written NumPy backward for this one: the column shows n/a.)"""
 
 import numpy as np
+from bench_mlp import thread_note
 from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 LR = 1e-3
@@ -131,10 +132,15 @@ def main():
 
         times_fns["torch eager"] = trun
 
+    if "fflow" in times_fns:
+        from fflow import threads
+
+        threads.picks.clear()
     times = interleaved_times(times_fns, reps)
     print_table(
         "Transformer block training step",
         [(f"batch {b}, seq {s}, d {d}, {heads} heads, MLP {m}", times)],
+        thread_note() if "fflow" in times else "",
     )
 
 

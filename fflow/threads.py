@@ -26,7 +26,8 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
 
 Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
 large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
-`SMALL_GEMM_FLOPS`, `WINDOW`, `PROBE_EVERY` and `PROBE_MAX` below.
+`SMALL_GEMM_FLOPS`, `WINDOW`, `PROBE_EVERY`, `PROBE_MAX` and `BUSY_WEIGHT` below;
+`threads.picks` counts the calls per thread count (the benchmarks print it).
 
 Example:
     >>> import numpy as np
@@ -59,6 +60,8 @@ SMALL_GEMM_FLOPS = 16e6
 WINDOW = 5
 PROBE_EVERY = 16
 PROBE_MAX = 1024
+# StepThreads: weight of the newest free-core sample in the running average
+BUSY_WEIGHT = 0.3
 
 
 # -- cores we may use ------------------------------------------------------------------
@@ -420,25 +423,49 @@ def _median(xs):
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
+_loadavg = [None, None]  # (pid, fd) of /proc/loadavg, kept open: pread is ~1 µs, open ~10
+
+
+def _runnable():
+    """Runnable threads on the machine right now (/proc/loadavg), or None."""
+    pid = os.getpid()
+    if _loadavg[0] != pid:  # first call, or a forked child
+        try:
+            _loadavg[:] = [pid, os.open("/proc/loadavg", os.O_RDONLY)]
+        except OSError:
+            _loadavg[:] = [pid, None]
+    if _loadavg[1] is None:
+        return None
+    try:
+        return int(os.pread(_loadavg[1], 128, 0).split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def free_cores(cores):
     """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1.
 
     Waking a worker while every core is busy costs more than it brings: the woken
     worker may preempt the caller, which then waits for a core to finish the step.
     """
-    text = _read("/proc/loadavg")
-    try:
-        running = int(text.split()[3].split("/")[0])
-    except (AttributeError, IndexError, ValueError):
+    running = _runnable()
+    if running is None:
         return cores
     return max(1, min(cores, cores - (running - 1)))  # `running` counts this thread
+
+
+# calls per GEMM thread count over every compiled step (benchmarks print it)
+picks = collections.Counter()
 
 
 class StepThreads:
     """The GEMM thread count of one compiled program, chosen from its wall times.
 
     `begin()` returns (threads, start time); `end(threads, start)` records the call.
-    A call never uses more threads than cores are free right now (`free_cores`).
+    A call uses no more threads than cores are free (`free_cores`, smoothed over the
+    last calls: a thread of another library that spins for a moment after its own
+    call, seen at one call's start, does not cost the next calls their threads;
+    another process that keeps a core busy does, from its first sample on).
     Otherwise the count with the best median of its last `WINDOW` calls runs, and
     now and then another count is probed once: right after a probe wins, the gap
     to the next probe is `PROBE_EVERY` calls; each losing probe doubles it (up to
@@ -457,6 +484,7 @@ class StepThreads:
         self.gap = PROBE_EVERY
         self.next_probe = PROBE_EVERY
         self._turn = 0
+        self.busy = None  # cores other threads held at recent calls' starts (an average)
 
     def pick(self):
         """The thread count of the next call."""
@@ -465,7 +493,11 @@ class StepThreads:
         if self.cores == 1:
             return 1
         self.calls += 1
-        free = free_cores(self.cores)
+        others = self.cores - free_cores(self.cores)
+        self.busy = (
+            others if self.busy is None else (1 - BUSY_WEIGHT) * self.busy + BUSY_WEIGHT * others
+        )
+        free = max(1, self.cores - int(self.busy + 0.25))  # busy in 3 of 4 recent calls: taken
         fits = [c for c in self.choices if c <= free]
         for c in fits:  # first calls: samples of every count
             if len(self.samples[c]) < 2:
@@ -497,7 +529,9 @@ class StepThreads:
         )
 
     def begin(self):
-        return self.pick(), time.perf_counter()
+        n = self.pick()
+        picks[n] += 1
+        return n, time.perf_counter()
 
     def end(self, threads, start):
         self.record(threads, time.perf_counter() - start)
