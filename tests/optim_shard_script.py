@@ -1,8 +1,10 @@
 """Run by tests/test_optim_shard.py on simulated devices (imported) and under
 `python -m fflow.launch -n 4` (as a script): an AdamW step with tensor-parallel
 parameters, their optimizer state sharded like them, or ZeRO-split, on a 2x2 mesh
-(data x model) and on a 1-D data-parallel line. Prints the losses and final
-parameters as JSON (rank 0), and the optimizer-state bytes one device holds."""
+(data x model) and on a 1-D data-parallel line; the same AdamW inside
+`optim.mixed_precision` with a loss scale and an inf in one batch (that step must be
+skipped on every device). Prints the losses and final parameters as JSON (rank 0), and
+the optimizer-state bytes one device holds."""
 
 import json
 
@@ -95,10 +97,45 @@ def state_bytes_on_one_device(state):
     return int(sum(np.asarray(x.to_local_shards()[0]).nbytes for x in leaves))
 
 
+BAD = 2  # the step whose batch holds an inf: its gradients overflow
+TXM = optim.mixed_precision(TX, init_scale=2.0**10, period=2, factor=2.0)
+
+
+def step_mixed(p, s, x, y):
+    scale = s.loss_scale
+    loss, g = fflow.value_and_grad(lambda p: loss_fn(p, x, y) * scale)(p)
+    u, s = TXM.update(g, s, p)
+    return optim.apply_updates(p, u), s, loss / scale
+
+
+def run_mixed(pl=None, param_sbp=None, data_sbp=None):
+    """mixed_precision(AdamW): (losses of the finite steps, final params, loss scale after
+    each step, skipped steps); sharded on `pl` when given."""
+    params, x, y = init()
+    x = x.copy()
+    x[BAD, 0, 0] = np.inf
+    fn = fflow.jit(step_mixed)
+    if pl is not None:
+        state_sbp = optim.state_sbp(TXM, params, param_sbp, pl)
+        loss_sbp = B if pl.ndim == 1 else (B, B)
+        fn = fflow.shard(step_mixed, pl, in_sbp=(param_sbp, state_sbp, data_sbp, data_sbp),
+                         out_sbp=(param_sbp, state_sbp, loss_sbp))  # fmt: skip
+    state, losses, scales = TXM.init(params), [], []
+    for i in range(STEPS):
+        with np.errstate(invalid="ignore", over="ignore"):  # step BAD: inf on purpose
+            params, state, loss = fn(params, state, x[i], y[i])
+        scales.append(float(state.loss_scale))
+        if i != BAD:
+            losses.append(float(loss))
+    final = {k: np.asarray(v).tolist() for k, v in params.items()}
+    return losses, final, scales, int(state.skipped)
+
+
 def main():
     n = runtime().device_count()
     params, x, y = init()
     out = {"reference": run(step, params, x, y)[:2]}
+    mixed = {"unsharded": run_mixed()}
     line = fflow.placement("cpu", list(range(min(n, 4))))
     for zero in (False, True):
         fn, params, x, y, _ = sharded(line, {k: B for k in params}, S(0), zero)
@@ -113,6 +150,9 @@ def main():
         tp = {"w1": (B, S(1)), "b1": (B, S(0)), "w2": (B, S(0)), "b2": (B, B)}
         fn, params, x, y, _ = sharded(mesh, tp, (S(0), B), False)
         out["dp_x_tp"] = run(fn, params, x, y)[:2]
+        mixed["dp_x_tp"] = run_mixed(mesh, tp, (S(0), B))
+    mixed["dp"] = run_mixed(line, {k: B for k in params}, S(0))
+    out["mixed"] = mixed
     return out
 
 

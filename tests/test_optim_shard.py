@@ -1,5 +1,7 @@
 """Optimizer state under shard: sharded like its parameter (or ZeRO-split) gives the
-unsharded numbers, on simulated devices and on 4 MPI ranks."""
+unsharded numbers, on simulated devices and on 2 and 4 MPI ranks; so does
+`optim.mixed_precision` (loss scale in the state), whose overflowed step is skipped on
+every device. The reference is JAX + optax."""
 
 import json
 import os
@@ -22,8 +24,9 @@ import optim_shard_script as script  # noqa: E402
 sys.path.pop(0)
 
 
-def _optax_reference():
-    """The same steps with JAX and optax (an independent implementation)."""
+def _optax_reference(skip=None):
+    """The same steps with JAX and optax (an independent implementation); without step
+    `skip` when given (what a skipped overflow step must leave)."""
     jax = pytest.importorskip("jax")
     optax = pytest.importorskip("optax")
     jnp_ = jax.numpy
@@ -37,6 +40,8 @@ def _optax_reference():
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-2, weight_decay=0.1))
     state, losses = tx.init(params), []
     for i in range(script.STEPS):
+        if i == skip:
+            continue
         loss, g = jax.value_and_grad(loss_fn)(params, x[i], y[i])
         u, state = tx.update(g, state, params)
         params = optax.apply_updates(params, u)
@@ -44,7 +49,29 @@ def _optax_reference():
     return losses, {k: np.asarray(v) for k, v in params.items()}
 
 
+def _check_mixed(runs):
+    """Every mixed-precision run: optax's steps without the overflowed one, and the loss
+    scale of a NumPy re-implementation of the rule (x2 after 2 finite steps, /2 on inf)."""
+    ref_losses, ref_params = _optax_reference(skip=script.BAD)
+    scales, scale, good = [], 2.0**10, 0
+    for i in range(script.STEPS):
+        if i == script.BAD:
+            scale, good = scale / 2, 0
+        elif good + 1 >= 2:
+            scale, good = scale * 2, 0
+        else:
+            good += 1
+        scales.append(scale)
+    for name, (losses, params, got_scales, skipped) in runs.items():
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=name)
+        for k in ref_params:
+            np.testing.assert_allclose(params[k], ref_params[k], rtol=1e-5, atol=1e-6, err_msg=name)
+        assert got_scales == scales, (name, got_scales, scales)
+        assert skipped == 1, name
+
+
 def _check(out):
+    _check_mixed(out.pop("mixed"))
     ref_losses, ref_params = _optax_reference()
     # fflow's own unsharded run equals optax's
     losses, params = out.pop("reference")
@@ -115,5 +142,5 @@ def test_sharded_state_on_mpi_ranks(n):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     out = json.loads(line[len("RESULT ") :])
-    assert ("dp_x_tp" in out) == (n == 4)
+    assert ("dp_x_tp" in out) == (n == 4) == ("dp_x_tp" in out["mixed"])
     _check(out)
