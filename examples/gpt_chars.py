@@ -32,6 +32,7 @@ devices in one process; both runs give the same numbers.
 import argparse
 import math
 import os
+import re
 import sys
 import sysconfig
 import tempfile
@@ -50,6 +51,9 @@ from fflow.sharding import B, S, device_count, runtime
 # Data: the standard library's source text
 
 
+_ASCII = re.compile(r"[^\n\x20-\x7e]")  # anything but printable ASCII and newlines
+
+
 def load_corpus(max_train_chars, max_val_chars):
     """(train text, validation text) from the stdlib's top-level .py files (sorted,
     every tenth one held out), non-ASCII characters replaced by '?'."""
@@ -59,7 +63,7 @@ def load_corpus(max_train_chars, max_val_chars):
     for i, name in enumerate(files):
         with open(os.path.join(lib, name), encoding="utf-8", errors="replace") as f:
             text = f.read()
-        text = "".join(c if (32 <= ord(c) < 127 or c == "\n") else "?" for c in text)
+        text = _ASCII.sub("?", text)
         (val if i % 10 == 0 else train).append(text)
     return "".join(train)[:max_train_chars], "".join(val)[:max_val_chars]
 
@@ -73,8 +77,10 @@ class Vocab:
         return len(self.chars)
 
     def encode(self, text):
-        unk = self.index["?"]
-        return np.array([self.index.get(c, unk) for c in text], np.int32)
+        table = np.full(128, self.index["?"], np.int32)  # the text is ASCII (load_corpus)
+        for c, i in self.index.items():
+            table[ord(c)] = i
+        return table[np.frombuffer(text.encode("ascii", "replace"), np.uint8)]
 
     def decode(self, ids):
         return "".join(self.chars[int(i)] for i in ids)
