@@ -95,10 +95,8 @@ def default_backend_compile(program, donate, device=None):
         return cuda_backend.compile_program(program, donate, backend=backend, device=device)
     if config.jit_interpret:
         return _interpreter(program)
-    try:
-        from fflow.lowering import numpy_backend
-    except ImportError:  # pragma: no cover - the backend ships with fflow
-        return _interpreter(program)
+    from fflow.lowering import numpy_backend  # lazy: ~50 ms kept off `import fflow`
+
     return numpy_backend.compile_program(program, donate)
 
 
@@ -449,7 +447,7 @@ class Jitted:
     # -- ahead-of-time API ----------------------------------------------------------
     def lower(self, *args, **kwargs):
         """Trace and lower for these arguments: `.as_text()`, `.compile()`."""
-        from fflow.transforms.lowered import Lowered
+        from fflow.transforms.lowered import Lowered  # lazy: loads the lowering passes
 
         if kwargs and (self.static_argnames or self.static_argnums):
             args, kwargs = self._bind_static_kwargs(args, kwargs)
@@ -494,7 +492,7 @@ _jit_mode_hook(None)
 
 def _run_checked(entry, leaves):
     """Run a cached program equation by equation (interpret / debug_nans modes)."""
-    from fflow.debug import run_interpreted
+    from fflow.debug import run_interpreted  # lazy: only for debug_nans / jit_interpret
 
     return run_interpreted(entry.program, leaves)
 

@@ -486,7 +486,7 @@ def _segment(prog, eqns, needed_later):
 
 def _compile(sub):
     try:
-        from fflow.lowering.numpy_backend import compile_program
+        from fflow.lowering.numpy_backend import compile_program  # lazy, as in jit
 
         return compile_program(sub, raw=True, name="fflow_shard_segment")
     except Exception:  # noqa: BLE001  (fall back to the reference implementations)
