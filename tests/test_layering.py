@@ -40,6 +40,8 @@ LAZY = (
     "fflow.lowering.numpy_backend",
     "fflow.transforms.lowered",
     "fflow.debug",
+    "fflow.numpy.linalg",  # jnp.linalg, as jnp.fft (fflow.numpy's __getattr__)
+    "fflow.numpy.fft",
 )
 
 

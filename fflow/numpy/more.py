@@ -13,7 +13,6 @@ from fflow.array import Array
 from fflow.core import Tracer
 from fflow.errors import ShapeError, user_error
 from fflow.numpy import elementwise as ew
-from fflow.numpy import linalg as la
 from fflow.numpy import reductions as red
 from fflow.numpy import shapes as sh
 from fflow.numpy._util import info, operand
@@ -539,6 +538,7 @@ def polyder(p, m=1):
 
 
 def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    from fflow.numpy import linalg as la  # lazy: jnp.linalg loads on first use
 
     x = operand(x)
     vander_ = vander(x, deg + 1)
