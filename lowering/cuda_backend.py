@@ -22,7 +22,7 @@ source and the plan (grid, block, bytes read and written per kernel).
 """
 
 import numpy as np
-from fflow.lowering import cuda_gemm, passes
+from fflow.lowering import cuda_gemm, cuda_graphs, passes
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
     AliasStep,
@@ -64,6 +64,9 @@ class Executable:
         self.subs = {}
         self.functions = None  # loaded on the first call (so a test can build many at once)
         self.last_use = _last_use(self.plan.steps, program.outvars)
+        # CUDA graphs (cuda_graphs.py): None (first call), "warm", then the captured Graph
+        self.graph = None
+        self.graphs = type(runtime) is CupyRuntime and cuda_graphs.capturable(self.plan)
 
     @property
     def source(self):
@@ -82,7 +85,10 @@ class Executable:
                 and type(_raw(a)) is DeviceBuffer
                 and sum(y is x for y in vals) == 1
             ]
-            outs = self._run(vals, donated)
+            if self.graphs and not donated and cuda_graphs.enabled():
+                outs = cuda_graphs.run(self, vals)  # one graph launch per cache-hit call
+            else:
+                outs = self._run(vals, donated)
         return [rt.wrap(value, v.aval) for value, v in zip(outs, prog.outvars)]
 
     def run_raw(self, vals):
@@ -90,7 +96,7 @@ class Executable:
         with self.runtime.scope():  # the program's device is current for all of it
             return self._run(vals)
 
-    def _run(self, vals, donated=()):
+    def _run(self, vals, donated=(), env=None):
         rt = self.runtime
         donated = dict(donated)
         free = {}  # (shape, dtype) -> donated buffers past their last use
@@ -103,7 +109,8 @@ class Executable:
                 for v, c in zip(prog.constvars, prog.consts)
                 if v not in self.plan.inline
             ]
-        env = dict(self.consts)
+        env = {} if env is None else env  # cuda_graphs passes one that keeps every buffer
+        env.update(self.consts)
         for v, a in zip(prog.invars, vals):
             env[v] = a
         for i, step in enumerate(self.plan.steps):
@@ -325,6 +332,14 @@ def plan_text(plan):
                 f"({', '.join(nm(v) for v in e.outputs)})"
             )
     lines.append("# outputs: " + ", ".join(nm(v) for v in plan.program.outvars))
+    if cuda_graphs.capturable(plan):
+        n = sum(
+            len(s.kernels) if type(s) is KernelStep else type(s) is BlasStep for s in plan.steps
+        )
+        lines.append(
+            f"# CUDA graph on a GPU: these {n} launches are captured on the second call; "
+            "every later call is one graph launch (cuda_graphs.py)"
+        )
     for k in _unique(plan.kernels):
         lines.append(f"\n// ---- {k.name} ----")
         lines.append(k.source[len(PREAMBLE) :] if k.source.startswith(PREAMBLE) else k.source)

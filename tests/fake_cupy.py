@@ -19,13 +19,76 @@ USED = []  # (what, device id) for every allocation, GEMM, module load and launc
 CAPABILITY = "90"
 
 
+CAPTURING = []  # while a stream captures: the list its operations are recorded into
+
+
 def _use(what):
     USED.append((what, CURRENT[-1]))
+
+
+def _enqueue(op):
+    """Run a device operation now, or record it when a stream is capturing (as CUDA
+    does: nothing executes during capture, a graph launch replays what was recorded)."""
+    if CAPTURING:
+        CAPTURING[-1].append(op)
+    else:
+        op()
 
 
 class _Ptr:
     def __init__(self, ptr):
         self.ptr = ptr
+
+    def copy_from_device_async(self, src, size, stream=None):
+        import ctypes
+
+        _use("memcpy")
+        _enqueue(lambda: ctypes.memmove(self.ptr, src.ptr, size))
+
+
+class Graph:
+    def __init__(self, ops):
+        self.ops = ops
+
+    def launch(self, stream=None):
+        assert not CAPTURING, "a graph launched while capturing"
+        _use("graph_launch")
+        for op in self.ops:
+            op()
+
+
+class Stream:
+    """CUDA streams: all work runs in order at once; capture records instead."""
+
+    def __init__(self, null=False, non_blocking=False):
+        self.null = null
+        self.capturing = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+    def begin_capture(self, mode=None):
+        assert not self.null, "the legacy default stream cannot capture"
+        assert not self.capturing
+        self.capturing = True
+        CAPTURING.append([])
+
+    def end_capture(self):
+        assert self.capturing
+        self.capturing = False
+        return Graph(CAPTURING.pop())
+
+    def is_capturing(self):
+        return self.capturing
+
+    def synchronize(self):
+        assert not self.capturing, "a capturing stream cannot be synchronized"
+
+
+_NULL_STREAM = Stream(null=True)
 
 
 class ndarray(np.ndarray):  # noqa: N801 - CuPy's name
@@ -61,7 +124,13 @@ def asarray(x, dtype=None):
 
 def matmul(a, b):
     _use("matmul")
-    return _wrap(np.matmul(np.asarray(a), np.asarray(b)))
+    if not CAPTURING:
+        return _wrap(np.matmul(np.asarray(a), np.asarray(b)))
+    with np.errstate(all="ignore"):  # only for the result's shape and dtype
+        probe = np.matmul(np.asarray(a), np.asarray(b))
+    out = empty(probe.shape, probe.dtype)
+    _enqueue(lambda: np.matmul(np.asarray(a), np.asarray(b), out=np.asarray(out)))
+    return out
 
 
 def transpose(a, axes):
@@ -82,7 +151,8 @@ class RawModule:
 
         def launch(grid, block, args, shared_mem=0):
             _use("launch")
-            kernel(grid, block, tuple(np.asarray(a) for a in args), shared_mem)
+            args = tuple(np.asarray(a) for a in args)
+            _enqueue(lambda: kernel(grid, block, args, shared_mem))
 
         return launch
 
@@ -116,6 +186,10 @@ def gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, 
                          beta, c, ct, ldc, sc, batch, compute, algo):  # fmt: skip
     _use("gemmEx")
     assert compute == 68, "fp32 accumulation expected"
+    _enqueue(lambda: _gemm(ta, tb, m, n, k, a, at, lda, sa, b, bt, ldb, sb, c, ct, ldc, sc, batch))
+
+
+def _gemm(ta, tb, m, n, k, a, at, lda, sa, b, bt, ldb, sb, c, ct, ldc, sc, batch):
     A = _to_f32(_matrix(a, at, *((m, k) if ta == 0 else (k, m)), lda, sa, batch), at)
     B = _to_f32(_matrix(b, bt, *((k, n) if tb == 0 else (n, k)), ldb, sb, batch), bt)
     A = A if ta == 0 else A.transpose(0, 2, 1)
@@ -164,6 +238,8 @@ def install(device_count=1):
     mod = sys.modules[__name__]
     cuda = types.SimpleNamespace(
         Device=_Device,
+        Stream=Stream,
+        get_current_stream=lambda: _NULL_STREAM,
         cublas=types.SimpleNamespace(
             gemmEx=gemmEx,
             gemmStridedBatchedEx=gemmStridedBatchedEx,
