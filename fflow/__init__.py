@@ -240,3 +240,35 @@ class Array(metaclass=_ArrayType):  # noqa: F811  (the public name; fflow.array.
         >>> seen
         [True]
     """
+
+
+# The public names (dir(fflow) lists the lazy ones too, which load on first access)
+__all__ = sorted(
+    {
+        "Array",
+        "block_until_ready",
+        "device_get",
+        "dtypes",
+        "errors",
+        "grad",
+        "hessian",
+        "jacfwd",
+        "jacrev",
+        "jit",
+        "jvp",
+        "linearize",
+        "make_jaxpr",
+        "numpy",
+        "sbp",
+        "sharding",
+        "stop_gradient",
+        "tree_util",
+        "value_and_grad",
+        "vjp",
+    }
+    | set(_LAZY)
+)
+
+
+def __dir__():
+    return list(__all__)

@@ -53,36 +53,44 @@ from fflow.lax_ops import *  # noqa: F403
 from fflow.lax_ops import __all__ as _ops_names
 
 __all__ = sorted(
-    set(_ops_names)
-    | {
-        "all_gather",
-        "associative_scan",
-        "axis_index",
-        "cond",
-        "fori_loop",
-        "map",
-        "pmax",
-        "pmean",
-        "pmin",
-        "psum",
-        "scan",
-        "switch",
-        "while_loop",
-        "Precision",
-        "conv_general_dilated",
-        "conv",
-        "conv_with_general_padding",
-        "ConvDimensionNumbers",
-        "conv_dimension_numbers",
-        "conv_general_shape_tuple",
-        "padtype_to_pads",
-        "reduce_window_shape_tuple",
-        "cumlogsumexp",
-        "reduce",
-        "reduce_window",
-        "top_k",
-    }
+    (
+        set(_ops_names)
+        | {
+            "all_gather",
+            "associative_scan",
+            "axis_index",
+            "cond",
+            "fori_loop",
+            "map",
+            "pmax",
+            "pmean",
+            "pmin",
+            "psum",
+            "scan",
+            "switch",
+            "while_loop",
+            "Precision",
+            "conv_general_dilated",
+            "conv",
+            "conv_with_general_padding",
+            "ConvDimensionNumbers",
+            "conv_dimension_numbers",
+            "conv_general_shape_tuple",
+            "padtype_to_pads",
+            "reduce_window_shape_tuple",
+            "cumlogsumexp",
+            "reduce",
+            "reduce_window",
+            "top_k",
+        }
+    )
+    # fflow-internal names of lax_ops that jax.lax does not have
+    - {"stop_gradient_", "take_along_axis", "zeros_like"}
 )
+
+
+def __dir__():
+    return list(__all__)
 
 
 def __getattr__(name):

@@ -855,3 +855,7 @@ __all__ = [
     "categorical",
     "choice",
 ]
+
+
+def __dir__():
+    return list(__all__)

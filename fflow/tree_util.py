@@ -488,3 +488,37 @@ register_pytree_node(
     lambda p: ((p.args, p.keywords), p.func),
     lambda func, xs: Partial(func, *xs[0], **xs[1]),
 )
+
+
+# the public names: jax's (jax.tree_util) that fflow has
+__all__ = [
+    "DictKey",
+    "FlattenedIndexKey",
+    "GetAttrKey",
+    "Partial",
+    "PyTreeDef",
+    "SequenceKey",
+    "keystr",
+    "register_dataclass",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
+    "register_static",
+    "tree_all",
+    "tree_flatten",
+    "tree_flatten_with_path",
+    "tree_leaves",
+    "tree_leaves_with_path",
+    "tree_map",
+    "tree_map_with_path",
+    "tree_reduce",
+    "tree_structure",
+    "tree_transpose",
+    "tree_unflatten",
+    "treedef_children",
+]
+
+
+def __dir__():
+    return list(__all__)

@@ -148,3 +148,28 @@ def ifftshift(x, axes=None):
     axes = tuple(range(nd)) if axes is None else (axes,) if isinstance(axes, int) else axes
     shifts = tuple(-(info(x)[2][ax] // 2) for ax in axes)
     return _sh.roll(x, shifts, axes)
+
+
+# the public names: jax's (jax.numpy.fft) that fflow has
+__all__ = [
+    "fft",
+    "fft2",
+    "fftfreq",
+    "fftn",
+    "fftshift",
+    "ifft",
+    "ifft2",
+    "ifftn",
+    "ifftshift",
+    "irfft",
+    "irfft2",
+    "irfftn",
+    "rfft",
+    "rfft2",
+    "rfftfreq",
+    "rfftn",
+]
+
+
+def __dir__():
+    return list(__all__)

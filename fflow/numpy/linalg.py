@@ -279,3 +279,39 @@ def cross(a, b, axis=-1):
 def _check_square(a):
     if a.shape[-1] != a.shape[-2]:
         raise user_error(ShapeError, f"expected square matrices, got shape {a.shape}")
+
+
+# the public names: jax's (jax.numpy.linalg) that fflow has
+__all__ = [
+    "cholesky",
+    "cond",
+    "cross",
+    "det",
+    "eig",
+    "eigh",
+    "eigvals",
+    "eigvalsh",
+    "inv",
+    "lstsq",
+    "matmul",
+    "matrix_norm",
+    "matrix_power",
+    "matrix_rank",
+    "matrix_transpose",
+    "multi_dot",
+    "norm",
+    "outer",
+    "pinv",
+    "qr",
+    "slogdet",
+    "solve",
+    "svd",
+    "svdvals",
+    "tensordot",
+    "trace",
+    "vector_norm",
+]
+
+
+def __dir__():
+    return list(__all__)

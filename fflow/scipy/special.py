@@ -226,3 +226,36 @@ def rel_entr(x, y):
 def kl_div(x, y):
     x, y = _promote_float(x, y)
     return rel_entr(x, y) - x + y
+
+
+# the public names: jax's (jax.scipy.special) that fflow has
+__all__ = [
+    "betaln",
+    "digamma",
+    "entr",
+    "erf",
+    "erfc",
+    "erfinv",
+    "expit",
+    "factorial",
+    "gamma",
+    "gammaln",
+    "kl_div",
+    "log_ndtr",
+    "log_softmax",
+    "loggamma",
+    "logit",
+    "logsumexp",
+    "multigammaln",
+    "ndtr",
+    "ndtri",
+    "polygamma",
+    "rel_entr",
+    "softmax",
+    "xlog1py",
+    "xlogy",
+]
+
+
+def __dir__():
+    return list(__all__)
