@@ -30,6 +30,9 @@ _pid = None  # the process that started the pool's threads (a forked child has n
 _pending = []  # (job, a, b): operands a late worker may still read
 _NO_TRANS, _TRANS = 111, 112
 _own = [False]  # fflow's GEMMs run other kernels than np.matmul (a private library)
+# With a private library, one-thread products of at least this many FLOPs call it too:
+# the C entry costs ~7 µs more than np.matmul; 128x64x256 (4 MFLOP) 34 -> 27 µs here.
+OWN_KERNEL_MIN_FLOPS = 2e6
 
 
 def _symbol(lib, name):
@@ -148,6 +151,13 @@ def _load():
         return _lib
     _lib = lib
     return _lib
+
+
+def own_kernels():
+    """Whether fflow's GEMMs run other (this CPU's) kernels than NumPy's matmul."""
+    if _lib is None:
+        _load()
+    return bool(_lib) and _own[0]
 
 
 def _layout(x, rows, cols):

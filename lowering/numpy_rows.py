@@ -136,6 +136,12 @@ def emit_dot(ctx, eqn, i):
         dt = np.dtype(np.float32) if low else out.aval.dtype
         ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(dt, 'dt')})")
         ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
+    elif flops >= cpu_gemm.OWN_KERNEL_MIN_FLOPS and m * n * k and cpu_gemm.own_kernels():
+        # one thread, on this CPU's kernels (NumPy's are pinned to another core type)
+        ctx.globals["_mm"] = cpu_gemm.matmul
+        dt = np.dtype(np.float32) if low else out.aval.dtype
+        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(dt, 'dt')})")
+        ctx.emit(f"_mm({a}, {b}, {name}, 1)")
     else:
         ctx.emit(f"{name} = np.matmul({a}, {b})")
     if swapped:
@@ -158,13 +164,17 @@ def emit_reduce_sum(ctx, eqn, i):
 
 
 def emit_reduce_max(ctx, eqn, i):
-    """A softmax starting here becomes one native row kernel; else the reference."""
+    """A softmax starting here becomes one native row kernel; else np.max (the impl)."""
     if ctx.native_ok:
         from fflow.lowering import native_rows  # the C compiler path
 
         if native_rows.emit_softmax(ctx, eqn, i):
             return
-    emit_fallback(ctx, eqn, i)
+    x, out = eqn.inputs[0], eqn.outputs[0]
+    if x.aval.dtype.kind != "f" or x.aval.dtype.itemsize < 4 or not out.aval.ndim:
+        return emit_fallback(ctx, eqn, i)
+    ctx.emit(f"{ctx.name(out)} = np.max({ctx.arg(x, True)}, axis={tuple(eqn.params['axes'])})")
+    ctx.fresh.add(out)
 
 
 def emit_broadcast(ctx, eqn, i):

@@ -388,3 +388,18 @@ def test_gemm_kernels_of_the_cpu_even_when_openblas_coretype_pins_numpys(kernel,
         assert (own, fflow_core) == ("False", pinned)
     else:
         assert (own, fflow_core) == ("True", detected)
+
+
+def test_mid_size_products_run_this_cpus_kernels_when_numpys_are_pinned():
+    from fflow.lowering import cpu_gemm
+
+    import fflow.numpy as jnp
+
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(128, 64)).astype(np.float32)
+    b = rng.normal(size=(256, 64)).astype(np.float32)
+    f = fflow.jit(lambda a, b: jnp.maximum(a @ b.T, 0.0))  # 4 MFLOP, B read transposed
+    got = np.asarray(f(a, b))
+    np.testing.assert_allclose(got, np.maximum(a.astype(np.float64) @ b.T, 0), rtol=1e-4, atol=1e-4)
+    source = f.lower(a, b).source
+    assert ("_mm(" in source) == cpu_gemm.own_kernels(), source
