@@ -17,6 +17,7 @@ from fflow.primitives import scan as _scan  # noqa: F401  (registers scan_p)
 from fflow.transforms import autodiff as ad
 from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
+from fflow.transforms.shard_rules import def_broadcast_only
 from fflow.transforms.staging import partial_eval_rules
 
 from fflow import core
@@ -28,6 +29,8 @@ cond_p = Primitive("cond", multiple_results=True)
 cond_p.amp_class = "follow"
 while_p = Primitive("while", multiple_results=True)
 while_p.amp_class = "follow"
+for _p in (cond_p, while_p):
+    def_broadcast_only(_p, _scan.REPLICATED)
 
 
 def _same(a, b):

@@ -13,6 +13,7 @@ import numpy as np
 from fflow.transforms import autodiff as ad
 from fflow.transforms import program_transforms as pt
 from fflow.transforms import vmap as vm
+from fflow.transforms.shard_rules import def_broadcast_only
 from fflow.transforms.staging import partial_eval_rules
 
 from fflow import lax_ops as lax
@@ -21,6 +22,12 @@ from fflow.errors import ShapeError, user_error
 
 scan_p = Primitive("scan", multiple_results=True)
 scan_p.amp_class = "follow"
+# its SBP (as cond's and while's): none planned inside
+REPLICATED = (
+    "control flow runs whole on every device (scans of up to 64 steps are unrolled "
+    "before planning, transforms/shard_unroll.py)"
+)
+def_broadcast_only(scan_p, REPLICATED)
 
 
 def _split3(seq, a, b):

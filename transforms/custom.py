@@ -20,6 +20,7 @@ import inspect
 
 import numpy as np
 from fflow.transforms import autodiff as ad
+from fflow.transforms.shard_rules import CALL_REPLICATED, def_broadcast_only
 from fflow.transforms.staging import (
     StagingTrace,
     eval_program,
@@ -404,6 +405,9 @@ def _add(x, y):
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)
 custom_vjp_call_p.eager_shape_rule = False  # its rule traces the user's function
 custom_lin_p = Primitive("custom_lin", multiple_results=True)
+def_broadcast_only(custom_jvp_call_p, CALL_REPLICATED)
+def_broadcast_only(custom_vjp_call_p, CALL_REPLICATED)
+def_broadcast_only(custom_lin_p, "a custom_vjp's backward (a Python function) runs whole")
 
 
 @custom_vjp_call_p.def_impl

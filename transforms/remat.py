@@ -14,6 +14,7 @@ import functools
 
 from fflow.transforms import autodiff as ad
 from fflow.transforms.custom import _flat_outputs, _is_eager, _name, _run_on_root, trace_closed
+from fflow.transforms.shard_rules import CALL_REPLICATED, def_broadcast_only
 from fflow.transforms.staging import StagingTracer, eval_program, partial_eval_rules
 
 from fflow.api_util import Store, as_value
@@ -21,6 +22,7 @@ from fflow.core import Literal, Primitive, Program, Var, aval_of_value, set_curr
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 checkpoint_p = Primitive("checkpoint", multiple_results=True)
+def_broadcast_only(checkpoint_p, CALL_REPLICATED)
 
 
 @checkpoint_p.def_impl

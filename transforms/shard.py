@@ -27,7 +27,6 @@ import functools
 import numpy as np
 from fflow.primitives.sbp_constraint import dual, sbp_constraint_p, shift, tracing
 from fflow.primitives.shard_move import shard_move_p
-from fflow.transforms import shard_signatures as _sigs  # noqa: F401  (registers rules)
 from fflow.transforms import vmap as vmap_mod
 from fflow.transforms.autodiff import (
     Zero,

@@ -137,17 +137,22 @@ def passthrough_partials(sigs, n_extra_b=0):
     return sigs
 
 
-# all-broadcast on purpose, by name or trait (for primitives defined in modules that
-# load later than this one)
-broadcast_only_names = {}
-broadcast_only_traits = {}
+# all-broadcast on purpose, by trait (families of primitives; single primitives call
+# def_broadcast_only next to their definition)
+broadcast_only_traits = {
+    "named_axis": "named-axis collectives (psum, ...) belong to vmap, which removes them "
+    "before shard plans a program",
+    "collective": "a per-device collective; shard inserts it, never plans it",
+}
+CALL_REPLICATED = (
+    "a call: shard plans its body (inlined, see shard_exec.inline_calls); only a call "
+    "without a traced body runs whole on every device"
+)
 
 
 def broadcast_only_reason(prim):
     if prim in broadcast_only:
         return broadcast_only[prim]
-    if prim.name in broadcast_only_names:
-        return broadcast_only_names[prim.name]
     for trait, reason in broadcast_only_traits.items():
         if trait in prim.traits:
             return reason
