@@ -1,10 +1,12 @@
 """shard: (1) a sharded training step on ONE simulated device vs the unsharded jitted step
-(target: at most 1.2x); (2) the communication of every example plan: bytes from the
-cost model, bytes the simulated runtime measured, and the analytic minimum for that
-plan (Megatron MLP block 1-D and 2-D, data-parallel MLP step)."""
+(target: at most 1.2x), and the per-call overhead of a cache hit of jit(shard(f)) vs
+jit(f) for f(x) = x * 2 + 1 on 4 floats (target: at most 1.5x); (2) the communication
+of every example plan: bytes from the cost model, bytes the simulated runtime
+measured, and the analytic minimum for that plan (Megatron MLP block 1-D and 2-D,
+data-parallel MLP step)."""
 
 import numpy as np
-from common import median_time, parse_args
+from common import interleaved_times, median_time, parse_args
 
 import fflow
 import fflow.numpy as jnp
@@ -53,6 +55,26 @@ def one_device_overhead(tiny, reps):
     return [("MLP SGD step, 1 device", t_jit, t_shard)]
 
 
+def dispatch_overhead(tiny):
+    """Cache-hit call of jit(f) vs jit(shard(f)) on one device, f(x) = x * 2 + 1 on 4
+    floats: a global input (the sharded call's own kind of array) and a local one."""
+
+    def f(x):
+        return x * 2 + 1
+
+    x = jnp.arange(4.0)
+    pl1 = fflow.placement("cpu", [0])
+    jf = fflow.jit(f)
+    jsf = fflow.jit(fflow.shard(f, pl1, in_sbp=B, out_sbp=B))
+    gx = fflow.to_global(x, pl1, B)
+    fns = {"jit": lambda: jf(x), "global": lambda: jsf(gx), "local": lambda: jsf(x)}
+    t = interleaved_times(fns, 3 if tiny else 15, inner=50 if tiny else 2000)
+    return [
+        ("jit(shard(f)) hit, global input, 1 device", t["jit"], t["global"]),
+        ("jit(shard(f)) hit, local input, 1 device", t["jit"], t["local"]),
+    ]
+
+
 def plans():
     """(name, ShardedProgram, args, analytic minimum bytes)."""
     out = []
@@ -82,6 +104,10 @@ def plans():
     return out
 
 
+def _fmt(t):
+    return f"{t * 1e3:.3f} ms" if t >= 1e-3 else f"{t * 1e6:.2f} us"
+
+
 def main():
     args = parse_args(__doc__)
     reps = args.reps or (2 if args.tiny else 15)
@@ -90,8 +116,8 @@ def main():
     print("## shard: one simulated device vs unsharded jit\n")
     print("| workload | jit (unsharded) | shard on 1 device | ratio |")
     print("|---|---|---|---|")
-    for name, tj, ts in one_device_overhead(args.tiny, reps):
-        print(f"| {name} | {tj * 1e3:.3f} ms | {ts * 1e3:.3f} ms | {ts / tj:.2f}x |")
+    for name, tj, ts in one_device_overhead(args.tiny, reps) + dispatch_overhead(args.tiny):
+        print(f"| {name} | {_fmt(tj)} | {_fmt(ts)} | {ts / tj:.2f}x |")
     print("\n## shard: bytes moved per call by each example plan\n")
     print("| workload | collectives | model bytes | measured bytes | minimum | equal |")
     print("|---|---|---|---|---|---|")

@@ -12,7 +12,7 @@ import numpy as np
 from fflow.errors import FflowError
 from fflow.primitives.collectives import collective_phases
 from fflow.sharding import B, assemble, make_global, num_cpu_devices, scatter_global
-from fflow.transforms.shard_exec import device_steps, run_identity, run_plain
+from fflow.transforms.shard_exec import device_steps, plain_runner, run_identity
 
 
 class SimRuntime:
@@ -63,11 +63,18 @@ class SimRuntime:
 
     def execute(self, sp, in_shards):
         n = sp.placement.size
+        runners = getattr(sp, "_sim_runners", None)
+        if runners is None:  # False: some device program has collectives
+            runners = [plain_runner(sp.local_program(i)) for i in range(n)]
+            runners = sp._sim_runners = False if any(r is None for r in runners) else runners
+        if runners:  # no collectives: each device's program straight through
+            if n == 1:
+                return [{0: r} for r in runners[0]([s[0] for s in in_shards])]
+            results = [run([s[i] for s in in_shards]) for i, run in enumerate(runners)]
+            return [{i: r[k] for i, r in enumerate(results)} for k in range(len(results[0]))]
         progs = [sp.local_program(i) for i in range(n)]
         args = [[s[i] for s in in_shards] for i in range(n)]
-        results = [run_plain(p, a) for p, a in zip(progs, args)]
-        if any(r is None for r in results):
-            results = self.run_programs(progs, args)
+        results = self.run_programs(progs, args)
         n_out = len(sp.program.outvars)
         return [{i: results[i][k] for i in range(n)} for k in range(n_out)]
 

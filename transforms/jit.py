@@ -12,7 +12,7 @@ import time
 import warnings
 
 import numpy as np
-from fflow.transforms.staging import eval_program, trace_to_program
+from fflow.transforms.staging import eval_program, run_at_root, trace_to_program
 
 from fflow import core
 from fflow.api_util import Store, as_value, sharding_owner
@@ -94,7 +94,7 @@ def default_backend_compile(program, donate, device=None):
         backend = device.backend if device is not None else config.jit_backend
         return cuda_backend.compile_program(program, donate, backend=backend, device=device)
     if config.jit_interpret:
-        return _interpreter(program)
+        return run_at_root(program)
     from fflow.lowering import numpy_backend  # lazy: ~50 ms kept off `import fflow`
 
     return numpy_backend.compile_program(program, donate)
@@ -130,14 +130,6 @@ def _register_backend_check():
 
 
 _register_backend_check()
-
-
-def _interpreter(program):
-    def run(*args):
-        with core.set_current_trace(root_trace):
-            return eval_program(program, program.consts, args)
-
-    return run
 
 
 class Jitted:
@@ -376,10 +368,10 @@ class Jitted:
                 arrays = (x for x in leaves if type(x) is Array and x._sharding is None)
                 off_host = next((x for x in arrays if type(x._value) is not np.ndarray), None)
                 device = None if off_host is None else _where(off_host)
-            if device is not None and not hasattr(device, "backend"):
-                device = None  # a global (sharded) array: evaluated by its runtime
-            if local or device is not None:
+            if local or hasattr(device, "backend"):
                 executable = default_backend_compile(program, donate, device)
+            else:  # global (sharded) arrays: the equations run on their runtime
+                executable = run_at_root(program)
         entry = CompiledEntry(program, out_store.value, executable, in_avals)
         entry.trace_time = trace_time
         if not has_tracer_consts:

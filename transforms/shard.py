@@ -46,6 +46,7 @@ from fflow.transforms.shard_rules import freeze
 from fflow.transforms.shard_unroll import has_unrollable, unroll_scans
 from fflow.transforms.staging import (
     StagingTracer,
+    direct_runners,
     eval_program,
     partial_eval_rules,
     trace_to_program,
@@ -143,6 +144,10 @@ def _run_call(sp, args):
     ready = []
     for a, s, v in zip(args, sp.in_sbps, sp.program.invars):
         if is_global(a):
+            sh = a._sharding
+            if sh.sbp == s and (sh.placement is pl or sh.placement == pl):
+                ready.append(a)  # already where and how the program takes it
+                continue
             # on another placement (reached through jit, which traced no source): moves
             # here by point-to-point boxing; `shard` called directly plans the move
             ready.append(to_global(a, sbp=s) if a.placement == pl else to_global(a, pl, s))
@@ -842,5 +847,25 @@ def _global_dispatch(prim, args, params):
         o._weak = weak and o._weak
     return outs if prim.multiple_results else outs[0]
 
+
+def _direct_shard_call(eqn):
+    """jit's executable for a program that is one shard_call (jit(shard(f)) on global
+    arrays): the sharded program runs without re-binding the equation."""
+    sp = eqn.params["sharded"]
+    array_t = array_mod.Array
+    if getattr(sp, "is_mixed", False):
+        return None
+
+    def run(*args):
+        for a in args:
+            if type(a) is array_t and a._sharding is not None:
+                return _run_call(sp, args)
+        with set_current_trace(array_mod.root_trace):  # no global array: as bind at the root
+            return shard_call_p.bind(*args, sharded=sp)
+
+    return run
+
+
+direct_runners[shard_call_p] = _direct_shard_call
 
 __all__ = ["shard", "with_sbp", "shard_call_p", "sbp_constraint_p", "ShardedProgram", "Literal"]

@@ -222,9 +222,9 @@ class ShardedProgram:
         rt = runtime()
         pl = self.placement
         if pl.size == 1 and not hasattr(rt, "world"):  # one simulated device: run it
-            out = run_plain(self.local_program(0), [np.asarray(a) for a in args])
-            if out is not None:
-                return out
+            run = plain_runner(self.local_program(0))
+            if run is not None:
+                return run([np.asarray(a) for a in args])
         in_shards = [
             rt.scatter(np.asarray(a, v.aval.dtype), s, pl)
             for a, v, s in zip(args, self.program.invars, self.in_sbps)
@@ -388,14 +388,47 @@ def device_steps(prog, args):
 def run_plain(prog, args):
     """Run a device program with no collectives straight through (no generator);
     None if it has collectives."""
+    run = plain_runner(prog)
+    return None if run is None else run(args)
+
+
+_runner_cache = weakref.WeakKeyDictionary()  # program -> runner or False
+
+
+def plain_runner(prog):
+    """`args -> outputs` running device program `prog` as its one compiled segment, or
+    None when it has collectives or constants (cached per program)."""
+    hit = _runner_cache.get(prog)
+    if hit is None:
+        hit = _runner_cache[prog] = _make_runner(prog) or False
+    return hit or None
+
+
+def _make_runner(prog):
     stages = _stages(prog)
     if len(stages) != 1 or stages[0][0] != "segment" or prog.constvars:
         return None
     _, fn, ins, outs = stages[0]
-    env = dict(zip(prog.invars, args))
-    for v, r in zip(outs, fn(*[env[v] for v in ins])):
-        env[v] = r
-    return [_read(env, v) for v in prog.outvars]
+    pos = {v: k for k, v in enumerate(prog.invars)}
+    made = {v: k for k, v in enumerate(outs)}
+    take = [pos[v] for v in ins]
+    if list(prog.outvars) == list(outs):
+        if take == list(range(len(prog.invars))):
+            return lambda args: list(fn(*args))
+        return lambda args: list(fn(*[args[k] for k in take]))
+    # outputs that are inputs or literals too
+    where = [
+        (2, v) if type(v) is Literal else (0, made[v]) if v in made else (1, pos[v])
+        for v in prog.outvars
+    ]
+
+    def run(args):
+        res = fn(*[args[k] for k in take])
+        return [
+            res[j] if kind == 0 else args[j] if kind == 1 else _read(None, j) for kind, j in where
+        ]
+
+    return run
 
 
 def _read(env, v):

@@ -10,7 +10,7 @@ import numpy as np
 
 import fflow.errors as errors
 from fflow import core, dtypes
-from fflow.array import Array
+from fflow.array import Array, root_trace
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
 from fflow.errors import SourceInfo, user_source_info
 
@@ -146,6 +146,28 @@ def eval_program(program, consts, args):
     return [read(v) for v in program.outvars]
 
 
+# primitive -> make(eqn): a runner `run(*args) -> outputs` for a program that is that
+# one equation, or None (transforms/shard.py registers shard_call: jit of shard on
+# global arrays calls the sharded program without re-binding)
+direct_runners = {}
+
+
+def run_at_root(program):
+    """A callable evaluating `program` on concrete values at the root trace (jit's
+    executable for programs on global arrays, and in jit_interpret mode)."""
+    eqns = program.eqns
+    make = direct_runners.get(eqns[0].primitive) if len(eqns) == 1 else None
+    if make is not None and eqns[0].inputs == program.invars and not program.constvars:
+        if eqns[0].outputs == program.outvars and (run := make(eqns[0])) is not None:
+            return run
+
+    def run(*args):
+        with set_current_trace(root_trace):
+            return eval_program(program, program.consts, args)
+
+    return run
+
+
 class _at_source:
     """While re-binding a staged equation, errors and new equations keep its user line."""
 
@@ -170,6 +192,7 @@ __all__ = [
     "StagingTracer",
     "trace_to_program",
     "eval_program",
+    "run_at_root",
     "partial_eval_rules",
     "SourceInfo",
 ]
