@@ -29,6 +29,88 @@ from fflow.errors import user_error
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
+class Lane:
+    """One device or rank: its operations in the order they run, as tuples starting
+    (kind, stage, mb) (a trace's also carry wait, start, end, cpu)."""
+
+    def __init__(self, name, ops):
+        self.name = name
+        self.ops = ops
+
+
+class Timeline:
+    """Per lane: busy time, idle fraction; `span` = the step's length."""
+
+    def __init__(self, names, busy, span):
+        self.names = list(names)
+        self.busy = list(busy)
+        self.span = span
+        self.idle = [1.0 - b / span if span > 0 else 0.0 for b in busy]
+
+    @property
+    def mean_idle(self):
+        return sum(self.idle) / len(self.idle)
+
+    @property
+    def bottleneck(self):
+        """The idle fraction of the lane with the most busy time."""
+        return self.idle[max(range(len(self.busy)), key=self.busy.__getitem__)]
+
+    def imbalance(self):
+        """The busiest lane's busy time over the mean."""
+        return max(self.busy) / (sum(self.busy) / len(self.busy))
+
+    def __repr__(self):
+        lanes = ", ".join(f"{n}: {i:.3f}" for n, i in zip(self.names, self.idle))
+        return f"Timeline(span={self.span:.6g}, idle {lanes})"
+
+
+def deps_of(kind, stage, mb, last):
+    """The operations whose values (kind, stage, mb) consumes (`last`: the last stage)."""
+    if kind == "F":
+        return [("F", stage - 1, mb)] if stage > 0 else []
+    deps = [("F", stage, mb)]
+    if stage < last:
+        deps.append(("B", stage + 1, mb))
+    return deps
+
+
+def place(lanes, cost, num_stages):
+    """Each lane's operations, in its order, as early as their inputs allow; an
+    operation that runs on several lanes (a sharded stage) is done when all finished.
+    `cost(lane, op)` is its duration. Returns a Timeline."""
+    runs = {}
+    for lane in lanes:
+        for op in lane.ops:
+            runs[op[:3]] = runs.get(op[:3], 0) + 1
+    done, left = {}, dict(runs)
+    pos = [0] * len(lanes)
+    free = [0.0] * len(lanes)
+    busy = [0.0] * len(lanes)
+    remaining = sum(len(lane.ops) for lane in lanes)
+    while remaining:
+        progressed = False
+        for i, lane in enumerate(lanes):
+            if pos[i] == len(lane.ops):
+                continue
+            op = lane.ops[pos[i]]
+            deps = deps_of(*op[:3], num_stages - 1)
+            if any(left.get(d, 1) for d in deps if d in runs):
+                continue
+            start = max([free[i]] + [done[d] for d in deps if d in done])
+            dur = cost(lane, op)
+            free[i] = start + dur
+            busy[i] += dur
+            done[op[:3]] = max(done.get(op[:3], 0.0), free[i])
+            left[op[:3]] -= 1
+            pos[i] += 1
+            remaining -= 1
+            progressed = True
+        if not progressed:
+            raise ValueError("the trace's operations wait on each other (not a schedule)")
+    return Timeline([lane.name for lane in lanes], busy, max(free))
+
+
 class Op:
     """One operation of the schedule: kind "F" or "B" of `stage` on micro-batch `mb`."""
 
@@ -134,13 +216,7 @@ class Schedule:
 
     # -- placing operations on ticks ------------------------------------------------
     def _deps(self, op):
-        last = self.num_stages - 1
-        if op.kind == "F":
-            return [("F", op.stage - 1, op.mb)] if op.stage > 0 else []
-        deps = [("F", op.stage, op.mb)]
-        if op.stage < last:
-            deps.append(("B", op.stage + 1, op.mb))
-        return deps
+        return deps_of(op.kind, op.stage, op.mb, self.num_stages - 1)
 
     def _place(self):
         done = {}  # (kind, stage, mb) -> finishing tick
@@ -207,16 +283,12 @@ class Schedule:
         """(makespan, idle fraction of each device) of the timed replay. With stages of
         unequal cost, the slowest device's idle fraction is the pipeline bubble (fill
         and drain); the others idle more by the stage imbalance."""
-        done = {}
-        free = [0.0] * self.p
-        for op in self.ops_in_order():  # tick order respects every dependency
-            start = max([free[op.device]] + [done[k] for k in self._deps(op)])
-            end = start + durations[(op.kind, op.stage, op.mb)]
-            done[(op.kind, op.stage, op.mb)] = end
-            free[op.device] = end
-        makespan = max(free)
-        busy = [sum(durations[(o.kind, o.stage, o.mb)] for o in ops) for ops in self.device_ops]
-        return makespan, [1.0 - b / makespan for b in busy]
+        lanes = [
+            Lane(f"dev{d}", [(o.kind, o.stage, o.mb) for o in sorted(ops, key=lambda o: o.tick)])
+            for d, ops in enumerate(self.device_ops)
+        ]
+        t = place(lanes, lambda lane, op: durations[op[:3]], self.num_stages)
+        return t.span, t.idle
 
     def peak_in_flight(self):
         """Per stage: the most micro-batches whose forward ran and backward did not yet."""

@@ -256,7 +256,10 @@ class Step:
         self._hold(s, -_held_bytes(res))
         gp, gx = st.backward(st.p_vals, res, ct, need_dx=s > 0 or self._want_batch())
         acc = self.grads[s]
-        self.grads[s] = list(gp) if acc is None else [_add(a, g) for a, g in zip(acc, gp)]
+        if acc is None:  # a copy of its own, then accumulated in place
+            self.grads[s] = [_add(g, None) for g in gp]
+        else:
+            self.grads[s] = [_add(a, g) for a, g in zip(acc, gp)]
         if s > 0:
             self._backward_route(s, k, gx)
         elif self._want_batch():
@@ -276,7 +279,7 @@ class Step:
             total = None
             for v in self.losses:
                 v = v if tuple(v._sharding.sbp) == sbp else to_global(v, sbp=sbp)
-                total = v if total is None else _add(total, v)
+                total = _add(v, None) if total is None else _add(total, v)
             scale = 1.0 / self.pipe.m
             shards = {i: a * np.asarray(scale, a.dtype) for i, a in total._value.shards.items()}
         aval = st.out_avals[0]
@@ -337,12 +340,19 @@ def _grad_sbp(nd):
 
 
 def _add(a, b):
-    """a + b of two global arrays with one sharding: shard by shard (no boxing)."""
-    if a._sharding != b._sharding or any(s.is_partial() and s.op != "sum" for s in a._sharding.sbp):
-        return a + b
-    shards = {i: np.add(v, b._value.shards[i]) for i, v in a._value.shards.items()}
+    """a + b of two global arrays with one sharding, shard by shard into a's buffers
+    (no boxing, no new arrays: `a` must be the step's own); b None: a copy of a."""
     sh = a._sharding
-    return make_global(a.shape, a.dtype, sh.placement, sh.sbp, shards)
+    if b is not None and (
+        b._sharding != sh or any(s.is_partial() and s.op != "sum" for s in sh.sbp)
+    ):
+        return a + b
+    if b is None:
+        shards = {i: np.array(v) for i, v in a._value.shards.items()}
+        return make_global(a.shape, a.dtype, sh.placement, sh.sbp, shards)
+    for i, v in a._value.shards.items():
+        np.add(v, b._value.shards[i], out=v)
+    return a
 
 
 def _to_every_rank(x):

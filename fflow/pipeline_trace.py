@@ -11,10 +11,11 @@ from every rank) and measures the bubble three ways:
   consumed allow (one tick per operation, a value made at tick t usable at t+1): the
   bubble of the schedule as executed, in units of one stage-chunk operation;
 * `cpu_timeline()`: the same dependencies with each operation taking the CPU seconds
-  it was measured to take: the step's timeline if every lane had a core of its own
-  and messages were free. Simulated devices run one after the other in one process,
-  so this is what they can tell about time; under MPI it is what the ranks' own
-  costs allow, without the machine's core sharing;
+  it was measured to take (or its stage's least cost, `op_costs`): the step's
+  timeline if every lane had a core of its own and messages were free. Simulated
+  devices run one after the other in one process, so this is what they can tell
+  about time; under MPI it is what the ranks' own costs allow, without the
+  machine's core sharing;
 * `wall()` (MPI): per rank, from the timestamps: the window runs from the first
   operation's start to the last one's end over all ranks; busy = the time inside
   the rank's own operations, idle = window - busy (waiting for inputs, and the
@@ -24,90 +25,21 @@ from every rank) and measures the bubble three ways:
 Each returns per-lane idle fractions; `bottleneck` is the lane with the most busy
 time: with unequal stages the others also wait for it, so its idle fraction is the
 fill-and-drain bubble the textbook figure (p-1)/(m+p-1) describes.
+
+Example:
+    >>> import fflow, fflow.numpy as jnp
+    >>> from fflow.pipeline_trace import StepTrace
+    >>> pls = [fflow.placement("cpu", [0]), fflow.placement("cpu", [1])]
+    >>> stages = [lambda w, x: jnp.tanh(x @ w), lambda w, x: jnp.mean(x @ w)]
+    >>> f = fflow.pipeline(stages, pls, num_microbatches=4)
+    >>> _ = fflow.grad(f)([jnp.ones((3, 3)), jnp.ones((3, 1))], jnp.ones((8, 3)))
+    >>> ticks = StepTrace.gather(f).ticks()  # p=2, m=4: (p-1)/(m+p-1) = 0.2
+    >>> ticks.span, [round(i, 3) for i in ticks.idle]
+    (10.0, [0.2, 0.2])
 """
 
+from fflow.pipeline_schedule import Lane, Timeline, place
 from fflow.sharding import runtime
-
-
-class Lane:
-    """One device (simulated) or rank (MPI): its operations in the order they ran, as
-    tuples (kind, stage, mb, wait, start, end, cpu)."""
-
-    def __init__(self, name, ops):
-        self.name = name
-        self.ops = ops
-
-
-class Timeline:
-    """Per lane: busy time, idle fraction; `span` = the step's length."""
-
-    def __init__(self, names, busy, span):
-        self.names = list(names)
-        self.busy = list(busy)
-        self.span = span
-        self.idle = [1.0 - b / span if span > 0 else 0.0 for b in busy]
-
-    @property
-    def mean_idle(self):
-        return sum(self.idle) / len(self.idle)
-
-    @property
-    def bottleneck(self):
-        """The idle fraction of the lane with the most busy time."""
-        return self.idle[max(range(len(self.busy)), key=self.busy.__getitem__)]
-
-    def imbalance(self):
-        """The busiest lane's busy time over the mean."""
-        return max(self.busy) / (sum(self.busy) / len(self.busy))
-
-    def __repr__(self):
-        lanes = ", ".join(f"{n}: {i:.3f}" for n, i in zip(self.names, self.idle))
-        return f"Timeline(span={self.span:.6g}, idle {lanes})"
-
-
-def _deps(kind, stage, mb, last):
-    if kind == "F":
-        return [("F", stage - 1, mb)] if stage > 0 else []
-    deps = [("F", stage, mb)]
-    if stage < last:
-        deps.append(("B", stage + 1, mb))
-    return deps
-
-
-def place(lanes, cost, num_stages):
-    """Each lane's operations, in its order, as early as their inputs allow; an
-    operation that runs on several lanes (a sharded stage) is done when all finished.
-    `cost(lane, op)` is its duration. Returns a Timeline."""
-    runs = {}
-    for lane in lanes:
-        for op in lane.ops:
-            runs[op[:3]] = runs.get(op[:3], 0) + 1
-    done, left = {}, dict(runs)
-    pos = [0] * len(lanes)
-    free = [0.0] * len(lanes)
-    busy = [0.0] * len(lanes)
-    remaining = sum(len(lane.ops) for lane in lanes)
-    while remaining:
-        progressed = False
-        for i, lane in enumerate(lanes):
-            if pos[i] == len(lane.ops):
-                continue
-            op = lane.ops[pos[i]]
-            deps = _deps(*op[:3], num_stages - 1)
-            if any(left.get(d, 1) for d in deps if d in runs):
-                continue
-            start = max([free[i]] + [done[d] for d in deps if d in done])
-            dur = cost(lane, op)
-            free[i] = start + dur
-            busy[i] += dur
-            done[op[:3]] = max(done.get(op[:3], 0.0), free[i])
-            left[op[:3]] -= 1
-            pos[i] += 1
-            remaining -= 1
-            progressed = True
-        if not progressed:
-            raise ValueError("the trace's operations wait on each other (not a schedule)")
-    return Timeline([lane.name for lane in lanes], busy, max(free))
 
 
 class StepTrace:
@@ -137,8 +69,12 @@ class StepTrace:
     def ticks(self):
         return place(self.lanes, lambda lane, op: 1.0, self.num_stages)
 
-    def cpu_timeline(self):
-        return place(self.lanes, lambda lane, op: op[6], self.num_stages)
+    def cpu_timeline(self, costs=None):
+        """Each operation takes the CPU seconds it took, or with `costs` (from
+        `op_costs`) the cost of its lane, kind and stage."""
+        if costs is None:
+            return place(self.lanes, lambda lane, op: op[6], self.num_stages)
+        return place(self.lanes, lambda lane, op: costs[(lane.name,) + op[:2]], self.num_stages)
 
     def wall(self):
         """Per rank from its timestamps (MPI ranks run at once; simulated devices do
@@ -156,7 +92,8 @@ class StepTrace:
 
     def picture(self, columns=64):
         """Text: per rank a row of `columns` time bins over the wall window, each bin
-        marked F or B when an operation ran in most of it, '.' when idle (MPI)."""
+        marked F or B when an operation ran in most of it (f or b: in part of it), '.'
+        when idle (MPI)."""
         if not self.mpi:
             return ""
         start = min(op[4] for lane in self.lanes for op in lane.ops)
@@ -171,6 +108,22 @@ class StepTrace:
                 for op in lane.ops:
                     cover[op[0]] += max(0.0, min(hi, op[5]) - max(lo, op[4]))
                 kind = max(cover, key=cover.get)
-                row.append(kind if cover[kind] > width / 2 else ".")
+                if cover[kind] == 0:
+                    row.append(".")
+                else:  # lower case: an operation ran in less than half the bin
+                    row.append(kind if cover[kind] >= width / 2 else kind.lower())
             lines.append(f"{lane.name:>6} " + "".join(row))
         return "\n".join(lines)
+
+
+def op_costs(traces, reduce=min):
+    """{(lane, kind, stage): `reduce` of those operations' CPU seconds} over the
+    `StepTrace`s. The operations of one lane, kind and stage do the same work on every
+    micro-batch; the least is its cost on an undisturbed core (on a busy machine a
+    run's CPU time grows with the cache misses that other processes cause)."""
+    runs = {}
+    for trace in traces:
+        for lane in trace.lanes:
+            for op in lane.ops:
+                runs.setdefault((lane.name,) + op[:2], []).append(op[6])
+    return {key: reduce(v) for key, v in runs.items()}

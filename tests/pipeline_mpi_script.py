@@ -119,6 +119,13 @@ def main():
             [lane.name, sorted({f"{k}{s}" for k, s, *_ in lane.ops})] for lane in trace.lanes
         ]
         traces[f"{name}_ops_here"] = sorted({f"{o.kind}{o.stage}" for o in f.stats["trace"]})
+        wall = trace.wall()  # per rank, from timestamps (None: simulated devices)
+        traces[f"{name}_wall"] = wall and [
+            len(wall.idle),
+            all(0 <= i < 1 for i in wall.idle),
+            all(0 < b <= wall.span for b in wall.busy),
+            len(trace.picture().splitlines()),
+        ]
     result = {k: np.asarray(v).tolist() for k, v in out.items()}
     result["traces"] = traces
     sent = rt.bytes_moved

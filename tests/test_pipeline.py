@@ -249,7 +249,8 @@ def test_errors_name_the_fix():
 
 
 @pytest.mark.parametrize(
-    "name", ["fflow.pipelining", "fflow.pipeline_schedule", "fflow.grad_accum"]
+    "name",
+    ["fflow.pipelining", "fflow.pipeline_schedule", "fflow.pipeline_trace", "fflow.grad_accum"],
 )
 def test_docstring_examples_run(name):
     import doctest

@@ -69,6 +69,9 @@ def test_mpi_equals_simulated_and_plain():
         assert [ops for _, ops in sim_tr[f"{name}_lanes"]] == want
         assert mpi_tr[f"{name}_ops_here"] == want[0]
         assert sim_tr[f"{name}_ops_here"] == sorted(x for w in want for x in w)
+    for name in ("1f1b", "gpipe", "interleaved", "dp_pp"):
+        assert sim_tr[f"{name}_wall"] is None
+        assert mpi_tr[f"{name}_wall"] == [4, True, True, 4]
     dp = [ops for _, ops in mpi_tr["dp_pp_lanes"]]
     assert dp == [["B0", "F0"], ["B0", "F0"], ["B1", "F1"], ["B1", "F1"]]
     # the executed schedule's ticks (from every rank's trace): the textbook bubble

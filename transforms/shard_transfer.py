@@ -26,13 +26,15 @@ import numpy as np
 from fflow.transforms.shard_boxing import boxing_bytes
 
 from fflow import sharding
+from fflow.array import Array
 from fflow.sharding import (
     B,
+    GlobalValue,
+    Sharding,
     Split,
     _fits,
     local_box,
     local_shape,
-    make_global,
     partial_keeper,
     runtime,
 )
@@ -155,7 +157,7 @@ class PendingTransfer:
         self.plan = plan
         self.weak = weak
         self._out = out_shards
-        self._fill = fill  # [(dst flat, dst slice, recv index)] filled when received
+        self._fill = fill  # [(dst flat, dst slice or None: all, recv index)] when received
         self._handle = handle
         self._result = None
 
@@ -164,10 +166,46 @@ class PendingTransfer:
             if self._handle is not None:
                 received = self._handle.wait()
                 for j, sl, k in self._fill:
-                    self._out[j][sl] = received[k]
+                    if sl is None:  # the whole shard
+                        self._out[j] = received[k]
+                    else:
+                        self._out[j][sl] = received[k]
             p = self.plan
-            self._result = make_global(p.shape, p.dtype, p.dst_pl, p.dst_sbp, self._out, self.weak)
+            sh = p.dst_sharding
+            self._result = Array(GlobalValue(p.shape, p.dtype, sh, self._out), self.weak)
+            self._result._sharding = sh
         return self._result
+
+
+class _Route:
+    """What start_transfer needs of one (source sharding, shape, dtype, destination),
+    worked out once: the plan, the SBP to box to first, this process' destination
+    shards and their shapes, and for simulated devices the copies to make."""
+
+    def __init__(self, x, dst_pl, dst_sbp, rt):
+        src = x._sharding
+        self.plan = plan = plan_transfer(x.shape, x.dtype, src.placement, src.sbp, dst_pl, dst_sbp)
+        if not hasattr(plan, "dst_sharding"):
+            plan.dst_sharding = Sharding(dst_pl, plan.dst_sbp)
+        self.pre = plan.pre_sbp if plan.pre_sbp != src.sbp else None
+        self.mpi = hasattr(rt, "p2p_start")
+        mine = _my_dst_indices(rt, dst_pl)
+        self.shapes = [
+            (j, local_shape(plan.shape, plan.dst_sbp, dst_pl.hierarchy, dst_pl.coords(j)))
+            for j in mine
+        ]
+        # simulated: a destination shard that one message fills whole is a copy of it
+        by_dst = {}
+        for m in plan.messages:
+            by_dst.setdefault(m.dst, []).append(m)
+        self.whole = {}
+        for j, shape in self.shapes:
+            msgs = by_dst.get(j, [])
+            if len(msgs) == 1 and tuple(sl.stop - sl.start for sl in msgs[0].dst_slice) == shape:
+                self.whole[j] = msgs[0]
+
+
+_routes = {}
 
 
 def start_transfer(x, dst_pl, dst_sbp, tag=0):
@@ -176,33 +214,49 @@ def start_transfer(x, dst_pl, dst_sbp, tag=0):
     Every rank calls this in the same order (ranks outside both placements do nothing);
     `tag` tells apart transfers in flight between the same two ranks.
     """
-    src = x._sharding
-    if src.sbp != _pre_of(x, dst_pl, dst_sbp):
-        x = x.to_global(sbp=_pre_of(x, dst_pl, dst_sbp))
-    plan = plan_transfer(x.shape, x.dtype, src.placement, src.sbp, dst_pl, dst_sbp)
     rt = runtime()
+    key = (x._sharding, x.shape, x.dtype, dst_pl, tuple(dst_sbp), id(rt))
+    route = _routes.get(key)
+    if route is None:
+        if len(_routes) > 4096:
+            _routes.clear()
+        route = _routes[key] = _Route(x, dst_pl, dst_sbp, rt)
+    plan = route.plan
+    if route.pre is not None:
+        x = x.to_global(sbp=route.pre)
     shards = x._value.shards
     out = {}
-    mine = _my_dst_indices(rt, dst_pl)
-    for j in mine:
-        shape = local_shape(plan.shape, plan.dst_sbp, dst_pl.hierarchy, dst_pl.coords(j))
-        out[j] = np.zeros(shape, plan.dtype)
-    if not hasattr(rt, "p2p_start"):  # simulated devices: every shard is here
+    if not route.mpi:  # simulated devices: every shard is here
+        for j, shape in route.shapes:
+            m = route.whole.get(j)
+            if m is not None:
+                out[j] = np.array(shards[m.src][m.src_slice], plan.dtype)
+            else:
+                out[j] = np.zeros(shape, plan.dtype)
         for m in plan.messages:
-            out[m.dst][m.dst_slice] = shards[m.src][m.src_slice]
+            if m.dst not in route.whole:
+                out[m.dst][m.dst_slice] = shards[m.src][m.src_slice]
         rt.bytes_moved += plan.p2p_bytes
         return PendingTransfer(plan, x._weak, out, [])
+    for j, shape in route.shapes:
+        if j not in route.whole:  # (a shard one message fills is its receive buffer)
+            out[j] = np.zeros(shape, plan.dtype)
     me = rt.rank
     sends, recvs, fill = [], [], []
     for m in plan.messages:
         s_rank, d_rank = plan.src_pl.ranks[m.src], dst_pl.ranks[m.dst]
+        whole = route.whole.get(m.dst) is m
         if s_rank == me and d_rank == me:
-            out[m.dst][m.dst_slice] = _host(shards[m.src][m.src_slice])
+            piece = _host(shards[m.src][m.src_slice])
+            if whole:
+                out[m.dst] = np.array(piece, plan.dtype)
+            else:
+                out[m.dst][m.dst_slice] = piece
         elif s_rank == me:
             sends.append((d_rank, np.ascontiguousarray(_host(shards[m.src][m.src_slice]))))
         elif d_rank == me:
             shape = tuple(s.stop - s.start for s in m.dst_slice)
-            fill.append((m.dst, m.dst_slice, len(recvs)))
+            fill.append((m.dst, None if whole else m.dst_slice, len(recvs)))
             recvs.append((s_rank, shape, plan.dtype))
     handle = rt.p2p_start(sends, recvs, tag) if sends or recvs else None
     return PendingTransfer(plan, x._weak, out, fill, handle)
@@ -211,11 +265,6 @@ def start_transfer(x, dst_pl, dst_sbp, tag=0):
 def _host(a):
     # the NCCL runtime's shards are device arrays; the transfer's buffers are on the host
     return a.get() if hasattr(a, "get") else a
-
-
-def _pre_of(x, dst_pl, dst_sbp):
-    src = x._sharding
-    return plan_transfer(x.shape, x.dtype, src.placement, src.sbp, dst_pl, dst_sbp).pre_sbp
 
 
 def _my_dst_indices(rt, pl):
