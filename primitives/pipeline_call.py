@@ -114,7 +114,7 @@ def _scale(g, ct):
 transpose_rules[pipeline_call_lin_p] = _lin_transpose
 
 for _p in (pipeline_call_p, pipeline_call_lin_p):
-    _vmap.no_batch_rule[_p.name] = (
+    _vmap.no_batch_rule[_p] = (
         "a pipeline runs its own micro-batch schedule over placements; vmap its stages instead"
     )
     def_broadcast_only(_p, "a pipeline places its own stages; it never runs inside a shard program")

@@ -44,7 +44,7 @@ def _shard_move_transpose(ct, x, *, dst, sbp, src=None, src_sbp=None):
 
 deflinear(shard_move_p, _shard_move_transpose)
 
-_vmap.no_batch_rule[shard_move_p.name] = (
+_vmap.no_batch_rule[shard_move_p] = (
     "a move between placements runs on global arrays; vmap the function inside shard instead"
 )
 def_broadcast_only(

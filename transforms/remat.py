@@ -13,7 +13,15 @@ compiler does not merge it with the forward pass.
 import functools
 
 from fflow.transforms import autodiff as ad
-from fflow.transforms.custom import _flat_outputs, _is_eager, _name, _run_on_root, trace_closed
+from fflow.transforms import vmap as vm
+from fflow.transforms.custom import (
+    _batched_program_call,
+    _flat_outputs,
+    _is_eager,
+    _name,
+    _run_on_root,
+    trace_closed,
+)
 from fflow.transforms.shard_rules import CALL_REPLICATED, def_broadcast_only
 from fflow.transforms.staging import StagingTracer, eval_program, partial_eval_rules
 
@@ -319,6 +327,18 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
 
 remat = checkpoint
+
+
+def _checkpoint_batch(vals, dims, *, program, prevent_cse, policy):
+    return _batched_program_call(
+        checkpoint_p,
+        vals,
+        dims,
+        dict(program=program, prevent_cse=prevent_cse, policy=policy),
+    )
+
+
+vm.batch_rules[checkpoint_p] = _checkpoint_batch
 
 
 def _dot_names():

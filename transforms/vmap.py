@@ -36,13 +36,7 @@ not_mapped = None
 # `named_axis_rules[prim](trace, vals, dims, **params) -> (out, out_dim)`.
 named_axis_rules = {}
 
-# Rules of primitives defined in modules that load lazily: loaded on first use.
-_lazy_rule_modules = {
-    name: "fflow.transforms.vmap_custom"
-    for name in ("custom_jvp_call", "custom_vjp_call", "custom_lin", "checkpoint")
-}
-
-# Primitives that need no batching rule, with the reason (walked by the coverage test).
+# Primitives that need no batching rule (Primitive -> the reason; walked by the coverage test).
 no_batch_rule = {}
 
 
@@ -142,14 +136,6 @@ def get_batch_rule(prim):
     rule = batch_rules.get(prim)
     if rule is not None:
         return rule
-    module = _lazy_rule_modules.get(prim.name)
-    if module is not None:
-        import importlib
-
-        importlib.import_module(module)
-        rule = batch_rules.get(prim)
-        if rule is not None:
-            return rule
     for trait, family_rule in _family_rules.items():
         if trait in prim.traits:
             return functools.partial(family_rule, prim)
