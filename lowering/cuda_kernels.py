@@ -130,6 +130,7 @@ class Builder:
         self.cache = {}
         self.flat = flat  # iteration size when every value is indexed linearly
         self.lane = None  # vector lane: external loads come from per-lane registers
+        self.lane_idx = None  # (not flat) the lane's element: vector registers hold it
         self.canon = None  # row kernels: {index tuple: kind} of this loop's element
         self.slot = None  # row kernels: C expression of this element's cache slot
 
@@ -179,7 +180,12 @@ class Builder:
             if slot is not None:
                 return slot  # a register of the row cache (row kernels)
             name = self.k.input(v)
-            if self.lane is not None and v.aval.ndim and v in self.k.vector_inputs:
+            if (
+                self.lane is not None
+                and v.aval.ndim
+                and v in self.k.vector_inputs
+                and (self.flat is not None or tuple(idx) == self.lane_idx)
+            ):
                 expr = r.load(f"{name}_v[{self.lane}]")
             else:
                 expr = r.load(f"{name}[{self.lin(idx, v.aval.shape)}]")
@@ -582,13 +588,22 @@ def elementwise_kernel(outputs, inline, wide=False, vectorize=True):
 
     itemsizes = [np.dtype(v.aval.dtype).itemsize for v in outputs]
     vec = 0
-    if flat and vectorize and n >= 64:
-        # probe which external inputs the outputs read (all of them have `shape`)
+    if vectorize and n >= 64 and shape:
+        # probe which external inputs the outputs read (all of them have `shape`), or
+        # with broadcasts and index arithmetic: which inputs of `shape` they read at
+        # the output's own element (vector loads; the others load per element)
         probe = KernelSource("ew", inline, wide)
-        pb = Builder(probe, flat=n)
+        pb = Builder(probe, flat=n if flat else None)
+        idx = ["i"] if flat else [pb.index_tmp(e) for e in delinearize("i", shape, probe.lit)]
+        if not flat:
+            probe.row_shapes = {"row": shape}
+            pb.canon = {tuple(idx): "row"}
         for v in outputs:
-            pb.value(v, ["i"])
-        arrays = [v for v in probe.inputs if v.aval.ndim]
+            pb.value(v, idx)
+        if flat:
+            arrays = [v for v in probe.inputs if v.aval.ndim]
+        else:
+            arrays = list(probe.canonical_reads)
         itemsizes += [np.dtype(v.aval.dtype).itemsize for v in arrays]
         vec = 16 // max(itemsizes)
         if vec > 1 and n % vec == 0:
@@ -615,12 +630,16 @@ def elementwise_kernel(outputs, inline, wide=False, vectorize=True):
             st = storage_ctype(v.aval.dtype)
             loop.append(f"{st}* {name}_v = ({st}*)&{name}_raw;")
         for lane in range(vec):
-            b = Builder(k, flat=n)
+            b = Builder(k, flat=n if flat else None)
             b.lane = lane
             ivar = f"(v * {vec} + {lane})"
+            idx = [ivar]
+            if not flat:
+                idx = [b.index_tmp(e) for e in delinearize(ivar, shape, k.lit)]
+                b.lane_idx = tuple(idx)
             stores = []
             for v, name in zip(outputs, out_names):
-                val = b.value(v, [ivar])
+                val = b.value(v, idx)
                 stores.append(f"{name}_v[{lane}] = {renderer_for(v.aval.dtype).store(val)};")
             loop += ["{"] + _indent(b.lines + stores) + ["}"]
         for v, name in zip(outputs, out_names):

@@ -16,6 +16,7 @@ from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
 FULL_REDUCE_MIN = 8192
 _COL_FUSIBLE = ("reduce_sum", "reduce_max", "reduce_min")
+RECOMPUTE_LIMIT = 16  # renders of an inlined value per output element before it is stored
 
 
 # -- plan -----------------------------------------------------------------------------------
@@ -186,6 +187,7 @@ class Plan:
                     self.inline[out] = e
             else:
                 materialized.update(e.outputs)
+        materialized |= self._recompute_limit(eqns)
         pending = []  # _EwGroup / _RowGroup / finished steps, in order
         for e in eqns:
             kind = kinds[id(e)]
@@ -257,6 +259,31 @@ class Plan:
             else:
                 self.steps.append(item)
         self.kernels = [k for s in self.steps if type(s) is KernelStep for k in s.kernels]
+
+    def _recompute_limit(self, eqns):
+        """Materialize values that inlining would recompute too often.
+
+        Rendering a value at an index recomputes it once per distinct index its
+        consumers ask for, so chains of stencils (`x[:-2] + x[1:-1] + x[2:]`, n times)
+        multiply: 3^n evaluations per output. Walking back from the materialized
+        values, each inlined value's renders per output element are the sum of its
+        consumers'; an elementwise value rendered more than RECOMPUTE_LIMIT times is
+        written to memory once instead (its consumers load it). Returns those values.
+        """
+        renders = {}
+        out = set()
+        for e in reversed(eqns):
+            weight = 1
+            if len(e.outputs) == 1 and e.outputs[0] in self.inline:
+                v = e.outputs[0]
+                weight = renders.get(v, 0)
+                if weight > RECOMPUTE_LIMIT and e.primitive.name in ck.ELEMENTWISE:
+                    del self.inline[v]
+                    out.add(v)
+                    weight = 1
+            for x in {x for x in e.inputs if type(x) is Var}:
+                renders[x] = renders.get(x, 0) + weight
+        return out
 
     def _inl(self):
         return self.inline
