@@ -1,6 +1,6 @@
 """Train a small GPT on Python's own standard library, one character at a time.
 
-    python examples/gpt_chars.py                  # 2 data x 2 model; ~4.5 CPU-minutes
+    python examples/gpt_chars.py                  # 2 data x 2 model; ~1.5 CPU-minutes
     python -m fflow.launch -n 4 examples/gpt_chars.py   # the same on 4 MPI ranks
     python examples/gpt_chars.py --resume         # continue from the last checkpoint
     python examples/gpt_chars.py --tiny           # a few steps (used by the tests)
@@ -11,22 +11,30 @@ file is held out for validation. The model is a causal transformer written with
 `MultiHeadAttention` and an MLP, an output layer tied to the token embedding).
 
 One training step is `fflow.shard(step, mesh, ...)` on a 2x2 mesh (axis 0: data,
-axis 1: model): the batch is split over the data axis, the attention heads and the
-MLP hidden units over the model axis (Megatron: column-parallel q/k/v and first MLP
-weights, row-parallel output weights, annotated on the layers and collected with
-`fflow.nn.sbp_of`). Inside, the loss runs under `fflow.amp(..., "bf16")` (bf16
-matmuls with fp32 accumulation, fp32 master weights), and the update is
-`fflow.optim`'s AdamW with warmup + cosine decay and global-norm clipping; its state
-is sharded like the parameters. The planner inserts every collective.
+axis 1: model). The parameters live Megatron-style over the model axis:
+column-parallel q/k/v and first MLP weights, row-parallel output weights, annotated on
+the layers and collected with `fflow.nn.sbp_of`; the batch comes split over the data
+axis. Inside, the loss runs under `fflow.amp(..., "bf16")` (bf16 matmuls and attention
+with fp32 accumulation, fp32 master weights), and the update is `fflow.optim`'s AdamW
+with warmup + cosine decay and global-norm clipping; its state is sharded like the
+parameters. The planner inserts every collective and picks each operation's layout
+by cost: at this size (activations larger than weights) it gathers each bf16 weight
+over the model axis and splits the batch over all 4 devices, reduce-scatters the
+gradients so each device updates a quarter of every matrix, and gathers the new
+weights back into their layout. The run prints a one-line summary of that plan.
 
 Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets its own
 rows), checkpoints from `fflow.CheckpointManager` (every --ckpt-every steps; --resume
 reloads model, optimizer state and step onto the mesh). At the end it reports
 validation bits per character next to a bigram model fit on the same training text,
-writes a loss-curve PNG and prints a generated sample. Measured on a 2-core machine
-loaded by other jobs (load average 12-15): validation 2.66 bits/char vs the bigram's
-3.52, in 9 min wall on 4 MPI ranks and 24 min wall (4.5 CPU-minutes) on 4 simulated
-devices in one process; both runs give the same numbers.
+writes a loss-curve PNG and prints a generated sample.
+
+Measured (2-core machine shared with other jobs, load average 8-20; the defaults):
+validation 2.661 bits/char vs the bigram's 3.517 on both runs (the same numbers);
+4 simulated devices in one process: 7 min 08 s wall, 81 CPU-seconds; 4 MPI ranks:
+7 min 41 s wall, 293 CPU-seconds over the 4 ranks (a rank waiting for a collective
+polls). Each got a fifth of a core or less; the CPU time is the figure that does not
+depend on the other jobs.
 """
 
 import argparse
@@ -37,6 +45,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -203,6 +212,14 @@ def build_step(tx, mesh, model, amp):
     return sharded, evaluate
 
 
+def plan_summary(plan):
+    """One line: the communicating collectives of one step and the bytes they move."""
+    local = ("shard_slice", "shard_pad", "keep_one")  # boxing without messages
+    counts = Counter(n for n in plan.collectives() if n not in local)
+    ops = ", ".join(f"{name} x{k}" for name, k in sorted(counts.items()))
+    return f"planner: per step {ops}; {plan.bytes / 2**20:.1f} MiB moved between devices"
+
+
 def place(tree, sbp_tree, mesh):
     """`tree`'s arrays as global arrays on `mesh` with their annotated SBP (broadcast
     where none), so a checkpoint restores onto the same layout."""
@@ -311,6 +328,13 @@ def main(argv=None):
         state = manager.restore(like=state)
         say(f"resumed from step {state['step']} ({manager.path(state['step'])})")
 
+    timings = {"first step": 0.0, "later steps": 0.0, "validation": 0.0}
+    start, cpu_start = time.perf_counter(), time.process_time()
+    if mesh is not None:  # what the planner chose for one step (planned once, then cached)
+        probe = fflow.to_global(np.zeros((args.batch, args.context + 1), np.int32), mesh, (S(0), B))
+        say(plan_summary(step_fn.plan(state["model"], state["opt"], probe)))
+        timings["first step"] += time.perf_counter() - start
+
     placement = mesh
     train_windows = windows(train_ids, args.context + 1, args.context // 2)
     loader = DataLoader(train_windows, args.batch, key=fflow.random.PRNGKey(1),
@@ -320,8 +344,6 @@ def main(argv=None):
     val_loader = DataLoader(val_windows, 4 * args.batch, shuffle=False, placement=placement,
                             sbp=None if mesh is None else (S(0), B))  # fmt: skip
 
-    timings = {"first step": 0.0, "later steps": 0.0, "validation": 0.0}
-
     def validate(model):
         t0 = time.perf_counter()
         total = [float(eval_fn(model, b)) for b in val_loader.epoch(0)]
@@ -329,7 +351,6 @@ def main(argv=None):
         return float(np.mean(total)) / math.log(2)
 
     curve, val_curve = [], []
-    start, cpu_start = time.perf_counter(), time.process_time()
     bar = progress(total=args.steps, initial=state["step"], desc="train", disable=not rank0)
     model, opt_state = state["model"], state["opt"]
     stopped = None
@@ -350,12 +371,16 @@ def main(argv=None):
             break
     bar.close()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if fflow.process_count() > 1:  # every rank's CPU time
+        cpu = runtime().comm.allreduce(cpu)
     final_step = stopped or args.steps
     val_bits = validate(model)
     val_curve.append((final_step, val_bits))
     steps_run = len(curve)
-    say(f"\n{steps_run} steps in {seconds:.0f} s wall, {cpu:.0f} s CPU of this process "
-        f"({seconds / max(steps_run, 1):.2f} s/step; planning and compiling included)"
+    where = "all ranks" if fflow.process_count() > 1 else "this process"
+    say(f"\n{steps_run} steps in {seconds:.0f} s wall, {cpu:.0f} s CPU ({where}; "
+        f"{seconds / max(steps_run, 1):.2f} s/step; planning and compiling included), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         + (f", stopped early at step {stopped}" if stopped else ""))  # fmt: skip
     later = timings["later steps"] / max(steps_run - 1, 1)
     say(f"wall time: first step {timings['first step']:.0f} s (planning, compiling), then "
