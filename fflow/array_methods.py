@@ -128,7 +128,7 @@ def _neg(self):
     ):
         out = np.negative(self._value)
         # a 0-d input gives a NumPy scalar: keep the Array's value an ndarray
-        return Array(out if type(out) is np.ndarray else np.asarray(out))
+        return Array(out if type(out) is np.ndarray else np.asarray(out), self._weak)
     return jnp.negative(self)
 
 

@@ -205,9 +205,15 @@ def full(shape, fill_value, dtype=None):
 
 def full_like(x, fill_value, dtype=None, shape=None):
     aval = aval_of_value(x)
-    return full(
+    out = full(
         aval.shape if shape is None else shape, fill_value, aval.dtype if dtype is None else dtype
     )
+    if dtype is None and aval.weak_type:  # JAX: a weakly typed x gives a weak result
+        if isinstance(out, np.ndarray):
+            return Array(out, weak_type=True)
+        if not aval_of_value(out).weak_type:
+            return _p.convert_element_type_p.bind(out, new_dtype=aval.dtype, weak_type=True)
+    return out
 
 
 def zeros_like(x):

@@ -24,9 +24,7 @@ KNOWN = {
     "jit_static_args": "jit(jnp.reshape, static_argnums=1): fflow's reshape takes *shape",
     "lax_associative_scan_map": "weak type of a scan's stacked outputs",
     "lax_cond_switch": "weak type of a vmapped switch over a Python scalar",
-    "optax_losses_schedules": "weak type of optax.linear_schedule(...)(2)",
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
-    "scipy_special_stats": "weak type of stats.beta.logpdf on Python scalars",
     "tutorial_vmap_pmap": "local_device_count() is 8 (fflow's simulated devices), JAX's CPU has 1",
 }
 

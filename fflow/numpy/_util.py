@@ -112,6 +112,21 @@ def promote_dtypes(*args):
     return dtypes.promote_pairs(*[(i[0], i[1]) for i in infos])
 
 
+def promote_inexact(*args):
+    """JAX's promote_dtypes_inexact: the operands cast (not broadcast) to their common
+    inexact dtype (ints -> the default float); weakly typed when every operand is."""
+    dtype, weak = promote_dtypes(*args)
+    if not dtypes.is_inexact(dtype):
+        dtype = dtypes.float_
+    out = []
+    for a in args:
+        a = operand(a)
+        if info(a)[0] != dtype or info(a)[1] != weak:
+            a = lax.convert_element_type(a, dtype, weak_type=weak)
+        out.append(a)
+    return out
+
+
 def promote(*args, to_inexact=False):
     """Convert operands to their common dtype and broadcast them to one shape."""
     infos = [info(a) for a in args]
@@ -120,8 +135,11 @@ def promote(*args, to_inexact=False):
         dtype = first
     else:
         dtype, _ = dtypes.promote_pairs(*[(i[0], i[1]) for i in infos])
+    all_weak = all(i[1] for i in infos)
+    weak = False
     if to_inexact and not dtypes.is_inexact(dtype):
         dtype = dtypes.float_
+        weak = all_weak  # JAX: weak ints promote to a weak float
     shapes = [i[2] for i in infos]
     shape = shapes[0]
     if any(s != shape for s in shapes[1:]):
@@ -129,12 +147,23 @@ def promote(*args, to_inexact=False):
     out = []
     for a, (d, _, s) in zip(args, infos):
         t = type(a)
-        if d != dtype or t in _SCALARS or (t is np.ndarray and a.dtype != dtype):
+        if weak and d != dtype:
+            a = lax.convert_element_type(operand(a), dtype, weak_type=True)
+        elif d != dtype or t in _SCALARS or (t is np.ndarray and a.dtype != dtype):
             a = convert(a, dtype)
+            if all_weak and t in _SCALARS:  # a Python scalar among weak operands stays weak
+                a = Array(a, True)
         if s != shape:
             a = broadcast_to_shape(a, shape)
         out.append(a)
     return out
+
+
+def strong(x):
+    """`x` not weakly typed (JAX's reductions and some composites drop the weak type)."""
+    if info(x)[1]:
+        return lax.convert_element_type(operand(x), info(x)[0], weak_type=False)
+    return x
 
 
 def mark_weak(x):

@@ -7,7 +7,7 @@ from fflow import lax_ops as lax
 from fflow.array import Array, is_eager
 from fflow.core import Tracer
 from fflow.errors import ConcretizationError, user_error
-from fflow.numpy._util import default_dtype_array, info, mark_weak
+from fflow.numpy._util import default_dtype_array, info, mark_weak, strong
 from fflow.numpy.elementwise import add, multiply, subtract
 from fflow.numpy.shapes import broadcast_arrays, broadcast_to, moveaxis, reshape, stack
 
@@ -31,7 +31,7 @@ def array(object, dtype=None, copy=True, ndmin=0):  # noqa: A002
         if copy and isinstance(out, Array) and out is object:
             out = Array(np.array(object._value), object._weak)
     elif isinstance(object, (list, tuple)) and _contains_traced(object):
-        out = stack([array(o) for o in object])
+        out = strong(stack([array(o) for o in object]))  # JAX: a list is never weak
         if dtype is not None:
             out = lax.convert_element_type(out, dtype)
     else:

@@ -14,6 +14,7 @@ from fflow.numpy._util import (
     operand,
     promote,
     promote_dtypes,
+    strong,
     weak_for_scalars,
 )
 
@@ -28,8 +29,8 @@ def _unary_inexact(lax_fn, name):
     def fn(x, /):
         x = operand(x)
         d = info(x)[0]
-        if not dtypes.is_inexact(d):
-            x = convert(x, dtypes.float_)
+        if not dtypes.is_inexact(d):  # a weak int gives a weak float (JAX)
+            x = lax.convert_element_type(x, dtypes.float_, weak_type=info(x)[1])
         return lax_fn(x)
 
     fn.__name__ = name
@@ -88,18 +89,20 @@ asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh
 
 
 def log2(x, /):
-    x = _float(x)
-    return lax.div(lax.log(x), lax.full_like(x, np.log(2)))
+    x = _float(x)  # JAX divides by a strongly typed log(2): the result is never weak
+    return strong(lax.div(lax.log(x), lax.full_like(x, np.log(2))))
 
 
 def log10(x, /):
     x = _float(x)
-    return lax.div(lax.log(x), lax.full_like(x, np.log(10)))
+    return strong(lax.div(lax.log(x), lax.full_like(x, np.log(10))))
 
 
 def _float(x):
     x = operand(x)
-    return x if dtypes.is_inexact(info(x)[0]) else convert(x, dtypes.float_)
+    if dtypes.is_inexact(info(x)[0]):
+        return x
+    return lax.convert_element_type(x, dtypes.float_, weak_type=info(x)[1])
 
 
 def negative(x, /):
@@ -211,7 +214,7 @@ def signbit(x, /):
     zero = lax.full_like(x, 0)
     # -0.0 has its sign bit set: 1 / -0.0 = -inf
     neg_zero = lax.bitwise_and(lax.eq(x, zero), lax.lt(lax.div(lax.full_like(x, 1), x), zero))
-    return lax.bitwise_or(lax.lt(x, zero), neg_zero)
+    return strong(lax.bitwise_or(lax.lt(x, zero), neg_zero))
 
 
 add = _binary(lax.add, "add")
@@ -580,7 +583,8 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 def _apply_weak_scalar_rule():
     g = globals()
-    skip = {"where", "clip", "nan_to_num", "isclose", "promote_shapes_only", "divmod"}
+    skip = {"where", "clip", "nan_to_num", "isclose", "promote_shapes_only", "divmod", "log2",
+            "log10", "signbit"}  # fmt: skip
     for name in list(g):
         fn = g.get(name)
         if name.startswith("_") or name in skip or not callable(fn) or isinstance(fn, type):

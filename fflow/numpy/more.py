@@ -15,7 +15,7 @@ from fflow.errors import ShapeError, user_error
 from fflow.numpy import elementwise as ew
 from fflow.numpy import reductions as red
 from fflow.numpy import shapes as sh
-from fflow.numpy._util import info, operand
+from fflow.numpy._util import info, operand, strong
 from fflow.numpy.creation import asarray, zeros_like
 from fflow.numpy.elementwise import where
 from fflow.numpy.linalg_ops import diag, diagonal, matmul
@@ -629,7 +629,7 @@ def angle(z, deg=False):
         out = ew.arctan2(ew.imag(z), ew.real(z))
     else:
         out = ew.where(ew.less(z, 0), np.pi, 0.0)
-    return ew.rad2deg(out) if deg else out
+    return strong(ew.rad2deg(out) if deg else out)  # JAX: never weakly typed
 
 
 def iscomplexobj(x):

@@ -8,7 +8,7 @@ from fflow import dtypes
 from fflow import lax_ops as lax
 from fflow.array import Array
 from fflow.errors import user_error
-from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand
+from fflow.numpy._util import canonical_axes, canonical_axis, convert, info, operand, strong
 from fflow.numpy.elementwise import _bool, multiply
 from fflow.numpy.elementwise import where as _where
 
@@ -225,6 +225,21 @@ def ptp(a, axis=None, keepdims=False):
 
 
 # the jax.numpy names this module gives fflow.numpy (its `import *`)
+def _strong_result(fn):
+    # JAX's reductions cast their result to its dtype: never weakly typed (sum(2.0) too)
+    def wrapped(*args, **kwargs):
+        return strong(fn(*args, **kwargs))
+
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+sum, prod, max, min, mean, var, std, cumsum, cumprod = (  # noqa: A001
+    _strong_result(f) for f in (sum, prod, max, min, mean, var, std, cumsum, cumprod)
+)
+amax, amin = max, min
+cumulative_sum, cumulative_prod = _strong_result(cumulative_sum), _strong_result(cumulative_prod)
+
 __all__ = [
     "all",
     "amax",

@@ -14,20 +14,18 @@ import math
 import numpy as np
 
 import fflow.numpy as jnp
-from fflow import dtypes, lax
+from fflow import lax
+from fflow.numpy._util import promote, promote_inexact
 from fflow.primitives.special import digamma_p, lgamma_p, polygamma_p
 
 
 def _float(x):
-    x = jnp.asarray(x)
-    return x if dtypes.is_inexact(x.dtype) else x.astype(dtypes.float_)
+    # JAX's promote_args_inexact: ints become the default float, Python scalars stay weak
+    return promote_inexact(x)[0]
 
 
 def _promote_float(x, y):
-    dtype = jnp.result_type(x, y)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.float_
-    return jnp.broadcast_arrays(jnp.asarray(x, dtype), jnp.asarray(y, dtype))
+    return promote(*promote_inexact(x, y))
 
 
 # -- softmax and logsumexp (fflow.nn re-exports them, as jax.nn does) --------------

@@ -15,7 +15,8 @@ import types
 import numpy as np
 
 import fflow.numpy as jnp
-from fflow import dtypes, lax
+from fflow import lax
+from fflow.numpy._util import promote_inexact
 from fflow.scipy import special
 
 
@@ -29,10 +30,7 @@ def _namespace(**fns):
 
 
 def _f(*xs):
-    dtype = jnp.result_type(*xs)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.float_
-    return [jnp.asarray(x, dtype) for x in xs]
+    return promote_inexact(*xs)  # Python scalars stay weak (JAX's promote_args_inexact)
 
 
 def _norm_logpdf(x, loc=0, scale=1):
@@ -98,7 +96,8 @@ laplace = _namespace(
 def _bernoulli_logpmf(k, p, loc=0):
     k, p, loc = _f(k, p, loc)
     k = k - loc
-    val = special.xlogy(k, p) + special.xlog1py(1 - k, -p)
+    one = np.ones((), k.dtype)  # strongly typed, as JAX's: the result is never weak
+    val = special.xlogy(k, p) + special.xlog1py(jnp.subtract(one, k), -p)
     return jnp.where(jnp.logical_or(k == 0, k == 1), val, -np.inf)
 
 
