@@ -1,8 +1,19 @@
 """Control flow under `shard`: a scan over stacked layer weights keeps tensor parallelism
 (the same plan cost per layer as the unrolled model), and gradient accumulation over
-micro-batches keeps data parallelism with one all-reduce per gradient at the end."""
+micro-batches keeps data parallelism with one all-reduce per gradient at the end.
+Scans longer than shard unrolls (64 steps) run split when their body needs no
+communication (transforms/shard_plan_control.py): on simulated devices, 2-D meshes
+and under fflow.launch."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
+from mpi_util import mpi_available
+from shard_plan_scan_script import D_IN, D_OUT, run
 
 import fflow
 import fflow.numpy as jnp
@@ -86,3 +97,91 @@ def test_gradient_accumulation_keeps_data_parallel_one_all_reduce_at_the_end():
     ref = accumulated(params, micro)
     for g, r in zip(got, ref):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
+def _check_accumulation(out):
+    p = out["devices"]
+    assert out["collectives"] == ["all_reduce"]  # the summed gradient, once, after the loop
+    assert out["bytes"] == 2 * (p - 1) * D_IN * D_OUT * 4
+    np.testing.assert_allclose(np.asarray(out["got"]), np.asarray(out["ref"]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mesh", [[0, 1], [0, 1, 2, 3], [[0, 1], [2, 3]]])
+def test_long_gradient_accumulation_keeps_gradients_partial_through_the_loop(mesh):
+    _check_accumulation(run(fflow.placement("cpu", mesh)))
+
+
+@pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
+@pytest.mark.parametrize("n", [2, 4])
+def test_long_gradient_accumulation_on_mpi_ranks(n):
+    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n)]
+    cmd.append(os.path.join(here, "shard_plan_scan_script.py"))
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, cwd=os.path.dirname(here), env=env
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT ") :])
+    assert out["devices"] == n
+    _check_accumulation(out)
+
+
+def _recurrence(a, xs):
+    def body(h, x):
+        h = jnp.tanh(h * a + x)
+        return h, jnp.sum(h * h, axis=1)
+
+    h, ys = fflow.lax.scan(body, jnp.zeros((xs.shape[1], xs.shape[2]), np.float32), xs)
+    return jnp.sum(h) + jnp.mean(ys)
+
+
+def _scan_sigs(sp):
+    return [s for e, s in zip(sp.exec_program.eqns, sp.plan.eqn_sigs) if e.primitive.name == "scan"]
+
+
+@pytest.mark.parametrize("mesh", [[0, 1], [[0, 1], [2, 3]]])
+def test_long_recurrence_and_its_gradient_run_split(mesh):
+    """70 steps of h = tanh(h * a + x_t), rows split: the forward scan carries h split,
+    the backward scan carries h's cotangent split and a's partial; both run split."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(6,)).astype(np.float32)
+    xs = rng.normal(size=(70, 8, 6)).astype(np.float32)
+    pl = fflow.placement("cpu", mesh)
+    split = (S(1),) * pl.ndim
+    step = fflow.value_and_grad(_recurrence, argnums=(0, 1))
+    bcast = (B,) * pl.ndim  # one SBP per mesh axis, for every output
+    f = fflow.shard(step, pl, in_sbp=(bcast, split), out_sbp=bcast if pl.ndim > 1 else B)
+    sp = f.plan(a, xs)
+    sigs = _scan_sigs(sp)
+    assert len(sigs) == 2
+    for sig in sigs:  # every scan holds its loop-carried rows split
+        assert any(s.is_split() for nd in sig.ins for s in nd)
+    # what moves: the gradient of xs gathered for out_sbp=B, a's gradient and the loss
+    assert _communicating(sp) == ["all_reduce", "all_reduce", "all_gather"]
+    (v, (ga, gx)) = f(a, xs)
+    rv, (rga, rgx) = step(a, xs)
+    np.testing.assert_allclose(float(v), float(rv), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ga), np.asarray(rga), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(rgx), rtol=1e-4, atol=1e-6)
+
+
+def test_long_scan_whose_body_communicates_runs_whole():
+    """Normalising the split carry by its total needs an all-reduce every step: no
+    signature without communication exists, so the scan runs whole on every device."""
+
+    def f(xs):
+        def body(h, x):
+            h = h + x
+            return h / jnp.sum(h * h), None
+
+        h, _ = fflow.lax.scan(body, jnp.ones(xs.shape[1:], np.float32), xs)
+        return h
+
+    xs = np.random.default_rng(4).normal(size=(70, 8)).astype(np.float32)
+    g = fflow.shard(f, fflow.placement("cpu", [0, 1]), in_sbp=S(1), out_sbp=B)
+    sp = g.plan(xs)
+    (sig,) = _scan_sigs(sp)
+    assert all(s == B for nd in sig.ins + sig.outs for s in nd)
+    np.testing.assert_allclose(np.asarray(g(xs)), np.asarray(f(xs)), rtol=1e-5, atol=1e-6)

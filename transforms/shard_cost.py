@@ -49,6 +49,10 @@ def eqn_flops(eqn):
         (lc, _), _ = eqn.params["dimension_numbers"]
         k = math.prod(eqn.inputs[0].aval.shape[d] for d in lc) if lc else 1
         return 2.0 * outs[0] * k, nbytes
+    if prim.name == "scan":  # its body's work, every step
+        body = [eqn_flops(e) for e in eqn.params["jaxpr"].eqns]
+        n = eqn.params["length"]
+        return n * sum(f for f, _ in body), n * sum(b for _, b in body)
     if prim.name in ("sbp_constraint",):
         return 0.0, 0
     if any(t in prim.traits for t in MOVE_TRAITS):

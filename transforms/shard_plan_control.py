@@ -1,0 +1,225 @@
+"""SBP signatures for `scan` whose body runs without communication (a fixpoint over the
+carry's SBP).
+
+The runtimes exchange data only at collectives of a device's top-level program, so a
+loop body cannot communicate. A scan still runs split when some SBPs of its operands
+let every device run the body on its own pieces: each body equation then takes a
+signature whose inputs are exactly what their producers give (no conversion at all),
+and the body gives the carry back in the SBP it received. Scans of up to 64 steps are
+unrolled before planning (transforms/shard_unroll.py); these signatures are what a
+longer scan gets: gradient accumulation over micro-batches whose batch dimension is
+split keeps its gradients partial through the loop (one all-reduce after it), and a
+recurrence on split state stays split.
+
+The search: from a few seeds (the scanned-over inputs split along their first
+per-step dimension, or the carry split along its first dimension; constants
+broadcast), plan the body (the planner itself, outputs free and partial sums allowed),
+set the carry to the SBP the body gives it back, and repeat until it stays the same.
+A seed is kept when the final body plan moves no bytes (its conversions are local:
+slicing a broadcast value, or making a sum partial): the scan's signature is
+(constants, carry, xs) -> (carry, ys) with each stacked output split one dimension
+further out than the body's per-step output.
+"""
+
+import itertools
+
+import numpy as np
+from fflow.primitives.scan import scan_p
+from fflow.transforms.shard_rules import LocalCtx, Sig, _fits, apply_local
+from fflow.transforms.staging import trace_to_program
+
+from fflow import core
+from fflow import lax_ops as lax
+from fflow.array import root_trace
+from fflow.core import Literal, ShapedArray
+from fflow.sbp import B, Split, local_box
+
+MAX_ROUNDS = 4  # carry SBP updates before a seed is given up
+MAX_BODY_EQNS = 2000  # bodies larger than this are not planned (the scan runs whole)
+
+
+class _Mesh:
+    """What the planner needs of a placement: its hierarchy (and a device type)."""
+
+    type = "cpu"
+
+    def __init__(self, hierarchy):
+        self.hierarchy = tuple(hierarchy)
+        self.ndim = len(self.hierarchy)
+        self.size = int(np.prod(self.hierarchy))
+
+
+def _shift(nd, by):
+    """An N-D SBP with every split moved `by` dimensions (stacking: +1, slicing: -1)."""
+    return tuple(Split(s.axis + by) if s.is_split() else s for s in nd)
+
+
+def _seeds(consts, carry, xs, nd):
+    bcast = (B,) * nd
+    split0 = (Split(0),) * nd
+    split1 = (Split(1),) * nd
+    seeds = []
+    if xs and all(a.ndim >= 2 for a in xs):
+        seeds.append(([bcast] * len(consts), [bcast] * len(carry), [split1] * len(xs)))
+        if carry and all(a.ndim >= 1 for a in carry):
+            seeds.append(([bcast] * len(consts), [split0] * len(carry), [split1] * len(xs)))
+    if carry and all(a.ndim >= 1 for a in carry):
+        seeds.append(([bcast] * len(consts), [split0] * len(carry), [bcast] * len(xs)))
+    return seeds
+
+
+def scan_signatures(eqn, hierarchy, profile, plan_fn):
+    """Extra N-D signatures of a scan equation (each with its per-device kernel), found by
+    the fixpoint above; `plan_fn` is the planner's `plan_program`."""
+    p = eqn.params
+    body = p["jaxpr"]
+    if len(body.eqns) > MAX_BODY_EQNS or all(x == 1 for x in hierarchy):
+        return []
+    nc, nk = p["num_consts"], p["num_carry"]
+    avals = [v.aval for v in eqn.inputs]
+    consts, carry, xs = avals[:nc], avals[nc : nc + nk], avals[nc + nk :]
+    mesh = _Mesh(hierarchy)
+    sigs = []
+    for c_sbp, k_sbp, x_sbp in _seeds(consts, carry, xs, len(hierarchy)):
+        ins_ok = all(_fits(a, s, mesh.hierarchy) for a, s in zip(avals, c_sbp + k_sbp + x_sbp))
+        if not ins_ok:
+            continue
+        for _ in range(MAX_ROUNDS):
+            body_in = c_sbp + k_sbp + [_shift(s, -1) for s in x_sbp]
+            if not all(_fits(v.aval, s, mesh.hierarchy) for v, s in zip(body.invars, body_in)):
+                break
+            plan = plan_fn(body, mesh, body_in, [None] * len(body.outvars), True, profile=profile)
+            out = [tuple(s) for s in plan.out_sbps]
+            if out[:nk] != [tuple(s) for s in k_sbp]:
+                k_sbp = out[:nk]  # the carry as the body gives it back: try again from there
+                if not all(_fits(a, s, mesh.hierarchy) for a, s in zip(carry, k_sbp)):
+                    break
+                continue
+            if not _local_only(plan):
+                break
+            ins = tuple(tuple(s) for s in c_sbp + k_sbp + x_sbp)
+            outs = tuple(out[:nk]) + tuple(_shift(s, 1) for s in out[nk:])
+            sig = Sig(ins, outs, _LocalScan(body, plan, p, mesh.hierarchy, ins))
+            if all(sig.ins != s.ins or sig.outs != s.outs for s in sigs):
+                sigs.append(sig)
+            break
+    return sigs
+
+
+def _local_only(plan):
+    """Whether every conversion of the plan is a local one (no bytes move; no partial
+    max or min, whose identity is not zero)."""
+    prob = plan.problem
+    have = prob.labels_of(plan.sig_index)
+    for i, h, w in prob.conversions(plan.sig_index, have):
+        if prob.bbytes(i, h, w):
+            return False
+        if any(x.is_partial() and x.op != "sum" for x in prob.nd_of(w)):
+            return False
+    return True
+
+
+def _box_shape(box):
+    return tuple(b - a for a, b in box)
+
+
+def local_convert(x, shape, have, want, hierarchy, coords):
+    """Device `coords`' piece of a value under `want`, from its piece under `have`, when
+    no other device's data is needed: the part of its piece that `want` keeps, placed
+    in zeros where `want` is a partial sum (on a partial-sum axis where the value was
+    whole, only the first device keeps it)."""
+    if have == want:
+        return x
+    hb = local_box(shape, have, hierarchy, coords)
+    tb = local_box(shape, want, hierarchy, coords)
+    lo = [max(a, c) for (a, _), (c, _) in zip(hb, tb)]
+    hi = [min(b, d) for (_, b), (_, d) in zip(hb, tb)]
+    keep = all(
+        coords[m] == 0
+        for m, (h, w) in enumerate(zip(have, want))
+        if w.is_partial() and not h.is_partial() and not h.is_split()
+    )
+    if not keep or any(l >= u for l, u in zip(lo, hi)):
+        return lax.full(_box_shape(tb), 0, x.dtype)
+    part = lax.slice(x, [l - a for l, (a, _) in zip(lo, hb)], [u - a for u, (a, _) in zip(hi, hb)])
+    pads = [(l - c, d - u, 0) for l, u, (c, d) in zip(lo, hi, tb)]
+    if any(p != (0, 0, 0) for p in pads):
+        part = lax.pad(part, np.zeros((), x.dtype), pads)
+    return part
+
+
+class _LocalScan:
+    """The per-device kernel of a split scan: the same scan over a body made of each
+    body equation's local kernel under the body plan (built once per device)."""
+
+    def __init__(self, body, plan, params, hierarchy, in_sbps):
+        self.body = body
+        self.plan = plan
+        self.params = params
+        self.h = hierarchy
+        self.in_sbps = in_sbps
+        self._bodies = {}
+
+    def __call__(self, ctx, *xs):
+        key = tuple(tuple(map(tuple, b)) for b in ctx.in_boxes)
+        prog = self._bodies.get(key)
+        if prog is None:
+            prog = self._bodies[key] = self._local_body(self._coords(ctx))
+        params = dict(self.params, jaxpr=prog)
+        return scan_p.bind(*xs, **params)
+
+    def _coords(self, ctx):
+        """Mesh coordinates of a device holding these input boxes (devices holding the
+        same boxes run the same local body)."""
+        for coords in itertools.product(*[range(n) for n in self.h]):
+            if all(
+                tuple(map(tuple, local_box(a.shape, s, self.h, coords))) == tuple(map(tuple, b))
+                for a, s, b in zip(ctx.in_avals, self.in_sbps, ctx.in_boxes)
+            ):
+                return coords
+        raise AssertionError("shard: a scan's input boxes match no device")
+
+    def _local_body(self, coords):
+        body, plan, h = self.body, self.plan, self.h
+
+        def box(v, nd):
+            return local_box(v.aval.shape, nd, h, coords)
+
+        def shape(v, nd):
+            return tuple(b - a for a, b in box(v, nd))
+
+        local_in = [
+            ShapedArray(shape(v, plan.var_sbp[v]), v.aval.dtype, v.aval.weak_type)
+            for v in body.invars
+        ]
+
+        def device_fn(*xs):
+            env = dict(zip(body.invars, xs))
+            env.update(zip(body.constvars, body.consts))
+
+            def read(v, want=None):
+                if type(v) is Literal:
+                    x, have = np.asarray(v.value, v.aval.dtype), (B,) * len(h)
+                else:
+                    x, have = env[v], plan.var_sbp[v]
+                if want is None or want == have:
+                    return x
+                return local_convert(x, v.aval.shape, have, want, h, coords)
+
+            for e, sig in zip(body.eqns, plan.eqn_sigs):
+                ctx = LocalCtx(
+                    [box(v, s) for v, s in zip(e.inputs, sig.ins)],
+                    [box(v, s) for v, s in zip(e.outputs, sig.outs)],
+                    [v.aval for v in e.inputs],
+                    [v.aval for v in e.outputs],
+                    e.params,
+                    sig.outs,
+                )
+                xs = [read(v, w) for v, w in zip(e.inputs, sig.ins)]
+                out = apply_local(e.primitive, sig, ctx, xs, e.params)
+                outs = out if e.primitive.multiple_results else [out]
+                env.update(zip(e.outputs, outs))
+            return [read(v, w) for v, w in zip(body.outvars, plan.out_sbps)]
+
+        with core.set_current_trace(root_trace):
+            return trace_to_program(device_fn, local_in)
