@@ -1,12 +1,10 @@
-"""Pieces several examples share: the digits data and an MLP initialiser.
+"""What several examples share: the digits data, split into train and test sets.
 
 Imported as `import _common` (an example's own folder is on `sys.path` when it
 runs as a script); not an example itself.
 """
 
 import numpy as np
-
-import fflow.numpy as jnp
 
 
 def load_digits_split(seed=0, test_fraction=0.2):
@@ -20,13 +18,3 @@ def load_digits_split(seed=0, test_fraction=0.2):
     n_test = int(len(x) * test_fraction)
     test, train = order[:n_test], order[n_test:]
     return (x[train], y[train]), (x[test], y[test])
-
-
-def init_mlp(sizes, seed=0):
-    """He-initialised weights and zero biases, a {"w", "b"} dict for each layer of `sizes`."""
-    rng = np.random.default_rng(seed)
-    params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        w = rng.normal(0.0, np.sqrt(2.0 / n_in), (n_in, n_out)).astype(np.float32)
-        params.append({"w": jnp.asarray(w), "b": jnp.zeros(n_out)})
-    return params
