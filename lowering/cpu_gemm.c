@@ -39,7 +39,9 @@ typedef struct job {
   char *C;
   long nb0, nb1;                   /* batch shape (1, 1 for none) */
   long sa0, sa1, sb0, sb1, sc0, sc1; /* batch strides in bytes */
-  int axis;                        /* 0 batch, 1 rows of C, 2 columns of C, 3 range */
+  int axis;                        /* 0 batch, 1 rows of C, 2 columns of C, 3 range,
+                                      4 list (chunk k: the k-th GEMM of `list`) */
+  struct job *list;                /* axis 4: one job per GEMM (owned) */
   void (*fn)(long *, char *, long, long); /* axis 3: the loop over one chunk */
   long *args;                      /* axis 3: its pointers (owned by the job) */
   long unit;                       /* axis 3: output bytes per index */
@@ -77,6 +79,7 @@ static void gemm(const job_t *j, long M, long N, const char *A, const char *B, c
 
 /* Chunk k into `dst` (NULL: straight into C). Returns the bytes of a scratch chunk. */
 static long chunk_bytes(const job_t *j, int k) {
+  if (j->axis == 4) return j->list[k].M * j->list[k].N * j->list[k].isz;
   long s = j->bounds[k], e = j->bounds[k + 1];
   if (j->axis == 3) return (e - s) * j->unit;
   if (j->axis == 0) return (e - s) * j->M * j->N * j->isz;
@@ -87,7 +90,10 @@ static long chunk_bytes(const job_t *j, int k) {
 static void run_chunk(const job_t *j, int k, char *dst) {
   long s = j->bounds[k], e = j->bounds[k + 1];
   long isz = j->isz;
-  if (j->axis == 3) {
+  if (j->axis == 4) {
+    const job_t *g = &j->list[k];
+    gemm(g, g->M, g->N, g->A, g->B, dst ? dst : g->C, dst ? g->N : g->ldc);
+  } else if (j->axis == 3) {
     j->fn(j->args, dst ? dst : j->C + s * j->unit, s, e);
   } else if (j->axis == 0) {
     for (long b = s; b < e; b++) {
@@ -113,7 +119,11 @@ static void publish(job_t *j, int k, const char *scratch) {
   if (!j->finished[k]) {
     if (scratch) {
       long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
-      if (j->axis == 3) {
+      if (j->axis == 4) {
+        const job_t *g = &j->list[k];
+        for (long r = 0; r < g->M; r++)
+          memcpy(g->C + r * g->ldc * g->isz, scratch + r * g->N * g->isz, g->N * g->isz);
+      } else if (j->axis == 3) {
         memcpy(j->C + s * j->unit, scratch, (e - s) * j->unit);
       } else if (j->axis == 0) {
         long mn = j->M * j->N * isz;
@@ -145,6 +155,7 @@ static void release(job_t *j) {
     pthread_mutex_destroy(&j->lock);
     pthread_cond_destroy(&j->cond);
     free(j->args);
+    free(j->list);
     free(j);
   }
 }
@@ -327,6 +338,40 @@ long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, l
   for (long s = 0; s < n; s += step) j->bounds[c++] = s;
   j->bounds[c] = n;
   j->n = j->left = c;
+  j->refs = 1;
+  j->max_workers = threads - 1;
+  lead(j);
+  *error = j->error;
+  return (long)j;
+}
+
+/* Several independent GEMMs as the chunks of one job: each runs whole on one thread
+ * (no re-packing of cut operands, one wake-up), the caller backing up late ones as
+ * for chunks. desc: 12 longs per GEMM (isz, ta, tb, M, N, K, A, lda, B, ldb, C, ldc).
+ * Returns the job handle, or 0 with *error set. */
+long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
+  job_t *j = calloc(1, sizeof(job_t));
+  job_t *list = calloc(count > 0 ? count : 1, sizeof(job_t));
+  if (!j || !list || count > MAXCH) {
+    free(j);
+    free(list);
+    *error = 1;
+    return 0;
+  }
+  for (int k = 0; k < count; k++) {
+    const long *d = desc + 12 * k;
+    job_t *g = &list[k];
+    g->isz = (int)d[0]; g->ta = (int)d[1]; g->tb = (int)d[2];
+    g->M = d[3]; g->N = d[4]; g->K = d[5];
+    g->A = (const char *)d[6]; g->lda = d[7];
+    g->B = (const char *)d[8]; g->ldb = d[9];
+    g->C = (char *)d[10]; g->ldc = d[11];
+    j->bounds[k] = k;
+  }
+  j->bounds[count] = count;
+  j->axis = 4;
+  j->list = list;
+  j->n = j->left = count;
   j->refs = 1;
   j->max_workers = threads - 1;
   lead(j);

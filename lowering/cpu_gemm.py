@@ -144,6 +144,9 @@ def _load():
     lib.fflow_parallel.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
     lib.fflow_parallel.argtypes += [ctypes.c_void_p] + [ctypes.c_long] * 3
     lib.fflow_parallel.argtypes += [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.fflow_gemm_list.restype = ctypes.c_long
+    lib.fflow_gemm_list.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.fflow_gemm_list.argtypes += [ctypes.POINTER(ctypes.c_int)]
     lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
     lib.fflow_gemm_release.argtypes = [ctypes.c_long]
     workers = max(0, threads.available_cores() - 1)
@@ -253,6 +256,55 @@ def matmul(a, b, out, n_threads):
     return out
 
 
+def _desc(a, b, out):
+    """The 12 numbers of a 2-D GEMM for fflow_gemm_list, or None (not BLAS-able)."""
+    if not (
+        a.ndim == b.ndim == out.ndim == 2
+        and a.dtype == b.dtype == out.dtype
+        and out.dtype in (np.float32, np.float64)
+        and out.flags.c_contiguous
+    ):
+        return None
+    (m, n), k = out.shape, a.shape[1]
+    la, lb = _layout(a, m, k), _layout(b, k, n)
+    if la is None or lb is None or m * n * k == 0:
+        return None
+    return (out.itemsize, la[0], lb[0], m, n, k, a.ctypes.data, la[1]) + (
+        b.ctypes.data,
+        lb[1],
+        out.ctypes.data,
+        n,
+    )
+
+
+def matmul2(a1, b1, out1, a2, b2, out2, n_threads):
+    """out1[...] = a1 @ b1 and out2[...] = a2 @ b2, two independent products: on two or
+    more threads each runs whole on its own thread (one job of the C pool: no cut
+    operands to re-pack, one wake-up); else, or for layouts the pool cannot take, one
+    after the other through `matmul`."""
+    lib = _lib if _lib is not None else _load()
+    d1 = d2 = None
+    if n_threads > 1 and lib and _pid == os.getpid():
+        d1, d2 = _desc(a1, b1, out1), _desc(a2, b2, out2)
+    if d1 is None or d2 is None:
+        matmul(a1, b1, out1, n_threads)
+        return matmul(a2, b2, out2, n_threads)
+    desc = (ctypes.c_long * 24)(*d1, *d2)
+    error = ctypes.c_int(0)
+    if _pending:
+        _collect()
+    job = lib.fflow_gemm_list(2, desc, n_threads, ctypes.byref(error))
+    if job == 0:
+        raise MemoryError("fflow GEMM pool: out of memory")
+    if lib.fflow_gemm_busy(job):
+        _pending.append((job, (a1, b1, out1), (a2, b2, out2)))
+    else:
+        lib.fflow_gemm_release(job)
+    if error.value:
+        raise MemoryError("fflow GEMM pool: out of memory for a chunk")
+    return out2
+
+
 def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
     """Run the native chunk loop at address `fn` over indices 0..n on `n_threads`
     threads of the pool: `fn(ptrs, out + s*unit, s, e)` per chunk of at least `grain`
@@ -278,4 +330,4 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
     return True
 
 
-__all__ = ["matmul", "parallel"]
+__all__ = ["matmul", "matmul2", "parallel"]

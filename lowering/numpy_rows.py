@@ -11,6 +11,7 @@ import functools
 
 import numpy as np
 from fflow.lowering import cpu_attention, cpu_gemm
+from fflow.lowering.schedule import FusionGroup
 from fflow.primitives.indexing import scatter_into
 
 from fflow import threads
@@ -93,10 +94,8 @@ def _only_transposed(ctx, v):
     )
 
 
-def emit_dot(ctx, eqn, i):
-    """dot_general as one matmul over views: transposes become BLAS flags, batch dims
-    stay as matmul's batch dims (any layout NumPy's BLAS path accepts, no copies);
-    large products run on fflow's GEMM pool (lowering/cpu_gemm.py) into a fresh buffer."""
+def _dot_plan(ctx, eqn):
+    """How `emit_dot` renders this dot_general, or None (the reference renders it)."""
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
     lhs, rhs = eqn.inputs
     pet = eqn.params.get("preferred_element_type")
@@ -111,8 +110,7 @@ def emit_dot(ctx, eqn, i):
         and type(lhs) is not Literal
         and type(rhs) is not Literal
     ):
-        return emit_fallback(ctx, eqn, i)
-    threads.blas()  # fflow owns BLAS threading from the first compiled GEMM on
+        return None
     lf, rf = _free(la.ndim, lc, lb), _free(ra.ndim, rc, rb)
     bshape = tuple(la.shape[d] for d in lb)
     m = int(np.prod([la.shape[d] for d in lf], dtype=np.int64))
@@ -122,35 +120,94 @@ def emit_dot(ctx, eqn, i):
     a = _view(ctx.name(lhs) + up, la.shape, [[d] for d in lb] + [lf, list(lc)])
     b = _view(ctx.name(rhs) + up, ra.shape, [[d] for d in rb] + [list(rc), rf])
     out = eqn.outputs[0]
-    name = ctx.name(out)
     mshape = bshape + (m, n)
-    flops = 2 * m * n * k * int(np.prod(bshape, dtype=np.int64))
     swapped = not bshape and len(lf) == len(rf) == 1 and _only_transposed(ctx, out)
     if swapped:
         # the product is only read transposed (weight gradients): compute it in that
         # layout, (a @ b).T = b.T @ a.T, so the transpose is a contiguous array
         a, b, mshape = f"np.transpose({b})", f"np.transpose({a})", (n, m)
-    if flops >= threads.SMALL_GEMM_FLOPS and m * n * k:
+    name = ctx.name(out)
+    post = []
+    if swapped:
+        post.append(f"{name} = np.transpose({name})")
+    elif mshape != tuple(out.aval.shape):
+        post.append(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
+    if low and out.aval.dtype != np.float32:  # f32 accumulation, rounded once
+        post.append(f"{name} = {name}.astype({ctx.const(out.aval.dtype, 'dt')})")
+    return {
+        "a": a,
+        "b": b,
+        "name": name,
+        "mshape": mshape,
+        "dt": ctx.const(np.dtype(np.float32) if low else out.aval.dtype, "dt"),
+        "flops": 2 * m * n * k * int(np.prod(bshape, dtype=np.int64)),
+        "empty": m * n * k == 0,
+        "post": post,
+    }
+
+
+_VIEWS = ("transpose", "reshape", "broadcast_in_dim", "squeeze", "expand_dims")
+
+
+def _partner(ctx, eqn, i):
+    """The next product, past views only, when it is a large 2-D one independent of
+    this one: the two run side by side on the pool (the weight and input gradients of
+    one layer). It moves up past the views, which it does not read."""
+    between = {eqn.outputs[0]}
+    for nxt in ctx.steps[i + 1 : i + 4]:
+        if type(nxt) is FusionGroup or id(nxt) in ctx.skip:
+            return None
+        if nxt.primitive.name == "dot_general":
+            break
+        if nxt.primitive.name not in _VIEWS:
+            return None
+        between.update(nxt.outputs)
+    else:
+        return None
+    if between.intersection(nxt.inputs) or nxt.params["dimension_numbers"][1] != ((), ()):
+        return None
+    plan = _dot_plan(ctx, nxt)
+    if plan is None or plan["empty"] or plan["flops"] < threads.SMALL_GEMM_FLOPS:
+        return None
+    return nxt, plan
+
+
+def emit_dot(ctx, eqn, i):
+    """dot_general as one matmul over views: transposes become BLAS flags, batch dims
+    stay as matmul's batch dims (any layout NumPy's BLAS path accepts, no copies);
+    large products run on fflow's GEMM pool (lowering/cpu_gemm.py) into a fresh buffer,
+    two independent 2-D ones in a row side by side (`cpu_gemm.matmul2`)."""
+    plan = _dot_plan(ctx, eqn)
+    if plan is None:
+        return emit_fallback(ctx, eqn, i)
+    threads.blas()  # fflow owns BLAS threading from the first compiled GEMM on
+    a, b, name, mshape, dt = plan["a"], plan["b"], plan["name"], plan["mshape"], plan["dt"]
+    flops, post = plan["flops"], plan["post"]
+    if flops >= threads.SMALL_GEMM_FLOPS and not plan["empty"]:
         ctx.globals["_mm"] = cpu_gemm.matmul
         ctx.gemm_pool = True
-        dt = np.dtype(np.float32) if low else out.aval.dtype
-        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(dt, 'dt')})")
-        ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
-    elif flops >= cpu_gemm.OWN_KERNEL_MIN_FLOPS and m * n * k and cpu_gemm.own_kernels():
+        ctx.emit(f"{name} = np.empty({mshape}, {dt})")
+        pair = _partner(ctx, eqn, i) if eqn.params["dimension_numbers"][1] == ((), ()) else None
+        if pair is None:
+            ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
+        else:
+            nxt, p2 = pair
+            ctx.globals["_mm2"] = cpu_gemm.matmul2
+            ctx.emit(f"{p2['name']} = np.empty({p2['mshape']}, {p2['dt']})")
+            ctx.emit(f"_mm2({a}, {b}, {name}, {p2['a']}, {p2['b']}, {p2['name']}, _nt)")
+            post = post + p2["post"]
+            ctx.skip.add(id(nxt))
+            ctx.fresh.add(nxt.outputs[0])
+    elif flops >= cpu_gemm.OWN_KERNEL_MIN_FLOPS and not plan["empty"] and cpu_gemm.own_kernels():
         # one thread, on this CPU's kernels (NumPy's are pinned to another core type)
         ctx.globals["_mm"] = cpu_gemm.matmul
-        dt = np.dtype(np.float32) if low else out.aval.dtype
-        ctx.emit(f"{name} = np.empty({mshape}, {ctx.const(dt, 'dt')})")
+        ctx.emit(f"{name} = np.empty({mshape}, {dt})")
         ctx.emit(f"_mm({a}, {b}, {name}, 1)")
     else:
         ctx.emit(f"{name} = np.matmul({a}, {b})")
-    if swapped:
-        ctx.emit(f"{name} = np.transpose({name})")
-    elif mshape != tuple(out.aval.shape):
-        ctx.emit(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
-    if low and out.aval.dtype != np.float32:  # f32 accumulation, rounded once
-        ctx.emit(f"{name} = {name}.astype({ctx.const(out.aval.dtype, 'dt')})")
-    ctx.fresh.add(out)
+    for line in post:
+        ctx.emit(line)
+    ctx.fresh.add(eqn.outputs[0])
 
 
 def emit_reduce_sum(ctx, eqn, i):

@@ -403,3 +403,52 @@ def test_mid_size_products_run_this_cpus_kernels_when_numpys_are_pinned():
     np.testing.assert_allclose(got, np.maximum(a.astype(np.float64) @ b.T, 0), rtol=1e-4, atol=1e-4)
     source = f.lower(a, b).source
     assert ("_mm(" in source) == cpu_gemm.own_kernels(), source
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_two_independent_products_side_by_side_match_numpy(n_threads):
+    from fflow.lowering import cpu_gemm
+
+    rng = np.random.default_rng(8)
+    h = rng.normal(size=(96, 70)).astype(np.float32)
+    g = rng.normal(size=(96, 130)).astype(np.float32)
+    w = rng.normal(size=(70, 130)).astype(np.float32)
+    cases = [
+        (h.T, g, w, g.T),  # the weight and input gradients of one layer
+        (
+            h.T.astype(np.float64),
+            g.astype(np.float64),
+            w.astype(np.float64),
+            g.T.astype(np.float64),
+        ),
+        (h.T, g, w[:, ::2], g.T[::2]),  # the second is not BLAS-able: one after the other
+    ]
+    for a1, b1, a2, b2 in cases:
+        o1 = np.empty((a1.shape[0], b1.shape[1]), a1.dtype)
+        o2 = np.empty((a2.shape[0], b2.shape[1]), a2.dtype)
+        assert cpu_gemm.matmul2(a1, b1, o1, a2, b2, o2, n_threads) is o2
+        for a, b, o in ((a1, b1, o1), (a2, b2, o2)):
+            np.testing.assert_allclose(o, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_jitted_layer_gradients_run_side_by_side_and_match_numpy():
+    import fflow.numpy as jnp
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(128, 256)).astype(np.float32)
+    w1 = (rng.normal(size=(256, 384)) / 16).astype(np.float32)
+    w2 = (rng.normal(size=(384, 256)) / 20).astype(np.float32)
+
+    def loss(w1, w2, x):
+        return jnp.sum(jnp.tanh(jnp.tanh(x @ w1) @ w2) ** 2)
+
+    f = fflow.jit(fflow.grad(loss, argnums=(0, 1)))
+    g1, g2 = (np.asarray(v, np.float64) for v in f(w1, w2, x))
+    assert "_mm2(" in f.lower(w1, w2, x).source  # dW2 and dX2 of the second layer
+    x64, w164, w264 = (v.astype(np.float64) for v in (x, w1, w2))
+    h = np.tanh(x64 @ w164)
+    y = np.tanh(h @ w264)
+    dz = 2 * y * (1 - y**2)
+    dh = (dz @ w264.T) * (1 - h**2)
+    np.testing.assert_allclose(g2, h.T @ dz, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(g1, x64.T @ dh, rtol=2e-4, atol=2e-4)
