@@ -1,7 +1,8 @@
 """Run by tests/test_planner_control.py on simulated devices (imported) and under
 `python -m fflow.launch -n 2` / `-n 4` (as a script): gradient accumulation over more
 micro-batches than shard unrolls (80 > 64), each micro-batch's rows split over the
-devices. Prints (rank 0) the plan's communicating collectives, its bytes, and the
+devices, and a while_loop on split rows (under "while": its collectives and values
+next to NumPy's). Prints (rank 0) the plan's communicating collectives, its bytes, and the
 result next to a float64 NumPy reference with the gradient written out, as JSON."""
 
 import json
@@ -62,8 +63,33 @@ def run(pl):
     }
 
 
+def iterate(x, a):
+    def body(c):
+        i, x = c
+        return i + 1, jnp.tanh(x * a + 0.1)
+
+    return fflow.lax.while_loop(lambda c: c[0] < 50, body, (0, x))[1]
+
+
+def run_while(pl):
+    x = np.random.default_rng(5).normal(size=(16, 3)).astype(np.float32)
+    a = np.float32(0.9)
+    rows = (S(0),) * pl.ndim
+    f = fflow.shard(iterate, pl, in_sbp=(rows, (B,) * pl.ndim), out_sbp=rows)
+    ref = x.astype(np.float64)
+    for _ in range(50):
+        ref = np.tanh(ref * 0.9 + 0.1)
+    return {
+        "collectives": f.plan(x, a).collectives(),
+        "got": np.asarray(f(x, a)).tolist(),
+        "ref": ref.tolist(),
+    }
+
+
 if __name__ == "__main__":
     n = runtime().device_count()
-    result = run(fflow.placement("cpu", list(range(n))))
+    pl = fflow.placement("cpu", list(range(n)))
+    result = run(pl)
+    result["while"] = run_while(pl)
     if runtime().rank == 0:
         print("RESULT " + json.dumps(result))

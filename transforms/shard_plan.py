@@ -35,7 +35,7 @@ from fflow.transforms.shard_cost import (
     hidden_time,
     is_bucketed_reduce,
 )
-from fflow.transforms.shard_plan_control import scan_signatures
+from fflow.transforms.shard_plan_control import scan_signatures, while_signatures
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.config import config
@@ -149,6 +149,8 @@ class _Problem:
                 cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
                 if eqn.primitive.name == "scan":  # a body that needs no communication
                     cands = cands + scan_signatures(eqn, self.h, self.profile, plan_program)
+                elif eqn.primitive.name == "while":
+                    cands = cands + while_signatures(eqn, self.h, self.profile, plan_program)
             outs = []
             for v in eqn.outputs:
                 self.vid[v] = new_var(v.aval, None)

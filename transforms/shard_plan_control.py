@@ -1,5 +1,5 @@
-"""SBP signatures for `scan` whose body runs without communication (a fixpoint over the
-carry's SBP).
+"""SBP signatures for `scan` and `while_loop` whose body runs without communication (a
+fixpoint over the carry's SBP).
 
 The runtimes exchange data only at collectives of a device's top-level program, so a
 loop body cannot communicate. A scan still runs split when some SBPs of its operands
@@ -99,11 +99,50 @@ def scan_signatures(eqn, hierarchy, profile, plan_fn):
                 break
             ins = tuple(tuple(s) for s in c_sbp + k_sbp + x_sbp)
             outs = tuple(out[:nk]) + tuple(_shift(s, 1) for s in out[nk:])
-            sig = Sig(ins, outs, _LocalScan(body, plan, p, mesh.hierarchy, ins))
+            kernel = _LocalLoop(scan_p, {"jaxpr": (body, plan)}, p, mesh.hierarchy, ins)
+            sig = Sig(ins, outs, kernel)
             if all(sig.ins != s.ins or sig.outs != s.outs for s in sigs):
                 sigs.append(sig)
             break
     return sigs
+
+
+def while_signatures(eqn, hierarchy, profile, plan_fn):
+    """Extra N-D signatures of a while_loop: its array carries split along dim 0 (scalars
+    broadcast), constants broadcast, then the carry's fixpoint as for scan; kept when
+    the body moves no bytes and the condition computes its broadcast predicate from
+    what each device holds."""
+    p = eqn.params
+    cond, body = p["cond_jaxpr"], p["body_jaxpr"]
+    if len(body.eqns) + len(cond.eqns) > MAX_BODY_EQNS or all(x == 1 for x in hierarchy):
+        return []
+    ncc, nbc = p["cond_nconsts"], p["body_nconsts"]
+    avals = [v.aval for v in eqn.inputs]
+    carry = avals[ncc + nbc :]
+    nd = len(hierarchy)
+    mesh = _Mesh(hierarchy)
+    bcast = (B,) * nd
+    k_sbp = [(Split(0),) * nd if a.ndim >= 1 else bcast for a in carry]
+    if all(s == bcast for s in k_sbp):
+        return []
+    cc, bc = [bcast] * ncc, [bcast] * nbc
+    for _ in range(MAX_ROUNDS):
+        if not all(_fits(a, s, mesh.hierarchy) for a, s in zip(carry, k_sbp)):
+            return []
+        plan = plan_fn(body, mesh, bc + k_sbp, [None] * len(body.outvars), True, profile=profile)
+        out = [tuple(s) for s in plan.out_sbps]
+        if out == [tuple(s) for s in k_sbp]:
+            break
+        k_sbp = out
+    else:
+        return []
+    cplan = plan_fn(cond, mesh, cc + k_sbp, [bcast], True, profile=profile)
+    if not (_local_only(plan) and _local_only(cplan)):
+        return []
+    ins = tuple(tuple(s) for s in cc + bc + k_sbp)
+    progs = {"cond_jaxpr": (cond, cplan), "body_jaxpr": (body, plan)}
+    kernel = _LocalLoop(eqn.primitive, progs, p, mesh.hierarchy, ins)
+    return [Sig(ins, tuple(tuple(s) for s in k_sbp), kernel)]
 
 
 def _local_only(plan):
@@ -148,78 +187,77 @@ def local_convert(x, shape, have, want, hierarchy, coords):
     return part
 
 
-class _LocalScan:
-    """The per-device kernel of a split scan: the same scan over a body made of each
-    body equation's local kernel under the body plan (built once per device)."""
+class _LocalLoop:
+    """The per-device kernel of a split loop: the same loop primitive over programs made
+    of each equation's local kernel under that program's plan (built once per device).
+    `progs`: {param name: (program, plan)}."""
 
-    def __init__(self, body, plan, params, hierarchy, in_sbps):
-        self.body = body
-        self.plan = plan
+    def __init__(self, prim, progs, params, hierarchy, in_sbps):
+        self.prim = prim
+        self.progs = progs
         self.params = params
         self.h = hierarchy
         self.in_sbps = in_sbps
-        self._bodies = {}
+        self._built = {}
 
     def __call__(self, ctx, *xs):
         key = tuple(tuple(map(tuple, b)) for b in ctx.in_boxes)
-        prog = self._bodies.get(key)
-        if prog is None:
-            prog = self._bodies[key] = self._local_body(self._coords(ctx))
-        params = dict(self.params, jaxpr=prog)
-        return scan_p.bind(*xs, **params)
+        local = self._built.get(key)
+        if local is None:
+            coords = self._coords(ctx)
+            local = {
+                k: _local_program(g, plan, self.h, coords) for k, (g, plan) in self.progs.items()
+            }
+            self._built[key] = local
+        return self.prim.bind(*xs, **dict(self.params, **local))
 
     def _coords(self, ctx):
         """Mesh coordinates of a device holding these input boxes (devices holding the
-        same boxes run the same local body)."""
+        same boxes run the same local programs)."""
         for coords in itertools.product(*[range(n) for n in self.h]):
             if all(
                 tuple(map(tuple, local_box(a.shape, s, self.h, coords))) == tuple(map(tuple, b))
                 for a, s, b in zip(ctx.in_avals, self.in_sbps, ctx.in_boxes)
             ):
                 return coords
-        raise AssertionError("shard: a scan's input boxes match no device")
+        raise AssertionError("shard: a loop's input boxes match no device")
 
-    def _local_body(self, coords):
-        body, plan, h = self.body, self.plan, self.h
 
-        def box(v, nd):
-            return local_box(v.aval.shape, nd, h, coords)
+def _local_program(body, plan, h, coords):
+    """Device `coords`' program of `body` under `plan` (local conversions only)."""
 
-        def shape(v, nd):
-            return tuple(b - a for a, b in box(v, nd))
+    def box(v, nd):
+        return local_box(v.aval.shape, nd, h, coords)
 
-        local_in = [
-            ShapedArray(shape(v, plan.var_sbp[v]), v.aval.dtype, v.aval.weak_type)
-            for v in body.invars
-        ]
+    local_in = [
+        ShapedArray(_box_shape(box(v, plan.var_sbp[v])), v.aval.dtype, v.aval.weak_type)
+        for v in body.invars
+    ]
 
-        def device_fn(*xs):
-            env = dict(zip(body.invars, xs))
-            env.update(zip(body.constvars, body.consts))
+    def device_fn(*xs):
+        env = dict(zip(body.invars, xs))
+        env.update(zip(body.constvars, body.consts))
 
-            def read(v, want=None):
-                if type(v) is Literal:
-                    x, have = np.asarray(v.value, v.aval.dtype), (B,) * len(h)
-                else:
-                    x, have = env[v], plan.var_sbp[v]
-                if want is None or want == have:
-                    return x
-                return local_convert(x, v.aval.shape, have, want, h, coords)
+        def read(v, want):
+            if type(v) is Literal:
+                x, have = np.asarray(v.value, v.aval.dtype), (B,) * len(h)
+            else:
+                x, have = env[v], plan.var_sbp[v]
+            return local_convert(x, v.aval.shape, have, want, h, coords)
 
-            for e, sig in zip(body.eqns, plan.eqn_sigs):
-                ctx = LocalCtx(
-                    [box(v, s) for v, s in zip(e.inputs, sig.ins)],
-                    [box(v, s) for v, s in zip(e.outputs, sig.outs)],
-                    [v.aval for v in e.inputs],
-                    [v.aval for v in e.outputs],
-                    e.params,
-                    sig.outs,
-                )
-                xs = [read(v, w) for v, w in zip(e.inputs, sig.ins)]
-                out = apply_local(e.primitive, sig, ctx, xs, e.params)
-                outs = out if e.primitive.multiple_results else [out]
-                env.update(zip(e.outputs, outs))
-            return [read(v, w) for v, w in zip(body.outvars, plan.out_sbps)]
+        for e, sig in zip(body.eqns, plan.eqn_sigs):
+            ctx = LocalCtx(
+                [box(v, s) for v, s in zip(e.inputs, sig.ins)],
+                [box(v, s) for v, s in zip(e.outputs, sig.outs)],
+                [v.aval for v in e.inputs],
+                [v.aval for v in e.outputs],
+                e.params,
+                sig.outs,
+            )
+            xs = [read(v, w) for v, w in zip(e.inputs, sig.ins)]
+            out = apply_local(e.primitive, sig, ctx, xs, e.params)
+            env.update(zip(e.outputs, out if e.primitive.multiple_results else [out]))
+        return [read(v, w) for v, w in zip(body.outvars, plan.out_sbps)]
 
-        with core.set_current_trace(root_trace):
-            return trace_to_program(device_fn, local_in)
+    with core.set_current_trace(root_trace):
+        return trace_to_program(device_fn, local_in)
