@@ -204,7 +204,7 @@ def sizes(full):
         mlp=(8, 12, 16, 4),
         block=(2, 4, 16, 4),
         tall=(70, 8),
-        scan=3000,
+        scan=9000,  # > cuda_scan.MIN_LENGTH: the chunked device scan
         sort=2500,
     )
 

@@ -6,6 +6,7 @@ import numpy as np
 from fflow.lowering import cuda_attention as ca
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
+from fflow.lowering import cuda_scan
 from fflow.lowering import cuda_scatter_sort as css
 from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import copy_p
@@ -208,6 +209,9 @@ class Plan:
                     pending.append(g)
             elif kind == "reduce":
                 pending.append(self._reduction(e))
+            elif kind == "scan" and cuda_scan.wanted(e):  # long lines: all blocks at once
+                kerns = cuda_scan.scan_kernels(e, self._inl(), self.wide)
+                pending.append(KernelStep(kerns, note="chunked scan"))
             elif kind == "scan":
                 pending.append(KernelStep([cr.cumulative_kernel(e, self._inl(), self.wide)]))
             elif kind == "scatter":
