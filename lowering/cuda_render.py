@@ -14,6 +14,8 @@ import struct
 
 import numpy as np
 
+from fflow.core import primitives
+
 # Helpers every generated kernel source starts with. They compile with NVRTC (no
 # headers) and with g++ through cuda_shim.h; `#ifdef __CUDA_ARCH__` picks the
 # hardware conversions on the GPU and exact bit manipulation on the host.
@@ -214,11 +216,13 @@ class Renderer:
             "gt": lambda x, y: f"({x} > {y})",
             "ge": lambda x, y: f"({x} >= {y})",
         }
-        for name in (
-            "sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 expm1 "
-            "log log1p sqrt cbrt erf"
-        ).split():
-            self.code_for_op[name] = (lambda n: lambda x: f"{fn(n)}({x})")(name)
+        # libm functions: each primitive that declares one (Primitive.c_math, next to
+        # its definition: sin, exp, erf...), so a new one needs no row here
+        libm = {p.name: p.c_math for p in primitives.values() if p.c_math is not None}
+        libm.update(asinh="asinh", acosh="acosh", atanh="atanh")
+        for name, c_name in libm.items():
+            if name not in self.code_for_op:
+                self.code_for_op[name] = (lambda n: lambda x: f"{fn(n)}({x})")(c_name)
 
     def fn(self, name):
         return name + self.suffix

@@ -33,6 +33,8 @@ import threading
 import numpy as np
 from fflow.lowering.nvrtc import cache_dir
 
+from fflow.core import primitives
+
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_shim.h")
 # -O0: the suite builds many small kernel libraries and g++'s time dominates; set
 # FFLOW_SHIM_OPT=-O2 for faster simulated kernels.
@@ -128,13 +130,21 @@ def _wrapper(name, params):
 
 def shim_source(sources):
     """The C++ translation unit g++ builds for these kernel sources."""
-    parts = ['#include "cuda_shim.h"\n']
+    parts = ['#include "cuda_shim.h"\n', _libm_declarations()]
     for src in sources:
         parts.append(src)
         parts.append("\n")
         for name, params, _ in parse_kernels(src):
             parts.append(_wrapper(name, params))
     return "".join(parts)
+
+
+def _libm_declarations():
+    """The libm functions the primitives declare (Primitive.c_math) in float and double:
+    a new one needs no line in cuda_shim.h (declaring one twice is allowed)."""
+    names = sorted({p.c_math for p in primitives.values() if p.c_math is not None})
+    lines = [f"float {n}f(float);\ndouble {n}(double);\n" for n in names]
+    return 'extern "C" {\n' + "".join(lines) + "}\n"
 
 
 def _header_text():

@@ -9,10 +9,11 @@ import pytest
 from cuda_harness import BF16, FLOATS, bind, collect, run_cases, shapes
 from fflow.lowering import cuda_attention, cuda_backend, cuda_kernels
 from hypothesis import strategies as st
+from op_db import OPS
 
 import fflow
 from fflow import lax
-from fflow.core import primitives
+from fflow.core import ShapedArray, primitives
 
 # unary float primitives: (name, input range) — ranges keep results finite mostly;
 # NaN results are compared as NaN
@@ -530,6 +531,32 @@ HOST_ON_PURPOSE = {
     "attention_jvp": "forward-mode attention: its NumPy reference on the host (reverse mode "
     "transposes it into attention_bwd, which has a fused kernel)",
 }
+
+
+def _takes_no_params(prim):
+    try:
+        prim.abstract_eval(ShapedArray((2,), np.float32))
+        with np.errstate(all="ignore"):
+            prim.impl(np.full(2, 0.5, np.float32))
+    except TypeError:  # a missing keyword: convert_element_type, integer_pow...
+        return False
+    return True
+
+
+# every one-operand float row of the op database for an elementwise primitive without
+# parameters runs in test_unary_float too, on its row's input range: a new primitive's
+# row (tests/op_db.py) covers its CUDA kernel
+for _op in OPS:
+    _prim = primitives[_op.name]
+    if (
+        "elementwise" in _prim.traits
+        and len(_op.args) == 1
+        and _op.args[0].kind == "f"
+        and _op.name not in HOST_ON_PURPOSE
+        and _takes_no_params(_prim)
+    ):
+        UNARY.setdefault(_op.name, (_op.args[0].lo, _op.args[0].hi))
+
 CONTROL_FLOW_AND_COLLECTIVES = ("cond", "while", "scan", "all_", "reduce_scatter", "psum",
                                 "pmax", "pmin", "ppermute", "axis_index", "custom_", "remat",
                                 "checkpoint", "shard", "pjit", "call", "collective")  # fmt: skip
