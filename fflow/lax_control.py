@@ -77,14 +77,19 @@ def _strengthen(leaves, avals, mask):
     ]
 
 
-def _promote_weak_inputs(leaves, in_avals, out_avals):
+def _promote_weak_inputs(leaves, in_avals, out_avals, keep_weak_of_same_dtype=False):
     """JAX's weak-type promotion of a loop carry: a weakly typed initial value (a
     Python scalar) takes the type the body gives it, e.g. `fori_loop(0, n, f, 0)`
-    with a float body. Returns (new leaves, changed)."""
+    with a float body. Returns (new leaves, changed). With `keep_weak_of_same_dtype`
+    (scan) a weak carry whose body returns the same dtype strongly stays weak inside
+    the body, as JAX's scan does (its stacked outputs of the carry stay weak)."""
 
     lax = _lax()
     out, changed = [], False
     for x, a, b in zip(leaves, in_avals, out_avals):
+        if keep_weak_of_same_dtype and a.dtype == b.dtype:
+            out.append(x)
+            continue
         if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
             dtype, _ = dtypes.promote_pairs((a.dtype, True), (b.dtype, b.weak_type))
             x = lax.convert_element_type(x, dtype, weak_type=False)
@@ -173,7 +178,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         c_avals = [aval_of_value(c) for c in init_leaves]
         prog, consts, y_tree = _trace_body(f, init_tree, xs_tree, c_avals, x_avals, out)
         out_c_avals = prog.out_avals[:nc]
-        init_leaves, changed = _promote_weak_inputs(init_leaves, c_avals, out_c_avals)
+        init_leaves, changed = _promote_weak_inputs(init_leaves, c_avals, out_c_avals, True)
         if not changed:
             break
     _check_carry("scan body", init_tree, out.carry_tree, c_avals, out_c_avals)

@@ -84,7 +84,7 @@ def _scan_abstract_eval(*avals, jaxpr, num_consts, num_carry, length, reverse=Fa
                 f"cast or reshape the new carry (e.g. .astype({c_in.dtype.name})).",
             )
     ys = [a.update(shape=(length,) + a.shape) for a in jaxpr.out_avals[num_carry:]]
-    return list(carry) + ys
+    return list(carry_out) + ys  # a weak carry the body makes strong ends strong (JAX)
 
 
 def scan_bind(consts, init, xs, jaxpr, length, reverse=False, unroll=1):

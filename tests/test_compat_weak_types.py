@@ -69,3 +69,35 @@ if __name__ == "__main__" and "--regen" in sys.argv:
     with open(GOLDEN, "w") as f:
         json.dump(table(jax.numpy), f, indent=0, sort_keys=True)
         f.write("\n")
+
+
+def test_loops_and_vmapped_switch_keep_jax_weak_types():
+    """Recorded from JAX 0.10.2 (eager and jit agree): a weak scan carry the body makes
+    strong ends strong but its stacked per-step values stay weak; a vmapped switch over
+    a Python scalar operand stays weak."""
+    import fflow
+    import fflow.numpy as jnp
+    from fflow import lax
+
+    xs = jnp.arange(1.0, 7.0)
+    cases = [
+        (lambda: lax.scan(lambda c, x: (c * x, c), 1.0, xs), [False, True]),
+        (lambda: lax.scan(lambda c, x: (c + 1.0, c * 2), 1.0, None, length=3), [True, True]),
+        (lambda: lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(3)), [False, True]),
+        (lambda: lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(3.0)), [False, False]),
+        (lambda: lax.fori_loop(0, 10, lambda i, a: a + i, 0), [True]),
+        (lambda: lax.fori_loop(0, 3, lambda i, a: a * xs[i], 1.0), [False]),
+        (lambda: lax.while_loop(lambda c: c < 5, lambda c: c + jnp.float32(1), 0.0), [False]),
+        (
+            lambda: fflow.vmap(
+                lambda i, x: lax.switch(i, [lambda x: x * 2, lambda x: -x], x), in_axes=(0, None)
+            )(jnp.array([0, 1, 0]), 2.0),
+            [True],
+        ),
+    ]
+    for f, want in cases:
+        for g in (f, fflow.jit(f)):
+            got = [leaf.weak_type for leaf in fflow.tree_util.tree_leaves(g())]
+            assert got == want, (f, got, want)
+    carry, ys = lax.scan(lambda c, x: (c * x, c), 1.0, xs)  # the values are unchanged
+    np.testing.assert_allclose(ys, np.cumprod(np.r_[1.0, np.arange(1.0, 6.0)]))

@@ -22,8 +22,6 @@ KNOWN = {
     "errors_jax_raises": "jnp.sum of a Python list, string leaf under jit, lax.add of mixed dtypes accepted",
     "jit_sharp_bits": "eager static out-of-range index raises instead of clamping",
     "jit_static_args": "jit(jnp.reshape, static_argnums=1): fflow's reshape takes *shape",
-    "lax_associative_scan_map": "weak type of a scan's stacked outputs",
-    "lax_cond_switch": "weak type of a vmapped switch over a Python scalar",
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
     "tutorial_vmap_pmap": "local_device_count() is 8 (fflow's simulated devices), JAX's CPU has 1",
 }

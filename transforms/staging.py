@@ -132,7 +132,10 @@ def eval_program(program, consts, args):
         env[v] = x
 
     def read(v):
-        return v.value if type(v) is Literal else env[v]
+        if type(v) is not Literal:
+            return env[v]
+        # a weak literal (a Python scalar) stays weak when re-bound (vmap broadcasts it)
+        return Array(np.asarray(v.value), True) if v.aval.weak_type else v.value
 
     for eqn in program.eqns:
         invals = [read(v) for v in eqn.inputs]
