@@ -229,6 +229,14 @@ class GlobalValue:
         self.sharding = sharding
         self.shards = shards
 
+    @classmethod
+    def of(cls, shape, dtype, sharding, shards):
+        """`GlobalValue(...)` for a tuple `shape` and an `np.dtype` as they are (no
+        conversions: the per-call path of sharded programs)."""
+        gv = object.__new__(cls)
+        gv.shape, gv.dtype, gv.sharding, gv.shards = shape, dtype, sharding, shards
+        return gv
+
     @property
     def ndim(self):
         return len(self.shape)

@@ -65,6 +65,7 @@ class ShardedProgram:
         self._locals = {}
         self._boxings = None
         self._out_shardings = None
+        self._out_meta = None  # per output: shape, dtype, weak type, Sharding
 
     def sbp_of(self, v):
         """The planned SBP of a var of `program` (through the inlining)."""
@@ -240,13 +241,16 @@ class ShardedProgram:
     def run_global(self, args):
         """Run on global Arrays already in `in_sbps`; returns global Arrays."""
         out_shards = runtime().execute(self, [a._value.shards for a in args])
-        shardings = self._out_shardings
-        if shardings is None:
-            shardings = self._out_shardings = [Sharding(self.placement, s) for s in self.out_sbps]
+        meta = self._out_meta
+        if meta is None:
+            pl = self.placement
+            meta = self._out_meta = [
+                (tuple(v.aval.shape), np.dtype(v.aval.dtype), v.aval.weak_type, Sharding(pl, s))
+                for v, s in zip(self.program.outvars, self.out_sbps)
+            ]
         outs = []
-        for v, sh, shards in zip(self.program.outvars, shardings, out_shards):
-            aval = v.aval
-            out = Array(GlobalValue(aval.shape, aval.dtype, sh, shards), aval.weak_type)
+        for (shape, dtype, weak, sh), shards in zip(meta, out_shards):
+            out = Array(GlobalValue.of(shape, dtype, sh, shards), weak)
             out._sharding = sh
             outs.append(out)
         return outs
