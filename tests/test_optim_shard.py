@@ -144,3 +144,17 @@ def test_sharded_state_on_mpi_ranks(n):
     out = json.loads(line[len("RESULT ") :])
     assert ("dp_x_tp" in out) == (n == 4) == ("dp_x_tp" in out["mixed"])
     _check(out)
+
+
+def test_global_norm_of_split_leaves_is_one_all_reduce():
+    """clip_by_global_norm under shard: the per-leaf partial sums of squares add up as
+    partial sums and the planner reduces once, not once per leaf."""
+    rng = np.random.default_rng(3)
+    tree = {k: rng.normal(size=(8, 4)).astype(np.float32) for k in "abcdef"}
+    mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
+    sbp = {k: (S(0), S(1)) for k in tree}
+    norm = fflow.shard(optim.global_norm, mesh, in_sbp=(sbp,), out_sbp=(B, B))
+    plan = norm.plan(tree)
+    assert plan.collectives().count("all_reduce") == 1, plan
+    want = np.sqrt(sum(np.sum(v.astype(np.float64) ** 2) for v in tree.values()))
+    np.testing.assert_allclose(float(norm(tree)), want, rtol=1e-6)
