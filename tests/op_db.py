@@ -251,6 +251,10 @@ ELSEWHERE = {
     "shard_move": "a move between placements inside shard: tests/test_pipeline_transfer.py",
     "sbp_constraint": "an identity carrying an SBP annotation: tests/test_shard_sbp.py",
     "debug_callback": "a side effect: tests/test_debug.py",
+    **{
+        n: "a host callback: tests/test_compat_callbacks.py"
+        for n in ("pure_callback", "io_callback")
+    },
     "attention_jvp": "the tangent map of dot_product_attention: run by its grad row",
     "attention_bwd": "the transpose of attention_jvp: run by dot_product_attention's grad row",
 }

@@ -519,6 +519,11 @@ NOT_GRAD_CHECKED = {
     "nextafter": "a step of one ulp: the derivative is defined as zero (like floor), "
     "which finite differences of the discrete step cannot confirm",
     "iota": "no operands to differentiate",
+    **{
+        name: "a host callback: not differentiable (as in JAX), tests/test_compat_callbacks.py "
+        "checks that grad raises"
+        for name in ("pure_callback", "io_callback")
+    },
     "debug_callback": "a side effect (fflow.debug.print) with no output to differentiate; "
     "tests/test_debug.py runs it under grad and jit(grad)",
     "sbp_constraint": "an identity carrying an SBP annotation (with_sbp); only meaningful "

@@ -522,6 +522,8 @@ def test_linear_algebra_steps():
 # primitives with no CUDA kernel on purpose: they run on the host inside a plan
 HOST_ON_PURPOSE = {
     "debug_callback": "a host callback by definition",
+    "pure_callback": "a host callback by definition",
+    "io_callback": "a host callback by definition",
     "fft": "pocketfft on the host for now (cupy.fft would be the GPU path)",
     "lgamma": "scipy.special on the host (no CUDA kernel yet)",
     "digamma": "scipy.special on the host (no CUDA kernel yet)",

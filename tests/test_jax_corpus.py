@@ -18,7 +18,6 @@ MIN_FRACTION = 0.70  # the issue's "done" is 0.90
 
 # program -> why fflow does not give JAX's record yet
 KNOWN = {
-    "callbacks": "no pure_callback / io_callback",
     "errors_jax_raises": "jnp.sum of a Python list, string leaf under jit, lax.add of mixed dtypes accepted",
     "jit_sharp_bits": "eager static out-of-range index raises instead of clamping",
     "jit_static_args": "jit(jnp.reshape, static_argnums=1): fflow's reshape takes *shape",

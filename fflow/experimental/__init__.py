@@ -1,6 +1,7 @@
 """fflow.experimental: JAX's `jax.experimental` names that fflow provides.
 
-`enable_x64()` / `disable_x64()` switch 64-bit mode for a block, as JAX's do.
+`enable_x64()` / `disable_x64()` switch 64-bit mode for a block, as JAX's do;
+`io_callback` is `fflow.callbacks.io_callback`.
 
 Example:
     >>> import numpy as np, fflow.numpy as jnp
@@ -44,4 +45,6 @@ def __getattr__(name):
 
     if name in ("shard_map", "pjit", "mesh_utils", "multihost_utils", "checkify"):
         return importlib.import_module(f"fflow.experimental.{name}")
+    if name == "io_callback":
+        return importlib.import_module("fflow.callbacks").io_callback
     raise AttributeError(f"module 'fflow.experimental' has no attribute {name!r}")
