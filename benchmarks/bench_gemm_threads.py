@@ -3,6 +3,8 @@ calls, and OpenBLAS's own threads), per size:
 where a second thread starts to pay (fflow.threads.SMALL_GEMM_FLOPS) and the
 machine's sgemm limit in GFLOP/s (what the MLP step is compared with)."""
 
+import os
+
 import numpy as np
 from common import interleaved_times, parse_args
 
@@ -73,10 +75,13 @@ def main():
             f"| {to * 1e6:.1f} µs | {gflops(m, k, n, t1):.0f} | {gflops(m, k, n, tn):.0f} "
             f"| {t1 / tn:.2f}× |"
         )
+    kernels = "this CPU's (a private copy)" if cpu_gemm.own_kernels() else "NumPy's"
     lines += [
         "",
         f"sgemm limit measured: {best:.0f} GFLOP/s; fflow runs GEMMs below "
-        f"{threads.SMALL_GEMM_FLOPS / 1e6:.0f} MFLOP on one thread.",
+        f"{threads.SMALL_GEMM_FLOPS / 1e6:.0f} MFLOP on one thread. The 1-thread and "
+        f"pool columns run {kernels} OpenBLAS kernels, the OpenBLAS column NumPy's "
+        f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}).",
     ]
     print("\n".join(lines), flush=True)
 
