@@ -1,8 +1,8 @@
 """Run by tests/test_planner_control.py on simulated devices (imported) and under
 `python -m fflow.launch -n 2` / `-n 4` (as a script): gradient accumulation over more
 micro-batches than shard unrolls (80 > 64), each micro-batch's rows split over the
-devices, and a while_loop on split rows (under "while": its collectives and values
-next to NumPy's). Prints (rank 0) the plan's communicating collectives, its bytes, and the
+devices, a while_loop and a cond on split rows (under "while" and "cond": their
+collectives and values next to NumPy's). Prints (rank 0) the plan's communicating collectives, its bytes, and the
 result next to a float64 NumPy reference with the gradient written out, as JSON."""
 
 import json
@@ -86,10 +86,29 @@ def run_while(pl):
     }
 
 
+def branchy(k, x, w):
+    return fflow.lax.cond(k > 0, lambda x: jnp.tanh(x @ w), lambda x: x @ w * 2.0, x)
+
+
+def run_cond(pl):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(64, 8)).astype(np.float32)
+    w = rng.normal(size=(8, 5)).astype(np.float32)
+    rows, bcast = (S(0),) * pl.ndim, (B,) * pl.ndim
+    f = fflow.shard(branchy, pl, in_sbp=(bcast, rows, bcast), out_sbp=rows)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    return {
+        "collectives": f.plan(np.int32(1), x, w).collectives(),
+        "got": [np.asarray(f(np.int32(k), x, w)).tolist() for k in (1, -1)],
+        "ref": [np.tanh(x64 @ w64).tolist(), (x64 @ w64 * 2.0).tolist()],
+    }
+
+
 if __name__ == "__main__":
     n = runtime().device_count()
     pl = fflow.placement("cpu", list(range(n)))
     result = run(pl)
     result["while"] = run_while(pl)
+    result["cond"] = run_cond(pl)
     if runtime().rank == 0:
         print("RESULT " + json.dumps(result))

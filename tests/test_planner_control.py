@@ -127,6 +127,7 @@ def test_long_gradient_accumulation_on_mpi_ranks(n):
     assert out["devices"] == n
     _check_accumulation(out)
     _check_while(out["while"])
+    _check_while(out["cond"])  # the same checks: nothing moves, values as NumPy's
 
 
 def _check_while(out):
@@ -156,8 +157,8 @@ def test_long_recurrence_and_its_gradient_run_split(mesh):
     """70 steps of h = tanh(h * a + x_t), rows split: the forward scan carries h split,
     the backward scan carries h's cotangent split and a's partial; both run split."""
     rng = np.random.default_rng(3)
-    a = rng.normal(size=(6,)).astype(np.float32)
-    xs = rng.normal(size=(70, 8, 6)).astype(np.float32)
+    a = rng.normal(size=(16,)).astype(np.float32)
+    xs = rng.normal(size=(70, 64, 16)).astype(np.float32)  # at 8 x 6 running whole is cheaper
     pl = fflow.placement("cpu", mesh)
     split = (S(1),) * pl.ndim
     step = fflow.value_and_grad(_recurrence, argnums=(0, 1))
@@ -236,3 +237,42 @@ def test_while_loop_whose_condition_reads_split_data_runs_whole():
     ]
     assert all(s == B for nd in sig.ins + sig.outs for s in nd)
     np.testing.assert_allclose(np.asarray(g(x)), np.asarray(f(x)), rtol=1e-6)
+
+
+def _branchy(k, x, w):
+    return fflow.lax.cond(k > 0, lambda x: jnp.tanh(x @ w), lambda x: x @ w * 2.0, x)
+
+
+@pytest.mark.parametrize("mesh", [[0, 1], [[0, 1], [2, 3]]])
+def test_cond_on_split_rows_runs_split(mesh):
+    """Both branches work row by row: the cond runs on each device's rows, nothing
+    moves (running it whole would gather x and slice the result)."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(64, 8)).astype(np.float32)
+    w = rng.normal(size=(8, 5)).astype(np.float32)
+    pl = fflow.placement("cpu", mesh)
+    rows, bcast = (S(0),) * pl.ndim, (B,) * pl.ndim
+    f = fflow.shard(_branchy, pl, in_sbp=(bcast, rows, bcast), out_sbp=rows)
+    for k in (1, -1):
+        sp = f.plan(np.int32(k), x, w)
+        assert sp.collectives() == [] and sp.bytes == 0
+        want = np.tanh(x @ w) if k > 0 else x @ w * 2.0
+        np.testing.assert_allclose(np.asarray(f(np.int32(k), x, w)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_tiny_cond_under_grad_keeps_the_cheaper_whole_plan():
+    """Splitting the backward cond is possible but costs two more collectives than
+    running a 16-row cond whole: the planner keeps the whole one (a second search
+    with every loop and cond whole guards against getting stuck)."""
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(16, 3)).astype(np.float32)
+    w = rng.normal(size=(3, 5)).astype(np.float32)
+    step = fflow.value_and_grad(lambda k, x, w: jnp.sum(_branchy(k, x, w) ** 2), argnums=(1, 2))
+    f = fflow.shard(step, fflow.placement("cpu", [0, 1]), in_sbp=(B, S(0), B), out_sbp=B)
+    sp = f.plan(np.int32(1), x, w)
+    assert _communicating(sp) == ["all_gather"]  # x, once
+    v, (gx, gw) = f(np.int32(1), x, w)
+    rv, (rgx, rgw) = step(np.int32(1), x, w)
+    np.testing.assert_allclose(float(v), float(rv), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(rgw), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(rgx), rtol=1e-5, atol=1e-6)

@@ -35,13 +35,18 @@ from fflow.transforms.shard_cost import (
     hidden_time,
     is_bucketed_reduce,
 )
-from fflow.transforms.shard_plan_control import scan_signatures, while_signatures
+from fflow.transforms.shard_plan_control import (
+    cond_signatures,
+    scan_signatures,
+    while_signatures,
+)
 from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.config import config
 from fflow.core import Literal
 from fflow.sbp import B, Partial
 
+CONTROL = {"scan": scan_signatures, "while": while_signatures, "cond": cond_signatures}
 EXHAUSTIVE_MAX_EQNS = 12
 GREEDY_MAX_EQNS = 1000  # beyond this the message-passing starts always beat greedy
 SEARCH_NODE_LIMIT = 4000
@@ -133,6 +138,7 @@ class _Problem:
             [],
         )
         codes_of = {}
+        self.control = []  # equations (loops, cond) with split signatures of their bodies
         for eqn in program.eqns:
             ins = []
             for v in eqn.inputs:
@@ -147,10 +153,12 @@ class _Problem:
                 in_avals = [v.aval for v in eqn.inputs]
                 out_avals = [v.aval for v in eqn.outputs]
                 cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
-                if eqn.primitive.name == "scan":  # a body that needs no communication
-                    cands = cands + scan_signatures(eqn, self.h, self.profile, plan_program)
-                elif eqn.primitive.name == "while":
-                    cands = cands + while_signatures(eqn, self.h, self.profile, plan_program)
+                extra = CONTROL.get(eqn.primitive.name)  # bodies that need no communication
+                if extra is not None:
+                    more = extra(eqn, self.h, self.profile, plan_program)
+                    if more:
+                        cands = cands + more
+                        self.control.append(len(self.cands))
             outs = []
             for v in eqn.outputs:
                 self.vid[v] = new_var(v.aval, None)
@@ -345,6 +353,27 @@ def plan_program(
     """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
     handled one level up, transforms/shard_memory.py)."""
     prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile)
+    found = _searched(prob, search)
+    if prob.control and search:
+        # the loops' split signatures change what is cheap around them; the search can
+        # get stuck with a loop split where running it whole is cheaper (a tiny cond
+        # under grad: 227 us vs 77 us), so search once more with every loop whole
+        saved = [(prob.cands[k], prob.cin[k], prob.cout[k], prob.comp[k]) for k in prob.control]
+        for k in prob.control:
+            prob.cands[k], prob.cin[k] = prob.cands[k][:1], prob.cin[k][:1]
+            prob.cout[k], prob.comp[k] = prob.cout[k][:1], prob.comp[k][:1]
+        whole = _searched(prob, search)
+        for k, (a, b, c, d) in zip(prob.control, saved):
+            prob.cands[k], prob.cin[k], prob.cout[k], prob.comp[k] = a, b, c, d
+        found += whole
+    if len(found) == 1:
+        return Plan(prob, found[0])
+    return Plan(prob, min(found, key=prob.total))
+
+
+def _searched(prob, search):
+    """The search's refined plans (see the module docstring)."""
+    program = prob.program
     found = [_greedy(prob)] if not search or len(program.eqns) <= GREEDY_MAX_EQNS else []
     if search:
         for pp in PARTIAL_PENALTIES:
@@ -362,9 +391,7 @@ def plan_program(
         best = scored[0][0]
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
-    if len(found) == 1:
-        return Plan(prob, found[0])
-    return Plan(prob, min(found, key=prob.total))
+    return found
 
 
 def fixed_plan(program, pl, in_sbps, out_sbps, sigs, profile=None):

@@ -1,5 +1,5 @@
-"""SBP signatures for `scan` and `while_loop` whose body runs without communication (a
-fixpoint over the carry's SBP).
+"""SBP signatures for `scan`, `while_loop` and `cond` whose bodies run without
+communication (for loops, a fixpoint over the carry's SBP).
 
 The runtimes exchange data only at collectives of a device's top-level program, so a
 loop body cannot communicate. A scan still runs split when some SBPs of its operands
@@ -145,6 +145,48 @@ def while_signatures(eqn, hierarchy, profile, plan_fn):
     return [Sig(ins, tuple(tuple(s) for s in k_sbp), kernel)]
 
 
+def cond_signatures(eqn, hierarchy, profile, plan_fn):
+    """Extra N-D signature of a cond (switch): the operands of one leading dim size split
+    along it (largest first), the index and the rest broadcast; kept when every branch
+    runs on those pieces without moving bytes and gives its outputs in common SBPs."""
+    branches = eqn.params["branches"]
+    if sum(len(b.eqns) for b in branches) > MAX_BODY_EQNS or all(x == 1 for x in hierarchy):
+        return []
+    ops = [v.aval for v in eqn.inputs[1:]]
+    nd = len(hierarchy)
+    mesh = _Mesh(hierarchy)
+    bcast, split0 = (B,) * nd, (Split(0),) * nd
+    # seeds: the operands sharing a leading dim size split along it (rows of a batch
+    # and what was computed from them), the others broadcast
+    sizes = sorted({a.shape[0] for a in ops if a.ndim >= 1}, reverse=True)
+    for size in sizes:
+        o_sbp = [split0 if a.ndim >= 1 and a.shape[0] == size else bcast for a in ops]
+        if not all(_fits(a, s, mesh.hierarchy) for a, s in zip(ops, o_sbp)):
+            continue
+        free = [
+            [
+                tuple(x)
+                for x in plan_fn(
+                    b, mesh, o_sbp, [None] * len(b.outvars), True, profile=profile
+                ).out_sbps
+            ]
+            for b in branches
+        ]
+        # output SBPs every branch can give: one branch's free choice, or partial
+        # wherever some branch holds a partial sum (the others pad theirs locally)
+        merged = [
+            next((x for x in col if any(s.is_partial() for s in x)), col[0]) for col in zip(*free)
+        ]
+        for outs in [merged] + free:
+            plans = [plan_fn(b, mesh, o_sbp, outs, True, profile=profile) for b in branches]
+            if all(_local_only(pl_) for pl_ in plans):
+                ins = (bcast,) + tuple(tuple(s) for s in o_sbp)
+                progs = {"branches": list(zip(branches, plans))}
+                kernel = _LocalLoop(eqn.primitive, progs, eqn.params, mesh.hierarchy, ins)
+                return [Sig(ins, tuple(outs), kernel)]
+    return []
+
+
 def _local_only(plan):
     """Whether every conversion of the plan is a local one (no bytes move; no partial
     max or min, whose identity is not zero)."""
@@ -190,7 +232,7 @@ def local_convert(x, shape, have, want, hierarchy, coords):
 class _LocalLoop:
     """The per-device kernel of a split loop: the same loop primitive over programs made
     of each equation's local kernel under that program's plan (built once per device).
-    `progs`: {param name: (program, plan)}."""
+    `progs`: {param name: (program, plan), or a list of them for a tuple param}."""
 
     def __init__(self, prim, progs, params, hierarchy, in_sbps):
         self.prim = prim
@@ -205,9 +247,12 @@ class _LocalLoop:
         local = self._built.get(key)
         if local is None:
             coords = self._coords(ctx)
-            local = {
-                k: _local_program(g, plan, self.h, coords) for k, (g, plan) in self.progs.items()
-            }
+            local = {}
+            for k, pair in self.progs.items():  # one (program, plan), or a tuple of them
+                if isinstance(pair, list):
+                    local[k] = tuple(_local_program(g, pl_, self.h, coords) for g, pl_ in pair)
+                else:
+                    local[k] = _local_program(*pair, self.h, coords)
             self._built[key] = local
         return self.prim.bind(*xs, **dict(self.params, **local))
 
