@@ -449,19 +449,3 @@ def is_tracer(x):
 def get_source_info():
     """The user's file:line for the equation being recorded now."""
     return user_source_info()
-
-
-def safe_map(f, *lists):
-    n = len(lists[0])
-    for other in lists[1:]:
-        if len(other) != n:
-            raise ValueError(f"safe_map: length mismatch {[len(x) for x in lists]}")
-    return list(map(f, *lists))
-
-
-def safe_zip(*lists):
-    n = len(lists[0])
-    for other in lists[1:]:
-        if len(other) != n:
-            raise ValueError(f"safe_zip: length mismatch {[len(x) for x in lists]}")
-    return list(zip(*lists))

@@ -44,7 +44,6 @@ from fflow.errors import FflowError, user_error
 from fflow.sharding import (
     Broadcast,
     Partial,
-    Split,
     is_global,
     local_box,
     local_indices,
@@ -82,18 +81,6 @@ def _dtype_from_name(name):
 
 def _sbp_to_str(s):
     return repr(s)
-
-
-def _sbp_from_str(text):
-    if text == "B":
-        return Broadcast()
-    m = re.fullmatch(r"S\((\d+)\)", text)
-    if m:
-        return Split(int(m.group(1)))
-    m = re.fullmatch(r"P(?:\((\w+)\))?", text)
-    if m:
-        return Partial(m.group(1) or "sum")
-    raise FflowError(f"checkpoint index has an unknown SBP {text!r}")
 
 
 # ----------------------------------------------------------------------------

@@ -169,10 +169,6 @@ _STORAGE = {
 }
 
 
-def _math(name):
-    return lambda x: f"{name}f({x})"
-
-
 class Renderer:
     """float32: the base table. `code_for_op[name](*args, **params)` -> C expression."""
 

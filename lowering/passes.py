@@ -169,8 +169,6 @@ def _try_fold(eqn, known):
     prim = eqn.primitive
     if prim.impl is None or is_effectful(eqn) or has_subprograms(eqn):
         return None
-    if "random" in prim.traits:
-        return None
     vals = []
     for v in eqn.inputs:
         if type(v) is Literal:

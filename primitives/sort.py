@@ -15,11 +15,6 @@ sort_p = Primitive("sort", multiple_results=True)
 sort_p.amp_class = "follow"
 
 
-def _sort_key(x):
-    # NaNs sort to the end, as in NumPy and JAX
-    return x
-
-
 @sort_p.def_impl
 def _sort_impl(*operands, dimension, num_keys=1):
     keys = operands[:num_keys]

@@ -596,7 +596,6 @@ def test_every_primitive_has_a_cuda_lowering():
             name in HOST_ON_PURPOSE
             or name.startswith(CONTROL_FLOW_AND_COLLECTIVES)
             or "collective" in prim.traits  # NCCL (lowering/cuda_nccl.py), not kernels
-            or "control_flow" in prim.traits
             or "named_axis" in prim.traits  # vmap's axis_name collectives
         ):
             continue

@@ -490,16 +490,6 @@ def _needed_after(prog, events):
     return out
 
 
-def _uses_after(prog):
-    """For each eqn index k: the vars read by eqns k.. and by the outputs."""
-    needed = set(v for v in prog.outvars if type(v) is not Literal)
-    out = [None] * len(prog.eqns)
-    for k in range(len(prog.eqns) - 1, -1, -1):
-        needed = needed | {v for v in prog.eqns[k].inputs if type(v) is not Literal}
-        out[k] = set(needed)
-    return out
-
-
 def _segment(prog, eqns, needed_later):
     defined = set()
     ins = []

@@ -38,15 +38,6 @@ def _unary_inexact(lax_fn, name):
     return fn
 
 
-def _unary_any(lax_fn, name):
-    def fn(x, /):
-        return lax_fn(operand(x))
-
-    fn.__name__ = name
-    fn.__doc__ = f"Elementwise {name}."
-    return fn
-
-
 def _binary(lax_fn, name, to_inexact=False):
     def fn(x, y, /):
         xs, ys = promote(x, y, to_inexact=to_inexact)

@@ -16,7 +16,7 @@ import numpy as np
 
 from fflow import dtypes
 from fflow import lax_ops as lax
-from fflow.errors import ShapeError, user_error
+from fflow.errors import user_error
 from fflow.numpy import elementwise as _ew
 from fflow.numpy import reductions as _red
 from fflow.numpy import shapes as _sh
@@ -274,11 +274,6 @@ eig = eigvals
 def cross(a, b, axis=-1):
 
     return _cross(a, b, axis=axis)
-
-
-def _check_square(a):
-    if a.shape[-1] != a.shape[-2]:
-        raise user_error(ShapeError, f"expected square matrices, got shape {a.shape}")
 
 
 # the public names: jax's (jax.numpy.linalg) that fflow has

@@ -28,10 +28,6 @@ def _promote_pair(a, b):
     return convert(a, dtype), convert(b, dtype)
 
 
-def _pref(dtype):
-    return None
-
-
 def matmul(a, b, precision=None, preferred_element_type=None):
     """NumPy's matmul: batch dimensions broadcast; 1-D operands are promoted."""
     a, b = _promote_pair(a, b)
