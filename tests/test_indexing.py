@@ -187,3 +187,13 @@ def test_linspace_with_array_endpoints():
     np.testing.assert_allclose(np.asarray(out), np.linspace(np.zeros(2), [1.0, 2.0], 3))
     out = jnp.linspace(jnp.zeros(2), jnp.ones(2), 3, axis=1)
     np.testing.assert_allclose(np.asarray(out), np.linspace(np.zeros(2), np.ones(2), 3, axis=1))
+
+
+def test_static_out_of_range_index_clamps_as_jax():
+    # recorded from JAX 0.10.2: retrieval clamps (x[11] of 10 values is x[9], x[-11] is x[0])
+    g = jnp.arange(10.0)
+    assert [float(g[11]), float(g[-11]), float(g[-12])] == [9.0, 0.0, 0.0]
+    m = jnp.arange(12.0).reshape(3, 4)
+    assert m[5].tolist() == [8.0, 9.0, 10.0, 11.0] and float(m[1, 7]) == 7.0
+    assert float(fflow.jit(lambda x: x[11])(g)) == 9.0
+    assert m[5:7].shape == (0, 4)

@@ -103,14 +103,13 @@ def getitem(x, idx):
         elif _is_static_int(e) and not has_adv:
             n = cur[dim]
             i = int(e)
-            if not -n <= i < n:
+            if n == 0:
                 raise user_error(
-                    IndexError,
-                    f"index {i} is out of bounds for axis {dim} with size {n}. Fix: an index "
-                    f"in [{-n}, {n}); for clamping or dropping as JAX's traced indices do, "
-                    f"use x.at[i].get(mode='clip') or mode='fill'.",
+                    IndexError, f"index {i} is out of bounds for axis {dim} with size 0"
                 )
-            out = lax.index_in_dim(out, i % n, axis=dim, keepdims=False)
+            # JAX clamps an out-of-range index (x[11] of 10 values is x[9], x[-11] is x[0])
+            i = min(max(i + n if i < 0 else i, 0), n - 1)
+            out = lax.index_in_dim(out, i, axis=dim, keepdims=False)
         elif not has_adv:
             i = _scalar_index(e, cur[dim])
             out = lax.dynamic_index_in_dim(out, i, axis=dim, keepdims=False)
