@@ -1,5 +1,8 @@
 """The one wrapper that lifts flat-list transforms to pytrees and `argnums`."""
 
+import functools
+import inspect
+
 import numpy as np
 
 from fflow import dtypes
@@ -111,3 +114,49 @@ def sharding_owner(shardings):
     """The first JAX-style sharding (an object with `_fflow_jit`) in a pytree, or None."""
     leaves = tree_flatten(shardings, is_leaf=lambda s: hasattr(s, "_fflow_jit"))[0]
     return next((s for s in leaves if hasattr(s, "_fflow_jit")), None)
+
+
+def with_keyword_statics(make_jit, fun, static_argnums, static_argnames, donate_argnums):
+    """`make_jit(fun, ...)`, except that static_argnames naming keyword-only parameters
+    (`def f(x, *, k)`) are handled here: one compiled function per value of those
+    keywords, as JAX retraces per static value."""
+    try:
+        params = inspect.signature(fun).parameters
+    except (TypeError, ValueError):
+        params = {}
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    kwonly = tuple(n for n in names if n in params and params[n].kind == params[n].KEYWORD_ONLY)
+    rest = tuple(n for n in names if n not in kwonly)
+    if not kwonly:
+        return make_jit(fun, static_argnums, rest, donate_argnums)
+    return _KeywordStatic(lambda f: make_jit(f, static_argnums, rest, donate_argnums), fun, kwonly)
+
+
+class _KeywordStatic:
+    def __init__(self, make, fun, names):
+        functools.update_wrapper(self, fun)
+        self._make, self._fun, self._names, self._by_value = make, fun, names, {}
+
+    def _jitted(self, kwargs):
+        static = tuple((n, kwargs.pop(n)) for n in self._names if n in kwargs)
+        try:
+            jitted = self._by_value.get(static)
+        except TypeError:
+            raise user_error(
+                TypeError,
+                f"jit: static keyword arguments must be hashable, got {static!r:.80}. Fix: "
+                f"pass a tuple instead of a list, or make the argument dynamic.",
+            ) from None
+        if jitted is None:
+            jitted = self._by_value[static] = self._make(
+                functools.partial(self._fun, **dict(static))
+            )
+        return jitted, kwargs
+
+    def __call__(self, *args, **kwargs):
+        jitted, kwargs = self._jitted(dict(kwargs))
+        return jitted(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        jitted, kwargs = self._jitted(dict(kwargs))
+        return jitted.lower(*args, **kwargs)

@@ -19,7 +19,6 @@ MIN_FRACTION = 0.70  # the issue's "done" is 0.90
 # program -> why fflow does not give JAX's record yet
 KNOWN = {
     "errors_jax_raises": "jnp.sum of a Python list, string leaf under jit, lax.add of mixed dtypes accepted",
-    "jit_static_args": "jit(jnp.reshape, static_argnums=1): fflow's reshape takes *shape",
     "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
     "tutorial_vmap_pmap": "local_device_count() is 8 (fflow's simulated devices), JAX's CPU has 1",
 }

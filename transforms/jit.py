@@ -15,7 +15,7 @@ import numpy as np
 from fflow.transforms.staging import eval_program, run_at_root, trace_to_program
 
 from fflow import core
-from fflow.api_util import Store, as_value, sharding_owner
+from fflow.api_util import Store, as_value, sharding_owner, with_keyword_statics
 from fflow.array import Array, root_trace
 from fflow.config import config
 from fflow.core import ShapedArray, Tracer
@@ -641,7 +641,7 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
     owner = sharding_owner(shardings)  # JAX's shardings (jax_sharding.py): jit of fflow.shard
     if owner is not None:
         return owner._fflow_jit(fun, *shardings, static_argnums=static_argnums)
-    return Jitted(fun, static_argnums, static_argnames, donate_argnums)
+    return with_keyword_statics(Jitted, fun, static_argnums, static_argnames, donate_argnums)
 
 
 def make_jaxpr(fun, static_argnums=(), return_shape=False):
