@@ -53,27 +53,6 @@ _CTYPES = {
     np.dtype(np.float64): "double",
     np.dtype(bool): "unsigned char",
 }
-_TRANSCENDENTAL = {
-    "exp",
-    "log",
-    "tanh",
-    "sin",
-    "cos",
-    "tan",
-    "expm1",
-    "log1p",
-    "erf",
-    "logistic",
-    "pow",
-    "sinh",
-    "cosh",
-    "atan",
-    "asin",
-    "acos",
-    "exp2",
-    "cbrt",
-    "atan2",
-}
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -170,7 +149,7 @@ def worth_native(group):
     """
     if group.outputs[0].aval.dtype not in _CTYPES or len(group.eqns) < 2:
         return False
-    if any(e.primitive.name in _TRANSCENDENTAL for e in group.eqns):
+    if any("transcendental" in e.primitive.traits for e in group.eqns):
         return group.size >= NATIVE_MIN_SIZE and len(group.eqns) >= 3
     return group.size >= ARITH_MIN_SIZE
 
@@ -432,7 +411,7 @@ def emit_native_group(ctx, group, i):
             keep.append(n)
     call = f"{kernel}({', '.join(ptrs + [f'{out}.ctypes.data', str(group.size)])})"
     if group.size >= PARALLEL_MIN_SIZE and any(
-        e.primitive.name in _TRANSCENDENTAL for e in group.eqns
+        "transcendental" in e.primitive.traits for e in group.eqns
     ):
         # compute-bound: chunks on fflow's thread pool (the step's thread count `_nt`;
         # `_par` is lowering/cpu_gemm.parallel, installed by the NumPy backend)

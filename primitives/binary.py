@@ -88,6 +88,7 @@ def _pow(x, y):
 
 
 pow_p = binary("pow", _pow, amp="fp32")
+pow_p.traits.add("transcendental")  # see unary.py
 
 
 def _pow_jvp_x(g, x, y):
@@ -137,6 +138,7 @@ def _atan2(y, x):
 
 
 atan2_p = binary("atan2", _atan2, float_only=True)
+atan2_p.traits.add("transcendental")  # as pow and the libm functions of unary.py
 
 
 def _atan2_jvp_y(g, y, x):

@@ -340,3 +340,9 @@ for _p in (exp_p, exp2_p, expm1_p, log_p, log1p_p, sqrt_p, cbrt_p, tanh_p, logis
            stop_gradient_p):  # fmt: skip
     _p.traits.add("monotone_up")
 neg_p.traits.add("monotone_down")
+# compute-bound per element (a libm call or more): the CPU backend runs large fused
+# groups of them on its thread pool (lowering/native.py), the shard planner weighs them
+# above plain arithmetic (transforms/shard_cost.py); pow and atan2 in binary.py
+for _p in (exp_p, exp2_p, expm1_p, log_p, log1p_p, cbrt_p, tanh_p, logistic_p, atan_p, sin_p,
+           cos_p, tan_p, asin_p, acos_p, sinh_p, cosh_p, erf_p):  # fmt: skip
+    _p.traits.add("transcendental")

@@ -284,7 +284,8 @@ def load_all_primitives():
 
     for mod in ("fflow.random", "fflow.transforms.remat", "fflow.transforms.shard",
                 "fflow.primitives.collectives", "fflow.primitives.control_flow",
-                "fflow.pipelining", "fflow.debug"):  # fmt: skip
+                "fflow.pipelining", "fflow.debug", "fflow.callbacks",
+                "fflow.transforms.custom"):  # fmt: skip
         importlib.import_module(mod)
     return primitives
 

@@ -12,6 +12,7 @@ compiler does not merge it with the forward pass.
 
 import functools
 
+from fflow.primitives.dot import dot_general_p
 from fflow.transforms import autodiff as ad
 from fflow.transforms import vmap as vm
 from fflow.transforms.custom import (
@@ -341,10 +342,6 @@ def _checkpoint_batch(vals, dims, *, program, prevent_cse, policy):
 vm.batch_rules[checkpoint_p] = _checkpoint_batch
 
 
-def _dot_names():
-    return ("dot_general",)
-
-
 class checkpoint_policies:
     """Policies for `checkpoint(policy=...)`: which equations' outputs to save."""
 
@@ -358,13 +355,13 @@ class checkpoint_policies:
 
     @staticmethod
     def dots_saveable(prim, *avals, **params):
-        return prim.name in _dot_names()
+        return prim is dot_general_p
 
     checkpoint_dots = dots_saveable
 
     @staticmethod
     def dots_with_no_batch_dims_saveable(prim, *avals, **params):
-        if prim.name not in _dot_names():
+        if prim is not dot_general_p:
             return False
         (_, _), (lb, _) = params["dimension_numbers"]
         return not lb

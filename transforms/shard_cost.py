@@ -12,6 +12,9 @@ simulated CPU devices differ where the hardware says they should.
 
 import math
 
+from fflow.primitives.dot import dot_general_p
+from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.primitives.scan import scan_p
 from fflow.transforms import shard_buckets  # noqa: F401  (defines config.grad_bucket_mb)
 
 from fflow.config import config
@@ -30,8 +33,6 @@ __all__ = [
 
 # primitives whose cost is moving bytes, not arithmetic
 MOVE_TRAITS = ("shape", "indexing")
-# transcendental elementwise ops cost more than an add
-HEAVY = {"exp", "log", "tanh", "logistic", "erf", "rsqrt", "sqrt", "pow", "sin", "cos", "log1p"}
 
 
 def _size(aval):
@@ -45,21 +46,21 @@ def eqn_flops(eqn):
     ins = [_size(v.aval) for v in eqn.inputs]
     nbytes = sum(s * v.aval.dtype.itemsize for s, v in zip(ins, eqn.inputs))
     nbytes += sum(s * v.aval.dtype.itemsize for s, v in zip(outs, eqn.outputs))
-    if prim.name == "dot_general":
+    if prim is dot_general_p:
         (lc, _), _ = eqn.params["dimension_numbers"]
         k = math.prod(eqn.inputs[0].aval.shape[d] for d in lc) if lc else 1
         return 2.0 * outs[0] * k, nbytes
-    if prim.name == "scan":  # its body's work, every step
+    if prim is scan_p:  # its body's work, every step
         body = [eqn_flops(e) for e in eqn.params["jaxpr"].eqns]
         n = eqn.params["length"]
         return n * sum(f for f, _ in body), n * sum(b for _, b in body)
-    if prim.name in ("sbp_constraint",):
+    if prim is sbp_constraint_p:
         return 0.0, 0
     if any(t in prim.traits for t in MOVE_TRAITS):
         return 0.0, nbytes
     if "reduction" in prim.traits or "cumulative" in prim.traits:
         return float(max(ins or [0])), nbytes
-    weight = 8.0 if prim.name in HEAVY else 1.0
+    weight = 8.0 if "transcendental" in prim.traits else 1.0  # a libm call costs more
     return weight * float(max(outs or [0])), nbytes
 
 

@@ -25,6 +25,7 @@ The plan with the lowest exact total wins. Everything runs on integer codes of
 N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
+from fflow.primitives.dot import dot_general_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import (
@@ -320,9 +321,6 @@ class _Problem:
         return t + sum(self.bt(i, h, w) for i, h, w in self.conversions(sig_idx, have))
 
 
-HEAVY_PRIMS = ("dot_general", "conv_general_dilated")
-
-
 def _late_vars(program, prob):
     """(per var id: read only after the program's last matmul, number of such values
     computed by then). A training step's tail is its optimizer update; the values
@@ -331,7 +329,7 @@ def _late_vars(program, prob):
     program whose only crossing value is its output pays the whole latency."""
     last = -1
     for k, eqn in enumerate(program.eqns):
-        if eqn.primitive.name in HEAVY_PRIMS:
+        if eqn.primitive is dot_general_p:  # (convolutions are dot_generals too)
             last = k
     late = [
         last >= 0 and bool(cons or reqs) and all(k > last for k, _ in cons)
