@@ -1,16 +1,21 @@
 """MPI: (1) an all-reduce of 1 KB ... 64 MB through a sharded program (P -> B) vs raw
 mpi4py `comm.Allreduce` on the same buffers, at 2 and 4 ranks, in fflow's
 deterministic mode (default: bit-identical to the simulated runtime) and native mode
-(MPI's own reduction); (2) data-parallel MLP step (784-1024-1024-10) weak scaling:
-2 ranks x 1 BLAS thread at per-rank batch B vs 1 process x 1 thread at batch B, with
-the share of the step spent in communication.
+(MPI's own reduction), the three interleaved call by call; (2) data-parallel MLP step
+(784-1024-1024-10) weak scaling: n ranks x 1 BLAS thread at per-rank batch B vs 1
+process x 1 thread at batch B (rank 0 alone in the same launch, interleaved), next to
+a hand-written DP step (jit gradients + one raw Allreduce of them all + jit update: what
+MPI and fflow's kernels allow), with the time fflow's step spent blocked in
+communication and how much of its gradient buckets' all-reduce time (each bucket alone
+through raw Allreduce) was hidden behind the backward pass.
 
     python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
 
 Times are medians (max over ranks per repetition); ratios are fflow / raw MPI.
 The last DP row runs with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), which
 moves bucket data while Python computes; otherwise MPI progresses only when fflow
-polls the bucket requests between compiled segments (shard_exec "progress" stages).
+polls the bucket requests between compiled segments (shard_exec "progress" stages)
+and inside every other MPI call.
 
 Measured 2026-12-02 on the shared 2-core machine (fflow / raw comm.Allreduce, same
 launch; det = deterministic mode, nat = native):
@@ -25,27 +30,18 @@ launch; det = deterministic mode, nat = native):
 | 1 MB | 4 | 4.6 ms floor | 0.7x / 0.6x (5.1 / 4.4 ms vs 7.5 ms) |
 
 The 4-rank floor was the wait loop spinning 2 ms before yielding the core to a peer
-on it (4 ranks on 2 cores): waits now yield after every 16 tests. The 1 KB ratio
-that is left is Python per call (~120 us: the shard call's cache key, the device
-program's generator, the request path), not MPI. DP MLP step (784-1024-1024-10,
-batch 256 per rank): before, quiet: 1 process 17.2 ms, 2 ranks 56.9 ms (3.3x), 4
-ranks 119 ms (6.9x). Part of it was each rank running 2 GEMM threads on 2 shared
-cores (fixed: fflow.launch gives each rank its share, FFLOW_RANKS_PER_NODE). The full
-table after the fixes was taken at load 9-14 (other helpers' test suites), where even
-raw MPI's 1 KB all-reduce took 7 us-12 ms and 1 process's step 176 ms instead of 17 ms:
-its ratios say nothing about the targets; rerun this on a quiet machine. The DP plan
-the planner picks for this MLP is not plain data parallelism: it all-gathers
-activations, computes weight gradients split S(1), updates them split and all-gathers
-the weights (6 collectives, ~13 MB, none overlappable) instead of bucketed gradient
-all-reduces (cheaper in its cost model by bytes and the halved update).
+on it (4 ranks on 2 cores): waits now yield after every 16 tests. DP MLP step
+(784-1024-1024-10, batch 256 per rank): before, quiet: 1 process 17.2 ms, 2 ranks
+56.9 ms (3.3x), 4 ranks 119 ms (6.9x). Part of it was each rank running 2 GEMM
+threads on 2 shared cores (fixed: fflow.launch gives each rank its share,
+FFLOW_RANKS_PER_NODE).
 
 Session 4 (cache-hit calls on a cheap key, NumPy inputs borrowed instead of copied,
 one-collective programs without the generator, in-place ordered reduction), load ~1-2:
 2 ranks det / nat vs raw: 1 KB 5.9x / 4.9x (43 / 36 vs 7 us), 64 KB 2.9x / 1.9x,
 1 MB 1.5x / 1.3x, 4 MB 1.4x / 1.2x, 16 MB 2.2x / 2.1x, 64 MB 1.35x / 1.3x; 4 ranks
 1 KB 4.4x, 1 MB 1.6x, 64 MB 1.2x. DP MLP: 2 ranks 1.84x of 1 process (48.5 vs 26.3
-ms, 17% communication), 4 ranks 5.1x. Same-load A/B of the 1 KB call alone: 111 ->
-70 us (raw 9 us).
+ms, 17% communication), 4 ranks 5.1x.
 """
 
 import json
@@ -61,24 +57,39 @@ from common import ROOT, parse_args
 SIZES = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _timed(comm, fn, reps):
-    """Median over reps of the slowest rank's time for one call of fn."""
-    fn()
-    fn()
-    out = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
+def _timed(comm, fns, reps):
+    """Per name, the median over reps of the slowest rank's time for one call of
+    fns[name] = (setup, fn) (setup runs untimed before the call); the calls are
+    interleaved round-robin (the order rotates every round), so every variant sees the
+    same share of a machine whose load changes."""
+    for setup, fn in fns.values():
+        setup()
         fn()
-        dt = time.perf_counter() - t0
-        out.append(comm.allreduce(dt, op=_max()))
-    return statistics.median(out)
+        fn()
+    names = list(fns)
+    out = {name: [] for name in names}
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            setup, fn = fns[name]
+            setup()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            out[name].append(comm.allreduce(dt, op=_max()))
+    return {name: statistics.median(ts) for name, ts in out.items()}
 
 
 def _max():
     from mpi4py import MPI
 
     return MPI.MAX
+
+
+def _mode(deterministic):
+    import fflow
+
+    return lambda: fflow.config.update("mpi_deterministic", deterministic)
 
 
 def allreduce_rows(sizes):
@@ -93,16 +104,18 @@ def allreduce_rows(sizes):
     rows = []
     for nbytes in sizes:
         count = nbytes // 4
-        reps = 30 if nbytes <= (1 << 20) else 7
+        reps = 60 if nbytes <= (1 << 20) else 15
         local = np.random.default_rng(comm.Get_rank()).normal(size=count).astype(np.float32)
         g = fflow.make_global_array(local, pl, P)
         out = np.empty_like(local)
-        raw = _timed(comm, lambda a=local, o=out: comm.Allreduce(a, o), reps)
-        row = {"bytes": nbytes, "raw": raw}
-        for mode in ("deterministic", "native"):
-            fflow.config.update("mpi_deterministic", mode == "deterministic")
-            row[mode] = _timed(comm, lambda g=g: ident(g), reps)
-        fflow.config.update("mpi_deterministic", True)
+        fns = {
+            "raw": (_mode(True), lambda a=local, o=out: comm.Allreduce(a, o)),
+            "deterministic": (_mode(True), lambda g=g: ident(g)),
+            "native": (_mode(False), lambda g=g: ident(g)),
+        }
+        row = _timed(comm, fns, reps)
+        _mode(True)()
+        row["bytes"] = nbytes
         rows.append(row)
     return rows
 
@@ -118,8 +131,27 @@ def mlp_params(sizes):
     ]
 
 
-def dp_step_time(batch, dims, steps):
-    """Seconds per data-parallel SGD step at per-rank `batch` (1 process: no shard)."""
+def _solo(comm, fn):
+    """Rank 0 runs fn alone (the other ranks sleep, not spin, until it is done): the
+    1-process baseline measured in the same launch, at the same machine load."""
+    t0 = time.perf_counter()
+    if comm.Get_rank() == 0:
+        fn()
+    dt = time.perf_counter() - t0
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.0005)
+    return dt
+
+
+def dp_rows(batch, dims, steps):
+    """Data-parallel SGD step at per-rank `batch`, interleaved in one launch: 1 process
+    (rank 0 alone, jit), fflow on every rank (shard), and a hand-written DP step (jit
+    gradients, one raw comm.Allreduce of all of them packed, jit update). Also the
+    communication fflow's step spent blocked, and how much of its gradient buckets'
+    all-reduce time (each bucket's size alone through raw Allreduce) was hidden."""
+    from fflow.transforms.shard_buckets import plan_buckets
+
     import fflow
     import fflow.numpy as jnp
     from fflow.sharding import B, S, runtime
@@ -133,41 +165,65 @@ def dp_step_time(batch, dims, steps):
         logp = logits - jnp.log(jnp.sum(jnp.exp(logits), axis=-1, keepdims=True))
         return -jnp.mean(jnp.sum(y * logp, axis=-1))
 
+    def update(params, grads):
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
     def step(params, x, y):
         value, grads = fflow.value_and_grad(loss)(params, x, y)
-        return value, [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+        return value, update(params, grads)
 
     rt = runtime()
-    n = fflow.process_count()
-    rng = np.random.default_rng(fflow.process_index())
+    comm = rt.world
+    n = comm.Get_size()
+    rng = np.random.default_rng(comm.Get_rank())
     x = rng.normal(size=(batch, dims[0])).astype(np.float32)
     y = np.eye(dims[-1], dtype=np.float32)[rng.integers(0, dims[-1], batch)]
     params = mlp_params(dims)
-    if n == 1:
-        fn = fflow.jit(step)
-        args = (params, x, y)
-        comm = None
-    else:
-        pl = fflow.placement("cpu", list(range(n)))
-        fn = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B)
-        args = (params, fflow.make_global_array(x, pl, S(0)), fflow.make_global_array(y, pl, S(0)))
-        comm = rt.world
+    one = fflow.jit(step)
+    pl = fflow.placement("cpu", list(range(n)))
+    dp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B)
+    gx, gy = fflow.make_global_array(x, pl, S(0)), fflow.make_global_array(y, pl, S(0))
+    grad_fn, update_fn = fflow.jit(fflow.value_and_grad(loss)), fflow.jit(update)
+    flat = np.empty(sum(a.size for layer in params for a in layer), np.float32)
+    summed = np.empty_like(flat)
+
+    def hand():
+        _, grads = grad_fn(params, x, y)
+        leaves = [np.asarray(g) for layer in grads for g in layer]
+        np.concatenate([g.reshape(-1) for g in leaves], out=flat)
+        comm.Allreduce(flat, summed)
+        out, k = [], 0
+        for layer in params:
+            out.append(tuple(summed[k : (k := k + a.size)].reshape(a.shape) for a in layer))
+        return update_fn(params, out)
+
     for _ in range(2):
-        fn(*args)
-    times, comm_share = [], []
-    for _ in range(steps):
-        if comm is not None:
+        one(params, x, y), dp(params, gx, gy), hand()
+    samples = {"one": [], "fflow": [], "hand": [], "exposed": [], "bucket_wait": []}
+    for r in range(steps):
+        samples["one"].append(_solo(comm, lambda: one(params, x, y)))
+        for name in ("fflow", "hand") if r % 2 == 0 else ("hand", "fflow"):
+            c0, w0 = rt.comm_seconds, rt.bucket_wait_seconds
             comm.Barrier()
-        c0 = getattr(rt, "comm_seconds", 0.0)
-        t0 = time.perf_counter()
-        fn(*args)
-        dt = time.perf_counter() - t0
-        share = (getattr(rt, "comm_seconds", 0.0) - c0) / dt
-        if comm is not None:
-            dt = comm.allreduce(dt, op=_max())
-        times.append(dt)
-        comm_share.append(share)
-    return statistics.median(times), statistics.median(comm_share)
+            t0 = time.perf_counter()
+            dp(params, gx, gy) if name == "fflow" else hand()
+            dt = time.perf_counter() - t0
+            samples[name].append(comm.allreduce(dt, op=_max()))
+            if name == "fflow":
+                samples["exposed"].append(rt.comm_seconds - c0)
+                samples["bucket_wait"].append(rt.bucket_wait_seconds - w0)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    # each bucket's all-reduce alone (raw MPI, same bytes): the communication to hide
+    buckets = plan_buckets(dp.plan(params, gx, gy).local_program(0))
+    alone = 0.0
+    for b in buckets:
+        buf = np.zeros(b.nbytes // b.dtype.itemsize, b.dtype)
+        res = np.empty_like(buf)
+        run = (lambda: None, lambda a=buf, o=res: comm.Allreduce(a, o))
+        alone += _timed(comm, {"b": run}, 7)["b"]
+    med["buckets"] = [b.nbytes for b in buckets]
+    med["bucket_alone"] = alone
+    return med
 
 
 def worker(tiny):
@@ -177,9 +233,9 @@ def worker(tiny):
     dims = (784, 64, 10) if tiny else (784, 1024, 1024, 10)
     batch = 16 if tiny else 256
     result = {}
-    if fflow.process_count() > 1 and "--dp-only" not in sys.argv:
+    if "--dp-only" not in sys.argv:
         result["allreduce"] = allreduce_rows(sizes)
-    result["dp"] = dp_step_time(batch, dims, 3 if tiny else 15)
+    result["dp"] = dp_rows(batch, dims, 3 if tiny else 15)
     if fflow.process_index() == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -190,14 +246,7 @@ def launch(n, tiny, extra_env=None, dp_only=False):
     env.pop("FFLOW_RUNTIME", None)
     me = os.path.abspath(__file__)
     args = [me, "--worker"] + (["--tiny"] if tiny else []) + (["--dp-only"] if dp_only else [])
-    cmd = (
-        [sys.executable, "-m", "fflow.launch", "-n", str(n), *args]
-        if n > 1
-        else [
-            sys.executable,
-            *args,
-        ]
-    )
+    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"bench_mpi: the {n}-rank run failed:\n{proc.stderr[-3000:]}")
@@ -209,12 +258,15 @@ def _size(b):
     return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
 
 
+def _ms(t):
+    return f"{t * 1e3:.1f} ms"
+
+
 def main():
     if "--worker" in sys.argv:
         worker("--tiny" in sys.argv)
         return
     args = parse_args(__doc__.split("\n")[0])
-    one = launch(1, args.tiny)
     runs = {n: launch(n, args.tiny) for n in (2, 4)}
     # MPICH's progress thread moves bucket data while Python computes the backward pass
     # (without it MPI progresses only when fflow polls between compiled segments)
@@ -229,19 +281,25 @@ def main():
                 f"| all-reduce {_size(row['bytes'])} | {n} | {raw * 1e6:.0f} us | "
                 f"{det * 1e6:.0f} us | {det / raw:.2f}x | {nat * 1e6:.0f} us | {nat / raw:.2f}x |"
             )
-    t1, _ = one["dp"]
-    print("\ndata-parallel MLP step, weak scaling (1 BLAS thread per process)")
-    print("| workload | processes | step time | vs 1 process | communication share |")
-    print("|---|---|---|---|---|")
-    print(f"| DP MLP step | 1 | {t1 * 1e3:.1f} ms | 1.00x | 0% |")
-    for n, res in runs.items():
-        t, share = res["dp"]
-        print(f"| DP MLP step | {n} | {t * 1e3:.1f} ms | {t / t1:.2f}x | {share * 100:.0f}% |")
-    t, share = async_run["dp"]
+    print("\ndata-parallel MLP step, weak scaling (1 BLAS thread per process; the 1-process")
+    print("step is rank 0 alone in the same launch, interleaved with the n-rank steps)")
     print(
-        f"| DP MLP step, MPICH async progress | 2 | {t * 1e3:.1f} ms | {t / t1:.2f}x | "
-        f"{share * 100:.0f}% |"
+        "| ranks | 1 process | fflow DP | vs 1 process | hand DP (jit + 1 Allreduce) | vs 1 "
+        "process | fflow blocked in comm | bucket all-reduce alone | of it hidden |"
     )
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = [(n, res["dp"]) for n, res in runs.items()]
+    rows.append(("2, MPICH async progress", async_run["dp"]))
+    for n, d in rows:
+        t1 = d["one"]
+        hidden = max(0.0, d["bucket_alone"] - d["bucket_wait"])
+        share = hidden / d["bucket_alone"] if d["bucket_alone"] else 0.0
+        print(
+            f"| {n} | {_ms(t1)} | {_ms(d['fflow'])} | {d['fflow'] / t1:.2f}x | "
+            f"{_ms(d['hand'])} | {d['hand'] / t1:.2f}x | {_ms(d['exposed'])} "
+            f"({d['exposed'] / d['fflow'] * 100:.0f}%) | {_ms(d['bucket_alone'])} "
+            f"({len(d['buckets'])} buckets) | {_ms(hidden)} ({share * 100:.0f}%) |"
+        )
 
 
 if __name__ == "__main__":

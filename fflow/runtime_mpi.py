@@ -68,6 +68,7 @@ class MPIRuntime:
         self.bytes_moved = 0  # bytes this rank sent in collective messages
         self.collective_count = 0
         self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
+        self.bucket_wait_seconds = 0.0  # of which waiting for started gradient buckets
         self._comms = {}
         self._group_of = {}  # (placement ranks, group) -> (world ranks, communicator)
         self._in_flight = []  # requests of started gradient buckets
@@ -220,7 +221,9 @@ class MPIRuntime:
             t0 = time.perf_counter()
             out = mpi_ops.finish_all_reduce(self, comm, ranks, handle, what)
             self._in_flight.remove(handle[1])
-            self.comm_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.comm_seconds += dt
+            self.bucket_wait_seconds += dt
             return out
         prim, x, params = req
         return self.collective(pl, prim, x, params)
