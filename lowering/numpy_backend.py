@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 from fflow.lowering import cpu_gemm, passes
-from fflow.lowering.numpy_rows import ROWS, emit_fallback
+from fflow.lowering.numpy_rows import ROWS, emit_fallback, row_of
 from fflow.lowering.passes import FusionGroup
 from fflow.primitives.unary import integer_pow_by_squaring
 
@@ -326,7 +326,7 @@ def emit_elementwise(ctx, eqn, i):
 
 
 def emit_eqn(ctx, eqn, i):
-    row = ROWS.get(eqn.primitive.name)
+    row = row_of(eqn.primitive)
     if row is not None:
         return row(ctx, eqn, i)
     if passes.is_fusible(eqn):

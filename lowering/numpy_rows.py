@@ -12,7 +12,21 @@ import functools
 import numpy as np
 from fflow.lowering import cpu_attention, cpu_gemm
 from fflow.lowering.schedule import FusionGroup
-from fflow.primitives.indexing import scatter_into
+from fflow.primitives.attention import attention_bwd_p, attention_p
+from fflow.primitives.control_flow import cond_p, while_p
+from fflow.primitives.dot import dot_general_p
+from fflow.primitives.indexing import (
+    dynamic_update_slice_p,
+    scatter_add_p,
+    scatter_into,
+    scatter_max_p,
+    scatter_min_p,
+    scatter_mul_p,
+    scatter_p,
+)
+from fflow.primitives.reduction import reduce_max_p, reduce_sum_p
+from fflow.primitives.scan import scan_p
+from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, transpose_p
 
 from fflow import threads
 from fflow.core import Literal
@@ -88,8 +102,7 @@ def _only_transposed(ctx, v):
         bool(found)
         and v not in ctx.outset
         and all(
-            e.primitive.name == "transpose" and tuple(e.params["permutation"]) == (1, 0)
-            for e in found
+            e.primitive is transpose_p and tuple(e.params["permutation"]) == (1, 0) for e in found
         )
     )
 
@@ -157,7 +170,7 @@ def _partner(ctx, eqn, i):
     for nxt in ctx.steps[i + 1 : i + 4]:
         if type(nxt) is FusionGroup or id(nxt) in ctx.skip:
             return None
-        if nxt.primitive.name == "dot_general":
+        if nxt.primitive is dot_general_p:
             break
         if nxt.primitive.name not in _VIEWS:
             return None
@@ -257,13 +270,9 @@ def emit_transpose(ctx, eqn, i):
     ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.transpose({ctx.arg(eqn.inputs[0], True)}, {perm})")
 
 
-_SCATTER_INTO = {
-    "scatter": functools.partial(scatter_into, None),
-    "scatter_add": functools.partial(scatter_into, np.add),
-    "scatter_mul": functools.partial(scatter_into, np.multiply),
-    "scatter_min": functools.partial(scatter_into, np.minimum),
-    "scatter_max": functools.partial(scatter_into, np.maximum),
-}
+_SCATTERS = (scatter_p, scatter_add_p, scatter_mul_p, scatter_min_p, scatter_max_p)
+# each scatter's in-place form: its combining ufunc, declared on the primitive
+_SCATTER_INTO = {p: functools.partial(scatter_into, p.scatter_ufunc) for p in _SCATTERS}
 
 
 def _dus_into(out, update, *starts):
@@ -283,11 +292,11 @@ def emit_update(ctx, eqn, i):
         return
     name, cond = target
     rest = ", ".join(ctx.arg(v, True) for v in eqn.inputs[1:])
-    if eqn.primitive.name == "dynamic_update_slice":
+    if eqn.primitive is dynamic_update_slice_p:
         fn = ctx.const(_dus_into, "dus_into")
         inplace = f"{fn}({name}, {rest})"
     else:
-        fn = ctx.const(_SCATTER_INTO[eqn.primitive.name], "scatter_into")
+        fn = ctx.const(_SCATTER_INTO[eqn.primitive], "scatter_into")
         inplace = f"{fn}({name}, {rest}, {tuple(eqn.params['axes'])})"
     if cond is None:
         ctx.emit(f"{ctx.name(out)} = {inplace}")
@@ -370,7 +379,7 @@ def emit_call(ctx, eqn, i):
 
 def emit_attention(ctx, eqn, i):
     """dot_product_attention / attention_bwd: batched GEMMs on the pool (cpu_attention)."""
-    fn = cpu_attention.forward if eqn.primitive.name == "dot_product_attention" else None
+    fn = cpu_attention.forward if eqn.primitive is attention_p else None
     fn = fn or cpu_attention.backward
     kernel = ctx.const(fn, "attn")
     p = ctx.const(dict(eqn.params), "p")
@@ -383,20 +392,27 @@ def emit_attention(ctx, eqn, i):
 
 
 ROWS = {
-    "dot_product_attention": emit_attention,
-    "attention_bwd": emit_attention,
-    "custom_jvp_call": emit_call,
-    "custom_vjp_call": emit_call,
-    "checkpoint": emit_call,
-    "cond": emit_cond,
-    "while": emit_while,
-    "scan": emit_scan,
-    "dot_general": emit_dot,
-    "reduce_sum": emit_reduce_sum,
-    "reduce_max": emit_reduce_max,
-    "broadcast_in_dim": emit_broadcast,
-    "reshape": emit_reshape,
-    "transpose": emit_transpose,
-    "dynamic_update_slice": emit_update,
-    **{name: emit_update for name in _SCATTER_INTO},
+    attention_p: emit_attention,
+    attention_bwd_p: emit_attention,
+    cond_p: emit_cond,
+    while_p: emit_while,
+    scan_p: emit_scan,
+    dot_general_p: emit_dot,
+    reduce_sum_p: emit_reduce_sum,
+    reduce_max_p: emit_reduce_max,
+    broadcast_in_dim_p: emit_broadcast,
+    reshape_p: emit_reshape,
+    transpose_p: emit_transpose,
+    dynamic_update_slice_p: emit_update,
+    **{p: emit_update for p in _SCATTERS},
 }
+
+
+def row_of(prim):
+    """The row rendering `prim` (keyed by the Primitive), or None: an elementwise op or
+    the fallback. Call primitives (trait "call": custom_jvp_call, custom_vjp_call,
+    checkpoint, defined above the lowering in transforms/) run their program compiled."""
+    row = ROWS.get(prim)
+    if row is None and "call" in prim.traits:
+        return emit_call
+    return row

@@ -260,6 +260,7 @@ def _scatter_impl_for(ufunc):
 def _scatter_prim(name, ufunc):
     prim = _prim(name)
     prim.impl = _scatter_impl_for(ufunc)
+    prim.scatter_ufunc = ufunc  # how updates combine (None: replace): CPU's in-place form
 
     def abstract_eval(x, indices, updates, *, axes):
         _check_gather(name, x, indices, axes)

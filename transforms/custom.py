@@ -406,6 +406,8 @@ def _add(x, y):
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)
 custom_vjp_call_p.eager_shape_rule = False  # its rule traces the user's function
 custom_lin_p = Primitive("custom_lin", multiple_results=True)
+for _p in (custom_jvp_call_p, custom_vjp_call_p):
+    _p.traits.add("call")  # runs its `program` param: backends compile it, shard inlines it
 def_broadcast_only(custom_jvp_call_p, CALL_REPLICATED)
 def_broadcast_only(custom_vjp_call_p, CALL_REPLICATED)
 def_broadcast_only(custom_lin_p, "a custom_vjp's backward (a Python function) runs whole")

@@ -31,6 +31,7 @@ from fflow.core import Literal, Primitive, Program, Var, aval_of_value, set_curr
 from fflow.tree_util import tree_flatten, tree_unflatten
 
 checkpoint_p = Primitive("checkpoint", multiple_results=True)
+checkpoint_p.traits.add("call")  # runs its `program` param, as custom_jvp_call (custom.py)
 def_broadcast_only(checkpoint_p, CALL_REPLICATED)
 
 

@@ -273,14 +273,12 @@ def _local_shape(shape, nd, hierarchy, coords):
 # ----------------------------------------------------------------------------
 # Inlining call-like equations
 
-CALL_LIKE = ("custom_jvp_call", "custom_vjp_call", "checkpoint")
-
 
 def _body(eqn, pl):
     if eqn.primitive.name == "shard_call":
         inner = eqn.params["sharded"]
         return inner.program if inner.placement == pl else None
-    if eqn.primitive.name not in CALL_LIKE:
+    if "call" not in eqn.primitive.traits:  # custom_jvp_call, custom_vjp_call, checkpoint
         return None
     body = eqn.params.get("program")
     if body is None or body.constvars or len(body.invars) != len(eqn.inputs):
