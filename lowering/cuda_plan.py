@@ -6,7 +6,7 @@ import numpy as np
 from fflow.lowering import cuda_attention as ca
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
-from fflow.lowering import cuda_scan
+from fflow.lowering import cuda_scan, cuda_sort
 from fflow.lowering import cuda_scatter_sort as css
 from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import copy_p
@@ -142,6 +142,8 @@ def _kind(eqn):
         return "attention"
     if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
         return "sort"
+    if name == "sort" and cuda_sort.supported(eqn):
+        return "device sort"
     if "solver" in eqn.primitive.traits:  # primitives/linalg.py: cuSOLVER through CuPy (the
         return "solver"  # NumPy implementation dispatches to cupy.linalg), NumPy on the shim
     return "host"
@@ -229,6 +231,8 @@ class Plan:
                 pending.append(SolverStep(e))
             elif kind == "sort":
                 pending.append(KernelStep([css.sort_kernel(e, self.wide)]))
+            elif kind == "device sort":  # long lines: bitonic passes over global memory
+                pending.append(KernelStep(cuda_sort.sort_kernels(e, self.wide), note=kind))
             elif kind == "attention":
                 kern = ca.KERNELS[e.primitive.name](e)
                 pending.append(KernelStep([kern], note=f"fused {e.primitive.name}"))

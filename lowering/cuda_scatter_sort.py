@@ -126,7 +126,7 @@ def sort_kernel(eqn, wide=False):
     the line's indices in shared memory (keys compared lexicographically, NaN last, the
     original index breaking ties, which makes it stable), then a gather of every operand."""
     ops = eqn.inputs
-    dim, num_keys = eqn.params["dimension"], eqn.params.get("num_keys", 1)
+    dim = eqn.params["dimension"]
     shape = ops[0].aval.shape
     length = shape[dim]
     post = size_of(shape[dim + 1 :])
@@ -139,27 +139,8 @@ def sort_kernel(eqn, wide=False):
     names = [k.input(v) for v in ops]
     outs = [k.output(v) for v in eqn.outputs]
     t = k.idx_t
-    off = f"(({t})(line / {post}{k.lit}) * {length * post}{k.lit} + ({t})(line % {post}{k.lit}))"
-    lines = []
-    for i in range(num_keys):
-        r = renderer_for(ops[i].aval.dtype)
-        va = r.load(f"{names[i]}[base + ({t})a * {post}]")
-        vb = r.load(f"{names[i]}[base + ({t})b * {post}]")
-        lines += [
-            f"{{ {r.compute} va = {va}, vb = {vb};",
-            "  if ((vb < va) || (va != va && vb == vb)) return true;",
-            "  if ((va < vb) || (vb != vb && va == va)) return false; }",
-        ]
-    params = ", ".join(f"const {storage_ctype(v.aval.dtype)}* {n}" for v, n in zip(ops, names))
-    text = (
-        f"__device__ __forceinline__ bool HELPER({params}, {t} base, int a, int b) {{\n"
-        f"  if (a >= {length} || b >= {length}) return a >= {length} && (b < {length} || a > b);\n"
-        + "\n".join("  " + x for x in lines)
-        + "\n  return a > b;\n}"
-    )
-    helper = "fflow_sort_after_" + hashlib.sha256(text.encode()).hexdigest()[:10]
-    k.helper(helper.upper(), text.replace("HELPER", helper))
-    call = f"{helper}({', '.join(names)}, base, "
+    off = line_offset(k, length, post)
+    call = after_helper(k, eqn, names)
     body = [
         f"__shared__ int perm[{p2}];",
         f"for ({t} line = blockIdx.x; line < {nlines}{k.lit}; line += gridDim.x) {{",
@@ -185,3 +166,41 @@ def sort_kernel(eqn, wide=False):
     body += [f"    {o}[dst] = {n}[src];" for o, n in zip(outs, names)]
     body += ["  }", "  __syncthreads();", "}"]
     return k.finish(body, max(1, min(nlines, MAX_GRID)), block)
+
+
+def line_offset(k, length, post):
+    """C expression: the offset of line `line`'s first element (lines along one axis)."""
+    t = k.idx_t
+    return f"(({t})(line / {post}{k.lit}) * {length * post}{k.lit} + ({t})(line % {post}{k.lit}))"
+
+
+def after_helper(k, eqn, names):
+    """Declare the comparison of a sort: `<call>a, b)` is true when element a of the
+    line at `base` goes after element b (keys lexicographic, NaN last, then the index;
+    indices past the line's end go last). Returns the call's opening text."""
+    ops = eqn.inputs
+    dim, num_keys = eqn.params["dimension"], eqn.params.get("num_keys", 1)
+    shape = ops[0].aval.shape
+    length = shape[dim]
+    post = size_of(shape[dim + 1 :])
+    t = k.idx_t
+    lines = []
+    for i in range(num_keys):
+        r = renderer_for(ops[i].aval.dtype)
+        va = r.load(f"{names[i]}[base + ({t})a * {post}]")
+        vb = r.load(f"{names[i]}[base + ({t})b * {post}]")
+        lines += [
+            f"{{ {r.compute} va = {va}, vb = {vb};",
+            "  if ((vb < va) || (va != va && vb == vb)) return true;",
+            "  if ((va < vb) || (vb != vb && va == va)) return false; }",
+        ]
+    params = ", ".join(f"const {storage_ctype(v.aval.dtype)}* {n}" for v, n in zip(ops, names))
+    text = (
+        f"__device__ __forceinline__ bool HELPER({params}, {t} base, int a, int b) {{\n"
+        f"  if (a >= {length} || b >= {length}) return a >= {length} && (b < {length} || a > b);\n"
+        + "\n".join("  " + x for x in lines)
+        + "\n  return a > b;\n}"
+    )
+    helper = "fflow_sort_after_" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    k.helper(helper.upper(), text.replace("HELPER", helper))
+    return f"{helper}({', '.join(names)}, base, "

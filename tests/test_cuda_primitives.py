@@ -460,10 +460,11 @@ def test_dot_general_and_host_fallback():
         ),  # fmt: skip
         ("sort (a kernel)", lambda x: lax.sort(x, 1), [a]),
         (
-            "sort of a long line (host fallback)",
+            "sort of a long line (device sort)",
             lambda x: lax.sort(x, 0),
             [np.arange(3000.0)[::-1]],
         ),
+        ("fft (host fallback)", lambda x: fflow.numpy.fft.fft(x).real * 2, [a[0, 0]]),
     ]
     from fflow.transforms.shard import sbp_constraint_p
 
@@ -474,7 +475,8 @@ def test_dot_general_and_host_fallback():
     )
     built = run_cases(cases)
     assert "fflow_sort_" in built[2][1].source
-    assert "host sort" in built[3][1].source
+    assert "fflow_sortpass_" in built[3][1].source
+    assert "host fft" in built[4][1].source
     assert "cublas gemm" in built[0][1].source
 
 
