@@ -215,6 +215,9 @@ class Primitive:
     # a scan, or max/min), so partial values of that kind pass through it under shard
     # (transforms/shard_rules.py); None: none.
     sbp_partial = None
+    # (NumPy ufunc, dtype kinds): the impl is this ufunc for operands of these kinds (a
+    # ufunc impl needs none), so the NumPy backend may call it with out=; None: not one
+    ufunc = None
 
     def __init__(self, name, multiple_results=False):
         self.name = name

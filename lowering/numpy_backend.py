@@ -41,24 +41,12 @@ CHUNK = 16384  # elements per row block of a chunked fused group (temporaries st
 # ops become native loops instead (lowering/native.py), which is where the gain is.
 CHUNK_MIN_SIZE = 1 << 24
 
-# prims whose impl is this NumPy ufunc for operands of these dtype kinds (the
-# per-primitive kernel-vs-eager tests keep this table honest)
-_UFUNC_BY_NAME = {
-    "square": (np.square, "fiu"),
-    "atan2": (np.arctan2, "f"),
-    "rem": (np.fmod, "f"),
-    "div": (np.true_divide, "f"),
-    "pow": (np.power, "f"),
-    "cbrt": (np.cbrt, "f"),
-    "nextafter": (np.nextafter, "f"),
-}
-
 
 def ufunc_of(prim, dtype=None):
     """The NumPy ufunc that is this elementwise primitive's implementation, or None."""
     if isinstance(prim.impl, np.ufunc):
         return prim.impl
-    entry = _UFUNC_BY_NAME.get(prim.name)
+    entry = prim.ufunc  # declared next to the primitive (primitives/unary.py, binary.py)
     if entry is None or dtype is None or np.dtype(dtype).kind not in entry[1]:
         return None
     if np.dtype(dtype).itemsize < 4:  # low precision: the impl's own casting rules

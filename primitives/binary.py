@@ -47,6 +47,7 @@ def _div(x, y):
 
 
 div_p = binary("div", _div)
+div_p.ufunc = (np.true_divide, "f")  # its impl for floats (see Primitive.ufunc)
 
 
 def _div_jvp(primals, tangents):
@@ -76,6 +77,7 @@ def _rem(x, y):
 
 
 rem_p = binary("rem", _rem)
+rem_p.ufunc = (np.fmod, "f")
 defjvp(
     rem_p,
     lambda g, x, y: g,
@@ -88,6 +90,7 @@ def _pow(x, y):
 
 
 pow_p = binary("pow", _pow, amp="fp32")
+pow_p.ufunc = (np.power, "f")
 pow_p.traits.add("transcendental")  # see unary.py
 
 
@@ -138,6 +141,7 @@ def _atan2(y, x):
 
 
 atan2_p = binary("atan2", _atan2, float_only=True)
+atan2_p.ufunc = (np.arctan2, "f")
 atan2_p.traits.add("transcendental")  # as pow and the libm functions of unary.py
 
 
@@ -157,6 +161,7 @@ def _nextafter(x, y):
 
 
 nextafter_p = binary("nextafter", _nextafter, float_only=True)
+nextafter_p.ufunc = (np.nextafter, "f")
 defjvp(nextafter_p, None, None)
 
 # SBP facts (transforms/shard_rules.py): mul is linear in each operand on its own, div in

@@ -97,6 +97,7 @@ def _cbrt(x):
 
 
 cbrt_p = unary("cbrt", _cbrt, c_math="cbrt")
+cbrt_p.ufunc = (np.cbrt, "f")  # its impl for floats (see Primitive.ufunc)
 defjvp_with_output(
     cbrt_p,
     lambda out, xs, ts: lax.div(ts[0], lax.mul(lax.mul(out, out), lax.full_like(out, 3))),
@@ -280,6 +281,7 @@ def _square(x):
 
 # fp32: squares of fp16 values overflow above 256 (norms, variances)
 square_p = unary("square", _square, float_only=False, amp="fp32")
+square_p.ufunc = (np.square, "fiu")
 defjvp(square_p, lambda g, x: lax.mul(g, lax.mul(x, lax.full_like(x, 2))))
 
 
