@@ -10,8 +10,9 @@ micro-batches and runs them through the stages in the 1F1B order: after a short
 warm-up each device alternates one forward and one backward, so stage 0 keeps at
 most 4 micro-batches' activations (GPipe keeps all of them). The script prints the
 schedule (device x tick), its bubble fraction next to the theory (p-1)/(m+p-1),
-the peak activation bytes per stage, and checks the first step's loss and
-gradients against the same model without pipelining.
+the bubble measured from the last step's trace (fflow.pipeline_trace), the peak
+activation bytes per stage, and checks the first step's loss and gradients against
+the same model without pipelining.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import numpy as np
 
 import fflow
 import fflow.numpy as jnp
+from fflow.pipeline_trace import StepTrace
 from fflow.sharding import runtime
 
 LAYERS = [2, 1, 1, 1]  # layers per stage (uneven on purpose)
@@ -117,8 +119,18 @@ def main(tiny=False):
         params = fflow.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
         if rank0 and (step + 1) % max(1, steps // 4) == 0:
             print(f"step {step + 1}: loss {float(loss):.4f}")
+    trace = StepTrace.gather(step_fn)  # every rank's trace of the last step as it ran
     if rank0:
         print(f"loss {first:.4f} -> {float(loss):.4f}")
+        cpu = trace.cpu_timeline()
+        print(
+            f"last step measured: executed ticks bubble {trace.ticks().mean_idle:.3f}, "
+            f"CPU-clock bubble of the busiest device {cpu.bottleneck:.3f} "
+            f"(stage imbalance {cpu.imbalance():.2f}: LAYERS are uneven)"
+        )
+        if trace.mpi:
+            print("wall clock per rank (F/B computing, . idle):")
+            print(trace.picture(48))
     assert float(loss) < first
     return float(loss)
 
