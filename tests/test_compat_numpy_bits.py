@@ -69,3 +69,11 @@ def test_custom_interpreter_rebinds_equations_with_get_bind_params():
         )
         env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
     np.testing.assert_allclose(read(closed.jaxpr.outvars[0]), f(x), rtol=1e-6)
+
+
+def test_promote_types_takes_dtype_names_as_jax():
+    # recorded from JAX 0.10.2: JAX's lattice (int64 with float32 is float32), bf16 by name
+    assert jnp.promote_types("bfloat16", "float16") == np.float32
+    assert jnp.promote_types("int64", "float32") == np.float32
+    assert jnp.promote_types(int, "int8") == np.int8
+    assert jnp.promote_types("uint8", "int8") == np.int16

@@ -266,3 +266,16 @@ def test_scipy_linalg_lu_matches_scipy(shape):
     batch = np.stack([a, a[::-1]])
     p, l, u = fflow.vmap(fl.lu)(batch)
     np.testing.assert_allclose(p @ l @ u, batch, atol=1e-5)
+
+
+def test_logaddexp_second_derivatives_are_smooth():
+    # d2/dx2 logaddexp(x, 0) = s(x)(1 - s(x)), s the logistic (JAX: 0.25 at the tie)
+    xs = np.array([0.0, 0.5, -1.0, 30.0])
+    s = 1 / (1 + np.exp(-xs))
+    g2 = fflow.vmap(fflow.grad(fflow.grad(lambda x: jnp.logaddexp(x, 0.0))))(jnp.asarray(xs))
+    np.testing.assert_allclose(g2, s * (1 - s), rtol=1e-5, atol=1e-12)
+    h = fflow.hessian(lambda v: jnp.logaddexp(v[0], v[1]))(jnp.array([0.7, 0.7]))
+    np.testing.assert_allclose(h, [[0.25, -0.25], [-0.25, 0.25]], rtol=1e-6)
+    np.testing.assert_allclose(fflow.hessian(fflow.nn.log_sigmoid)(0.0), -0.25, rtol=1e-6)
+    g = fflow.grad(jnp.logaddexp, argnums=(0, 1))(100.0, -100.0)  # far apart: no overflow
+    assert [float(v) for v in g] == [1.0, 0.0]

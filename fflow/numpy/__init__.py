@@ -160,8 +160,17 @@ def result_type(*args):
 
 
 def promote_types(a, b):
+    """The dtype a binary operation on dtypes `a` and `b` computes in (JAX's lattice; not
+    narrowed to 32 bits: promote_types(int64, float32) is float64 as in JAX)."""
 
-    return _dtypes.promote_pairs((_np.dtype(a), False), (_np.dtype(b), False))[0]
+    def pair(t):
+        if t is int or t is float or t is complex:
+            return _dtypes.canonicalize(t), True
+        if isinstance(t, str) and t in ("bfloat16", "bf16"):
+            return _dtypes.bfloat16_dtype(), False
+        return _np.dtype(t), False
+
+    return _dtypes.promote_pairs(pair(a), pair(b))[0]
 
 
 def can_cast(from_, to, casting="safe"):
