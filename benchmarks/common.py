@@ -6,6 +6,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,12 +60,42 @@ def median_time(fn, reps, warmup=3, inner=1):
     return statistics.median(times)
 
 
+def _threads_running(me):
+    """Threads of this process other than the calling one that are running (state R)."""
+    n = 0
+    try:
+        tids = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        if int(tid) == threading.get_native_id():
+            continue
+        try:
+            with open(f"/proc/{me}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        n += stat[stat.rindex(")") + 2] == "R"
+    return n
+
+
+def settle(timeout=0.1):
+    """Wait (up to `timeout` s) until no other thread of this process runs: torch's
+    OpenMP workers spin ~20 ms after each call, XLA's pool a few ms, each holding a
+    core the next framework's call would otherwise use."""
+    me, end = os.getpid(), time.perf_counter() + timeout
+    while _threads_running(me) and time.perf_counter() < end:
+        time.sleep(0.0005)
+
+
 def interleaved_times(fns, reps, warmup=3, inner=1):
     """Median seconds per call of each `fns[name]`, timed round-robin.
 
     Interleaving gives every framework the same share of a machine whose load
     changes while the benchmark runs (other processes on a shared box); the order
-    rotates every round.
+    rotates every round. Before each call the threads the previous framework left
+    spinning go idle (`settle`), as they would for a user running only one
+    framework; the wait is not timed.
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -72,10 +103,10 @@ def interleaved_times(fns, reps, warmup=3, inner=1):
     samples = {name: [] for name in fns}
     names = list(fns)
     for r in range(reps):
-        # rotate the order: a framework whose idle threads keep spinning after its call
-        # (OpenMP, OpenBLAS) slows whichever call follows it; rotation spreads that
+        # rotate the order: any effect of one call on the next is spread evenly
         for name in names[r % len(names) :] + names[: r % len(names)]:
             fn = fns[name]
+            settle()
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()
