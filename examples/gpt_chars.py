@@ -29,12 +29,19 @@ reloads model, optimizer state and step onto the mesh). At the end it reports
 validation bits per character next to a bigram model fit on the same training text,
 writes a loss-curve PNG and prints a generated sample.
 
-Measured (2-core machine shared with other jobs, load average 8-20; the defaults):
-validation 2.661 bits/char vs the bigram's 3.517 on both runs (the same numbers);
-4 simulated devices in one process: 7 min 08 s wall, 81 CPU-seconds; 4 MPI ranks:
-7 min 41 s wall, 293 CPU-seconds over the 4 ranks (a rank waiting for a collective
-polls). Each got a fifth of a core or less; the CPU time is the figure that does not
-depend on the other jobs.
+Measured on a 2-core machine shared with other jobs, with the defaults. The two runs of a
+pair give the same numbers: validation 2.660 bits/char vs the bigram's 3.517 (2.661 in
+the older pair, before a planner change reordered some sums).
+
+| run | load average | wall | CPU |
+|---|---|---|---|
+| 4 simulated devices, one process | 8 | 3 min 26 s | 78 s |
+| `fflow.launch -n 4` | 8-10 | 3 min 10 s | 175 s over the 4 ranks |
+| 4 simulated devices, one process | 8-14 | 7 min 08 s | 81 s |
+| `fflow.launch -n 4` | 15-20 | 7 min 41 s | 293 s over the 4 ranks |
+
+A rank that waits for a collective keeps polling, so the MPI run uses more CPU. The CPU
+time is the figure that does not depend on the other jobs.
 """
 
 import argparse
