@@ -159,9 +159,6 @@ def _dot_plan(ctx, eqn):
     }
 
 
-_VIEWS = ("transpose", "reshape", "broadcast_in_dim", "squeeze", "expand_dims")
-
-
 def _partner(ctx, eqn, i):
     """The next product, past views only, when it is a large 2-D one independent of
     this one: the two run side by side on the pool (the weight and input gradients of
@@ -172,7 +169,7 @@ def _partner(ctx, eqn, i):
             return None
         if nxt.primitive is dot_general_p:
             break
-        if nxt.primitive.name not in _VIEWS:
+        if not {"view", "shape"} <= nxt.primitive.traits:  # a reshape, transpose, slice...
             return None
         between.update(nxt.outputs)
     else:

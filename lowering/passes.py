@@ -338,7 +338,6 @@ from fflow.lowering.pad_sums import fold_pad_sums, use_counts  # noqa: E402
 
 # fusion grouping and liveness live in schedule.py (it imports the helpers above)
 from fflow.lowering.schedule import (  # noqa: E402
-    FRESH_OUTPUT_PRIMITIVES,
     FusionGroup,
     Liveness,
     default_may_alias,
@@ -368,5 +367,4 @@ __all__ = [
     "Liveness",
     "liveness",
     "default_may_alias",
-    "FRESH_OUTPUT_PRIMITIVES",
 ]

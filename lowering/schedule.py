@@ -179,43 +179,15 @@ class Liveness:
         return all(self.last_use.get(w, -1) <= i for w in group)
 
 
-# primitives whose reference implementation always returns a new array
-FRESH_OUTPUT_PRIMITIVES = {
-    "dot_general",
-    "reduce_sum",
-    "reduce_max",
-    "reduce_min",
-    "reduce_prod",
-    "reduce_and",
-    "reduce_or",
-    "argmax",
-    "argmin",
-    "cumsum",
-    "cumprod",
-    "cummax",
-    "cummin",
-    "sort",
-    "gather",
-    "pad",
-    "concatenate",
-    "iota",
-    "scatter",
-    "scatter_add",
-    "scatter_mul",
-    "scatter_min",
-    "scatter_max",
-    "dynamic_update_slice",
-}
-
-
 def default_may_alias(eqn):
     """Whether an output of `eqn` may share memory with an input (conservative)."""
-    name = eqn.primitive.name
     # trait "view", set next to the primitive: its NumPy result may share the memory of
     # an input (a view, or the input itself)
     if "view" in eqn.primitive.traits:
         return True
-    if name in FRESH_OUTPUT_PRIMITIVES:
+    # a new array: trait "fresh_output" (dot_general, sort, gather, pad, scatters...), and
+    # every reduction and cumulative primitive
+    if {"fresh_output", "reduction", "cumulative"} & eqn.primitive.traits:
         return False
     if "elementwise" in eqn.primitive.traits and not eqn.primitive.multiple_results:
         return False

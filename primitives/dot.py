@@ -171,6 +171,7 @@ defjvp(
 )
 transpose_rules[dot_general_p] = _dot_transpose
 dot_general_p.traits.add("bilinear")
+dot_general_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 __all__ = ["dtypes"]
 

@@ -134,6 +134,9 @@ def _dus_transpose(ct, x, update, *starts):
 jvp_rules[dynamic_update_slice_p] = _dus_jvp
 transpose_rules[dynamic_update_slice_p] = _dus_transpose
 dynamic_update_slice_p.traits.add("linear_in_first_two")
+dynamic_update_slice_p.traits.add(
+    "fresh_output"
+)  # its NumPy result is a new array (lowering/schedule.py)
 
 
 # -- gather ------------------------------------------------------------------------
@@ -228,6 +231,7 @@ def _scatter_winners(indices, x_shape, axes, updates_shape):
 jvp_rules[gather_p] = _gather_jvp
 transpose_rules[gather_p] = _gather_transpose
 gather_p.traits.add("linear_in_first")
+gather_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 
 # -- scatter family -----------------------------------------------------------------
@@ -260,6 +264,7 @@ def _scatter_impl_for(ufunc):
 def _scatter_prim(name, ufunc):
     prim = _prim(name)
     prim.impl = _scatter_impl_for(ufunc)
+    prim.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
     prim.scatter_ufunc = ufunc  # how updates combine (None: replace): CPU's in-place form
 
     def abstract_eval(x, indices, updates, *, axes):

@@ -185,6 +185,7 @@ deflinear(slice_p, _slice_transpose)
 
 # -- pad -------------------------------------------------------------------------
 pad_p = _shape_prim("pad")
+pad_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 
 @pad_p.def_impl
@@ -251,6 +252,7 @@ deflinear(pad_p, _pad_transpose)
 
 # -- concatenate -------------------------------------------------------------------
 concatenate_p = _shape_prim("concatenate")
+concatenate_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 
 @concatenate_p.def_impl
@@ -327,6 +329,7 @@ deflinear(rev_p, lambda ct, x, *, dimensions: [lax.rev(ct, dimensions)])
 # -- iota ------------------------------------------------------------------------------
 iota_p = Primitive("iota")
 iota_p.amp_class = "follow"
+iota_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 
 @iota_p.def_impl

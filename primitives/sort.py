@@ -13,6 +13,7 @@ from fflow.sbp import S
 
 sort_p = Primitive("sort", multiple_results=True)
 sort_p.amp_class = "follow"
+sort_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
 
 @sort_p.def_impl
