@@ -205,7 +205,13 @@ class _Problem:
             akids.setdefault(k + (t, i if i in self.hidden else -1), len(akids)) * _KEY * _KEY
             for i, (k, t) in enumerate(zip(self.akey, self.late))
         ]
+        # the price without the overlap credit, shared by every var of the class
+        self.akid_class = [
+            akids.setdefault(k + (t, -1), len(akids)) * _KEY * _KEY
+            for k, t in zip(self.akey, self.late)
+        ]
         self._bt = {}
+        self._reduce = {}
         self._fin = {}
 
     def _overlap(self):
@@ -242,21 +248,34 @@ class _Problem:
         """Seconds to convert var i from code `have` to `want`."""
         if have == want:
             return 0.0
-        key = self.akid[i] + have * _KEY + want
+        pair = have * _KEY + want
+        key = self.akid[i] + pair
         t = self._bt.get(key)
         if t is None:
-            shape, dtype = self.akey[i]
-            bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
-            # a bucket holds at most the values crossing into the tail (the gradients)
-            members = self.crossing if self.late[i] else 0
-            t = boxing_time(bp, self.h, self.profile, bucketed=members)
+            base = self.akid_class[i] + pair
+            t = self._bt.get(base)
+            if t is None:
+                shape, dtype = self.akey[i]
+                bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
+                # a bucket holds at most the values crossing into the tail (the gradients)
+                members = self.crossing if self.late[i] else 0
+                t = boxing_time(bp, self.h, self.profile, bucketed=members)
+                if not t and bp.steps:
+                    t = 1e-12  # a local conversion (slice, pad): free, but not nothing
+                self._bt[base] = t
             hidden = self.hidden.get(i)
-            if hidden and is_bucketed_reduce(bp):
-                t = max(t - hidden, 0.0)
-            if not t and bp.steps:
-                t = 1e-12  # a local conversion (slice, pad): free, but not nothing
+            if hidden and self._is_reduce(i, have, want):
+                t = max(t - hidden, 1e-12)
             self._bt[key] = t
         return t
+
+    def _is_reduce(self, i, have, want):
+        r = self._reduce.get((self.akid_class[i], have, want))
+        if r is None:
+            shape, dtype = self.akey[i]
+            bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
+            r = self._reduce[(self.akid_class[i], have, want)] = is_bucketed_reduce(bp)
+        return r
 
     def bbytes(self, i, have, want):
         shape, dtype = self.akey[i]
