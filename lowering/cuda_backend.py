@@ -22,7 +22,7 @@ source and the plan (grid, block, bytes read and written per kernel).
 """
 
 import numpy as np
-from fflow.lowering import cuda_gemm, cuda_graphs, passes
+from fflow.lowering import cuda_gemm, cuda_graphs, cuda_layout, passes
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
     AliasStep,
@@ -337,7 +337,8 @@ def plan_text(plan):
             len(s.kernels) if type(s) is KernelStep else type(s) is BlasStep for s in plan.steps
         )
         lines.append(
-            f"# CUDA graph on a GPU: these {n} launches are captured on the second call; "
+            f"# CUDA graph on a GPU: these {n} launch{'es' * (n != 1)} are captured on the "
+            "second call; "
             "every later call is one graph launch (cuda_graphs.py)"
         )
     for k in _unique(plan.kernels):
@@ -351,7 +352,7 @@ def _optimize(program):
         program, _ = passes.optimize(program)
     except ImportError:  # pragma: no cover - passes ship with fflow
         pass
-    return program
+    return cuda_layout.fold_operand_transposes(program)  # cuBLAS reads them as OP_T
 
 
 compile_count = 0  # programs compiled by this backend (tests check it was used)

@@ -101,7 +101,7 @@ def test_plan_text_says_which_plans_replay_as_a_graph():
     x = np.ones((4, 8), np.float32)
     prog = fflow.make_jaxpr(lambda x: jnp.tanh(x @ x.T).sum(0))(x)
     text = cuda_backend.plan_text(cuda_backend.Plan(cuda_backend._optimize(prog)))
-    assert re.search(r"# CUDA graph on a GPU: these \d+ launches are captured", text)
+    assert re.search(r"# CUDA graph on a GPU: these \d+ launch(es)? are captured", text)
     prog = fflow.make_jaxpr(lambda x: jnp.fft.fft(x).real * 2)(np.ones(64, np.float32))
     text = cuda_backend.plan_text(cuda_backend.Plan(cuda_backend._optimize(prog)))
     assert "host fft" in text and "CUDA graph" not in text
