@@ -25,8 +25,10 @@ The plan with the lowest exact total wins. Everything runs on integer codes of
 N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
+from fflow.primitives.control_flow import cond_p, while_p
 from fflow.primitives.dot import dot_general_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.primitives.scan import scan_p
 from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import (
     boxing_time,
@@ -47,7 +49,7 @@ from fflow.config import config
 from fflow.core import Literal
 from fflow.sbp import B, Partial
 
-CONTROL = {"scan": scan_signatures, "while": while_signatures, "cond": cond_signatures}
+CONTROL = {scan_p: scan_signatures, while_p: while_signatures, cond_p: cond_signatures}
 EXHAUSTIVE_MAX_EQNS = 12
 GREEDY_MAX_EQNS = 1000  # beyond this the message-passing starts always beat greedy
 SEARCH_NODE_LIMIT = 4000
@@ -154,7 +156,7 @@ class _Problem:
                 in_avals = [v.aval for v in eqn.inputs]
                 out_avals = [v.aval for v in eqn.outputs]
                 cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
-                extra = CONTROL.get(eqn.primitive.name)  # bodies that need no communication
+                extra = CONTROL.get(eqn.primitive)  # bodies that need no communication
                 if extra is not None:
                     more = extra(eqn, self.h, self.profile, plan_program)
                     if more:

@@ -9,6 +9,7 @@ the loop with one all-reduce at the end. Longer scans (and `cond` / `while_loop`
 still run whole on every device (their signatures are all-broadcast).
 """
 
+from fflow.primitives.scan import scan_p
 from fflow.transforms import program_transforms as pt
 from fflow.transforms.staging import trace_to_program
 
@@ -19,7 +20,7 @@ MAX_UNROLL = 64  # steps; beyond this the program would grow too large to plan
 
 
 def _unrollable(eqn):
-    return eqn.primitive.name == "scan" and eqn.params["length"] <= MAX_UNROLL
+    return eqn.primitive is scan_p and eqn.params["length"] <= MAX_UNROLL
 
 
 def has_unrollable(program):
