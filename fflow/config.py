@@ -22,6 +22,9 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
 * `blas_kernel` ("auto"): the OpenBLAS kernels of compiled GEMMs. "auto" runs the core
   OpenBLAS detects for this CPU even when `OPENBLAS_CORETYPE` pins NumPy's to another
   (lowering/cpu_gemm.py); "numpy" calls NumPy's library as loaded. Read at the first GEMM.
+* `malloc_tuning` (True): at the first compiled program, glibc's malloc keeps freed
+  temporaries' pages mapped (`mallopt` M_MMAP_THRESHOLD 32 MB, M_TOP_PAD 64 MB;
+  `fflow.threads.tune_malloc`): without it every step can re-fault its temporaries.
 * `cpu_devices` (8): number of simulated CPU devices for `shard`.
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
@@ -49,6 +52,7 @@ _DEFAULTS = {
     "jit_backend": "numpy",
     "blas_threads": 0,
     "blas_kernel": "auto",
+    "malloc_tuning": True,
 }
 
 
@@ -165,6 +169,8 @@ if config.blas_threads:
     _blas_threads_hook(config.blas_threads)
 config.on_update("blas_kernel", threads.set_blas_kernel)
 threads.set_blas_kernel(config.blas_kernel)
+config.on_update("malloc_tuning", threads.set_malloc_tuning)
+threads.set_malloc_tuning(config.malloc_tuning)
 
 update = config.update
 

@@ -244,6 +244,48 @@ def gemm_threads(flops, pool):
     return 1 if flops < SMALL_GEMM_FLOPS else pool
 
 
+# -- the C heap --------------------------------------------------------------------------
+
+# glibc malloc settings applied at the first compiled program (`tune_malloc`):
+# arrays up to MALLOC_MMAP_THRESHOLD come from the heap, and MALLOC_TOP_PAD of freed heap
+# stays mapped instead of going back to the OS after every step.
+MALLOC_MMAP_THRESHOLD = 32 << 20
+MALLOC_TOP_PAD = 64 << 20
+_malloc = {"tune": True, "done": False}
+
+
+def set_malloc_tuning(on):
+    """`fflow.config` hook of `malloc_tuning`; read at the first compiled program."""
+    _malloc["tune"] = bool(on)
+
+
+def tune_malloc():
+    """Keep freed temporaries' pages mapped (glibc only; once per process).
+
+    A compiled step allocates its temporaries with NumPy (malloc) and frees them when
+    it returns. With glibc's defaults the pages of a freed heap top go back to the OS
+    and every step faults them in again: a layernorm gradient at (8, 128, 256) took
+    2272 page faults and 4.2 ms of CPU per call, 0 and 0.78 ms with these settings
+    (transformer block step 31.0 -> 28.6 ms, MLP step 2.58 -> 2.31 ms on one thread).
+    M_TOP_PAD alone turns glibc's adaptive mmap threshold off (4 MB arrays were then
+    mmapped and faulted every step), so the threshold is set too.
+    """
+    if _malloc["done"]:
+        return
+    _malloc["done"] = True
+    if not _malloc["tune"]:
+        return
+    import ctypes  # at the first compiled program, not at `import fflow`
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(-3, MALLOC_MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    mallopt(-2, MALLOC_TOP_PAD)  # M_TOP_PAD
+
+
 # -- fflow's GEMM pool -----------------------------------------------------------------
 
 
@@ -545,6 +587,7 @@ __all__ = [
     "cgroup_cpu_limit",
     "blas",
     "set_blas_threads",
+    "tune_malloc",
     "gemm_threads",
     "StepThreads",
     "SMALL_GEMM_FLOPS",

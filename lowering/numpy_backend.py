@@ -485,6 +485,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     global _SOLE
     if _SOLE is None:
         _SOLE = _sole_refcount_probe()
+        threads.tune_malloc()  # freed temporaries' pages stay mapped between calls
     report = passes.PassReport()
     opt, report = passes.optimize(program, report)
     steps = passes.fusion_groups(opt)
