@@ -173,8 +173,6 @@ transpose_rules[dot_general_p] = _dot_transpose
 dot_general_p.traits.add("bilinear")
 dot_general_p.traits.add("fresh_output")  # its NumPy result is a new array (lowering/schedule.py)
 
-__all__ = ["dtypes"]
-
 
 # -- batching rule (vmap) ---------------------------------------------------------------
 def _dot_general_batch(vals, dims, *, dimension_numbers, preferred_element_type=None):

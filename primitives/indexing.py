@@ -9,7 +9,6 @@ import numpy as np
 from fflow.transforms import vmap as vm
 from fflow.transforms.autodiff import (
     Zero,
-    defzero,
     instantiate,
     is_undefined,
     jvp_rules,
@@ -414,8 +413,6 @@ def _scatter_minmax_jvp(prim):
 jvp_rules[scatter_mul_p] = _scatter_mul_jvp
 jvp_rules[scatter_min_p] = _scatter_minmax_jvp(scatter_min_p)
 jvp_rules[scatter_max_p] = _scatter_minmax_jvp(scatter_max_p)
-
-__all__ = ["defzero"]
 
 
 # -- batching rules (vmap) ------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Reductions over `axes`: sum, max, min, prod, argmax, argmin."""
 
 import numpy as np
-from fflow.transforms.autodiff import deflinear, defzero, jvp_flat, jvp_rules
+from fflow.transforms.autodiff import deflinear, defzero, jvp_rules
 
 from fflow import dtypes
 from fflow import lax_ops as lax
@@ -137,7 +137,6 @@ reduce_and_p = reduction("reduce_and", np.all, amp="follow", out_dtype=np.dtype(
 defzero(reduce_or_p)
 defzero(reduce_and_p)
 
-__all__ = ["jvp_flat"]
 
 # the partial value each reduction produces from a split axis (transforms/shard_rules.py)
 for _p, _kind in ((reduce_sum_p, "sum"), (reduce_max_p, "max"), (reduce_min_p, "min"),

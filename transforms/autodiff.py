@@ -11,7 +11,7 @@ from fflow.transforms.staging import StagingTrace, _at_source
 
 from fflow import core
 from fflow import lax_ops as lax
-from fflow.core import Literal, ShapedArray, aval_of_value, set_current_trace
+from fflow.core import Literal, aval_of_value, set_current_trace
 from fflow.errors import FflowError, user_error
 
 jvp_rules = {}
@@ -354,5 +354,4 @@ __all__ = [
     "linearize_flat",
     "backward_pass",
     "vjp_flat",
-    "ShapedArray",
 ]

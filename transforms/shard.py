@@ -887,4 +887,4 @@ def _direct_shard_call(eqn):
 
 direct_runners[shard_call_p] = _direct_shard_call
 
-__all__ = ["shard", "with_sbp", "shard_call_p", "sbp_constraint_p", "ShardedProgram", "Literal"]
+__all__ = ["shard", "with_sbp", "shard_call_p", "sbp_constraint_p", "ShardedProgram"]

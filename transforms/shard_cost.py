@@ -18,11 +18,8 @@ from fflow.primitives.scan import scan_p
 from fflow.transforms import shard_buckets  # noqa: F401  (defines config.grad_bucket_mb)
 
 from fflow.config import config
-from fflow.device_profile import DeviceProfile, default_profile
 
 __all__ = [
-    "DeviceProfile",
-    "default_profile",
     "eqn_flops",
     "work_share",
     "compute_time",

@@ -33,7 +33,6 @@ from fflow.transforms.shard_boxing import plan_boxing
 from fflow.transforms.shard_cost import (
     boxing_time,
     compute_time,
-    default_profile,
     eqn_flops,
     hidden_time,
     is_bucketed_reduce,
@@ -47,6 +46,7 @@ from fflow.transforms.shard_rules import Sig, signatures
 
 from fflow.config import config
 from fflow.core import Literal
+from fflow.device_profile import default_profile
 from fflow.sbp import B, Partial
 
 CONTROL = {scan_p: scan_signatures, while_p: while_signatures, cond_p: cond_signatures}

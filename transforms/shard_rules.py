@@ -19,9 +19,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from fflow import core
 from fflow.core import ShapedArray
-from fflow.sbp import B, P, Partial, Split, local_box, partial_max, partial_min
+from fflow.sbp import B, P, Split, local_box, partial_max, partial_min
 
 sbp_rules = {}
 # primitives with no signature beyond all-broadcast, on purpose (with the reason)
@@ -300,6 +299,4 @@ __all__ = [
     "Sig",
     "def_sbp",
     "signatures",
-    "Partial",
-    "core",
 ]

@@ -12,7 +12,7 @@ import fflow.errors as errors
 from fflow import core, dtypes
 from fflow.array import Array, root_trace
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var, aval_of_value, set_current_trace
-from fflow.errors import SourceInfo, user_source_info
+from fflow.errors import user_source_info
 
 # prim -> rule(trace, args, params) -> outputs, for primitives whose inputs are
 # partly known and partly unknown and that want to split themselves (scan, cond,
@@ -197,5 +197,4 @@ __all__ = [
     "eval_program",
     "run_at_root",
     "partial_eval_rules",
-    "SourceInfo",
 ]
