@@ -36,7 +36,9 @@ def make(n_stages, seed=0):
 
 def mixed(x, w1, w2, src, dst, pl_b):
     """A program on two placements: layer 1 on `a`, moved (src -> dst SBP), layer 2 on b."""
-    h = fflow.with_sbp(jnp.tanh(x @ w1), src)
+    h = jnp.tanh(x @ w1)
+    if src is not None:  # None: the SBP h leaves in is chosen by cost
+        h = fflow.with_sbp(h, src)
     h = fflow.with_sbp(h, dst, placement=pl_b)
     return jnp.sum(jnp.tanh(h @ w2) ** 2)
 
@@ -55,13 +57,14 @@ def mixed_inputs():
 
 def mixed_cases():
     """Value and gradients of `mixed` sharded over [0,1] -> [2,3] for every SBP pair,
-    and onto a 2x2 mesh."""
+    onto a 2x2 mesh, and with the source SBP left to the planner."""
     a, b = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [2, 3])
     mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
     args = mixed_inputs()
     out = {}
     cases = [(f"mixed_{s}_{d}", SBPS[s], SBPS[d], b) for s, d in MIXED_PAIRS]
     cases.append(("mixed_mesh", S(0), (S(1), B), mesh))
+    cases.append(("mixed_free_B", None, B, b))
     for name, src, dst, pl_b in cases:
         f = fflow.shard(
             lambda x, w1, w2, src=src, dst=dst, pl_b=pl_b: mixed(x, w1, w2, src, dst, pl_b),

@@ -94,7 +94,7 @@ def test_mpi_equals_simulated_and_plain():
         for s, w in enumerate(ws):
             np.testing.assert_allclose(np.asarray(sim[f"{name}_w{s}"]), w, rtol=1e-4, atol=1e-5)
     assert sim["bytes"] > 0
-    assert len([k for k in sim if k.startswith("mixed_")]) == 4 * (len(script_pairs()) + 1)
+    assert len([k for k in sim if k.startswith("mixed_")]) == 4 * (len(script_pairs()) + 2)
 
 
 def script_pairs():

@@ -1,6 +1,7 @@
 """Mixed placements: a global array moves between two disjoint placements (1-D and
 2-D meshes, uneven splits) with every SBP pair; the value and each destination shard
-match NumPy, and the bytes the runtime measured equal the plan's."""
+match NumPy, and the bytes the runtime measured equal the plan's. A move whose SBP
+no one fixed takes the one its move and plan cost least."""
 
 import itertools
 
@@ -9,6 +10,7 @@ import pytest
 from fflow.transforms.shard_transfer import plan_transfer
 
 import fflow
+import fflow.numpy as jnp
 from fflow.sharding import (
     B,
     P,
@@ -154,7 +156,12 @@ def test_global_input_on_another_placement_moves(src, dst):
     w = genuinely_partial(wn, (src,), B3)
     f = fflow.shard(_tanh_loss, A2, in_sbp=(S(0), dst))
     mixed = f.lower(x, w)
-    want_sbp = (src,) if dst is None else (dst,)  # unset: it keeps its SBP
+    want_sbp = (dst,)
+    if dst is None:  # unset: the SBP whose move and plan cost least (ties: its own)
+        kept = fflow.shard(_tanh_loss, A2, in_sbp=(S(0), (src,))).lower(x, w)
+        want_sbp = mixed.moves[0][0].dst_sbp
+        assert want_sbp == (src,) or mixed.time < 0.99 * kept.time
+        assert mixed.time <= kept.time
     plan = plan_transfer(wn.shape, wn.dtype, B3, (src,), A2, want_sbp)
     assert mixed.move_bytes == plan.bytes > 0
     assert "send_recv" in str(mixed)
@@ -189,3 +196,43 @@ def test_global_input_moves_onto_a_mesh_closed_over_and_under_jit():
     np.testing.assert_allclose(np.asarray(gw), x.T @ (1 - t**2), rtol=1e-4, atol=1e-5)
     jf = fflow.jit(lambda x, w: f(x, w) * 2.0)  # traced without the source: moves at run
     np.testing.assert_allclose(float(jf(x, w)), 2 * want, rtol=1e-5)
+
+
+B2 = fflow.placement("cpu", [2, 3])
+
+
+@pytest.mark.parametrize(
+    "x_sbp,w_sbp,dst",
+    [(S(0), B, S(1)), (B, S(1), S(0)), (S(1), S(0), B), (S(1), S(0), S(1))],
+    ids=str,
+)
+def test_source_sbp_of_a_move_chosen_by_cost(x_sbp, w_sbp, dst):
+    # h leaves placement A in the SBP that makes A's plan plus the move cheapest: no
+    # SBP pinned on A (with_sbp(h, s) before the move) gives a cheaper program
+    rng = np.random.default_rng(0)
+    x, w1 = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=(6, 8)).astype(np.float32)
+    w2 = rng.normal(size=(8, 2)).astype(np.float32)
+
+    def f(pin):
+        def loss(x, w1, w2):
+            h = jnp.tanh(x @ w1)
+            if pin is not None:
+                h = fflow.with_sbp(h, pin)
+            h = fflow.with_sbp(h, dst, placement=B2)
+            return jnp.sum(jnp.tanh(h @ w2) ** 2)
+
+        return fflow.shard(loss, A2, in_sbp=(x_sbp, w_sbp, B))
+
+    chosen = f(None).lower(x, w1, w2)
+    pinned = [f(pin).lower(x, w1, w2).time for pin in (S(0), S(1), B)]
+    assert chosen.time <= min(pinned) * 1.01  # (ties within 1% keep the first pick)
+    assert chosen.moves[0][0].src_sbp in [(S(0),), (S(1),), (B,), (P,)]
+    value, grads = fflow.value_and_grad(f(None), argnums=(0, 1, 2))(x, w1, w2)
+    h = np.tanh(x @ w1)
+    t = np.tanh(h @ w2)
+    np.testing.assert_allclose(float(value), (t**2).sum(), rtol=1e-5)
+    dh = (2 * t * (1 - t**2)) @ w2.T * (1 - h**2)
+    np.testing.assert_allclose(np.asarray(grads[1]), x.T @ dh, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(grads[2]), h.T @ (2 * t * (1 - t**2)), rtol=1e-4, atol=1e-5
+    )

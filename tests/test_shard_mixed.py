@@ -27,7 +27,7 @@ def test_every_sbp_pair_value_and_grad_equal_unsharded():
     args = script.mixed_inputs()
     want_v, want_g = fflow.value_and_grad(plain, argnums=(0, 1, 2))(*args)
     got = script.mixed_cases()
-    assert len(got) == len(script.MIXED_PAIRS) + 1
+    assert len(got) == len(script.MIXED_PAIRS) + 2
     for name, (v, *g) in got.items():
         np.testing.assert_allclose(np.asarray(v), np.asarray(want_v), rtol=1e-5, err_msg=name)
         assert v.placement.ranks in ((2, 3), (0, 1, 2, 3)), name  # the loss lives on b

@@ -265,9 +265,11 @@ class Sharded:
                     "to other placements (with_sbp(..., placement=)). Fix: drop "
                     "memory_limit, or shard each placement's part on its own with its limit.",
                 )
+            # inputs whose SBP no one fixed: the cutter picks the one their move costs least
+            unfixed = [False] * len(lifted_sbps) + [f is not None for f in free]
             sp = program_cutters[0](
                 program, self.placement, lifted_sbps + in_sbps, out_specs, self.plan_options,
-                sources,
+                sources, unfixed,
             )  # fmt: skip
         elif self.memory_limit is None:
             sp = make(in_sbps, out_specs)

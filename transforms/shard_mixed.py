@@ -13,6 +13,9 @@ plain `shard_call` / `shard_move` binds, so `grad`, `jit` and `linearize` go
 through their rules (the cotangent of a move moves back).
 """
 
+import itertools
+
+from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.primitives.shard_move import shard_move_p
 from fflow.transforms.shard import bind_call
 from fflow.transforms.shard_exec import ShardedProgram
@@ -21,7 +24,7 @@ from fflow.transforms.shard_transfer import plan_transfer
 from fflow import array as array_mod
 from fflow.core import Literal, Program
 from fflow.errors import user_error
-from fflow.sharding import B, check_sbp_fits, is_global, to_global
+from fflow.sharding import B, Split, check_sbp_fits, is_global, to_global
 
 
 def _fits(v, nd, q):
@@ -88,7 +91,9 @@ class MixedProgram:
 
     is_mixed = True
 
-    def __init__(self, program, pl, in_sbps, out_specs, plan_options=None, in_sources=None):
+    def __init__(
+        self, program, pl, in_sbps, out_specs, plan_options=None, in_sources=None, free_inputs=None
+    ):
         self.program = program
         self.placement = pl
         self.in_sbps = list(in_sbps)
@@ -117,6 +122,13 @@ class MixedProgram:
                 elsewhere.add(v)
         self.in_sources = [None if source[v][0] == pl else source[v] for v in program.invars]
         out_spec = dict(zip(program.outvars, out_specs))
+        # inputs living elsewhere whose SBP neither the user nor their array fixed: the
+        # SBP they arrive in is chosen by cost (with_sbp moves: where the value leaves)
+        free_in = {v for v, f in zip(program.invars, free_inputs or ()) if f}
+        move_dst = {}  # value -> [(placement, sbp)] it is moved to by with_sbp
+        for e in program.eqns:
+            if e.primitive is shard_move_p and type(e.inputs[0]) is not Literal:
+                move_dst.setdefault(e.inputs[0], []).append((e.params["dst"], e.params["sbp"]))
         self.items = []
         self.moves = []  # (TransferPlan, source line) per move, for the printed plan
         for k, item in enumerate(items):
@@ -142,6 +154,7 @@ class MixedProgram:
             _, q, eqns = item
             defined = {o for e in eqns for o in e.outputs}
             ins, cvars, keys = [], [], []
+            arrivals = []  # (input, key, source placement, source SBP) moved here
             for e in eqns:
                 for v in e.inputs:
                     if type(v) is Literal or v in defined or v in ins or v in cvars:
@@ -164,11 +177,7 @@ class MixedProgram:
                             if key in moved:
                                 continue
                             moved.add(key)
-                            params = dict(dst=q, sbp=nd, src=src, src_sbp=src_sbp)
-                            a = v.aval
-                            tp = plan_transfer(a.shape, a.dtype, src, src_sbp, q, nd)
-                            self.moves.append((tp, " (an input on another placement)"))
-                            self.items.append(("move", v, key, params, tp))
+                            arrivals.append((v, key, src, src_sbp))
                         continue
                     if place.get(v) != q:
                         raise user_error(
@@ -183,13 +192,23 @@ class MixedProgram:
             specs = [out_spec.get(v) for v in outs]
             specs = [s if s is not None and len(s) == q.ndim else None for s in specs]
             sub = Program(ins, cvars, eqns, outs, [consts[c] for c in cvars])
-            in_sbps = [sbp_of[v] for v in ins]
+            seg = _Segment(sub, q, [sbp_of[v] for v in ins], specs, plan_options)
+            for v, _key, src, src_sbp in arrivals:
+                seg.arrive(ins.index(v), src, src_sbp, free=v in free_in)
+            pinned = {o for e in eqns if e.primitive is sbp_constraint_p for o in e.outputs}
+            for i, v in enumerate(outs):
+                if v in move_dst and specs[i] is None:
+                    seg.leave(i, move_dst[v], free=v not in pinned)
+            sp = seg.choose()
+            for v, key, src, src_sbp in arrivals:
+                nd = tuple(sp.in_sbps[ins.index(v)])
+                params = dict(dst=q, sbp=nd, src=src, src_sbp=src_sbp)
+                a = v.aval
+                tp = plan_transfer(a.shape, a.dtype, src, src_sbp, q, nd)
+                self.moves.append((tp, " (an input on another placement)"))
+                self.items.append(("move", v, key, params, tp))
             for v in ins:
                 sbp_of.pop(v) if v in free_sbp else None
-            sp = ShardedProgram(
-                sub, q, in_sbps, specs, name="segment",
-                plan_options=plan_options or {},
-            )  # fmt: skip
             for v, s in zip(outs, sp.out_sbps):
                 sbp_of[v] = tuple(s)
             self.items.append(("seg", keys, outs, sp))
@@ -205,6 +224,16 @@ class MixedProgram:
     @property
     def move_bytes(self):
         return sum(tp.bytes for tp, _ in self.moves)
+
+    @property
+    def time(self):
+        """Estimated seconds of one call: the segments' plans and the moves
+        (`move_time`), on the segments' device profile."""
+        segs = self.segments
+        profile = segs[0].plan.profile if segs else None
+        return sum(sp.plan.time for sp in segs) + sum(
+            move_time(tp, profile) for tp, _ in self.moves
+        )
 
     @property
     def bytes(self):
@@ -242,6 +271,95 @@ class MixedProgram:
                 size = f": {tp.describe()}" if tp is not None else ""
                 lines.append(f"-- move {what} to {p['dst']} {p['sbp']}{size}")
         return "\n".join(lines)
+
+
+class _Segment:
+    """One placement's run of equations, planned with the SBPs its moves cost least
+    with. A value moved in or out whose SBP is free (an input on another placement
+    that neither `in_sbp` nor its array fixed; a value a with_sbp moves out that no
+    with_sbp pins here) is tried in each SBP that fits, one after another: the
+    segment is planned with it and the total is the plan's time plus each move's
+    (`move_time`); one at least 1% cheaper replaces the first choice (an input's own
+    SBP, the planner's free pick for an output)."""
+
+    def __init__(self, program, q, in_sbps, out_specs, plan_options):
+        self.program, self.q = program, q
+        self.in_sbps, self.out_specs = list(in_sbps), list(out_specs)
+        self.plan_options = plan_options or {}
+        self.arrivals = []  # (input index, source placement, source sbp)
+        self.leaving = []  # (output index, [(placement, sbp)])
+        self.free = []  # ("in"|"out", index)
+
+    def arrive(self, i, src, src_sbp, free):
+        self.arrivals.append((i, src, src_sbp))
+        if free:
+            self.free.append(("in", i))
+
+    def leave(self, i, dests, free):
+        self.leaving.append((i, dests))
+        if free:
+            self.free.append(("out", i))
+
+    def _build(self):
+        sp = ShardedProgram(
+            self.program, self.q, self.in_sbps, self.out_specs, name="segment",
+            plan_options=self.plan_options,
+        )  # fmt: skip
+        profile = sp.plan.profile
+        cost = sp.plan.time
+        for i, src, src_sbp in self.arrivals:
+            a = self.program.invars[i].aval
+            tp = plan_transfer(a.shape, a.dtype, src, src_sbp, self.q, self.in_sbps[i])
+            cost += move_time(tp, profile)
+        for i, dests in self.leaving:
+            a = self.program.outvars[i].aval
+            for dst, nd in dests:
+                tp = plan_transfer(a.shape, a.dtype, self.q, sp.out_sbps[i], dst, nd)
+                cost += move_time(tp, profile)
+        return sp, cost
+
+    def choose(self):
+        best, cost = self._build()
+        for kind, i in self.free:
+            seq = self.in_sbps if kind == "in" else self.out_specs
+            var = (self.program.invars if kind == "in" else self.program.outvars)[i]
+            keep = seq[i]
+            for nd in _candidates(var, self.q):
+                if kind == "in" and nd == keep:
+                    continue
+                seq[i] = nd
+                sp, c = self._build()
+                if c < cost * 0.99:  # ties keep the SBP the value has (no reshaping)
+                    best, cost, keep = sp, c, nd
+            seq[i] = keep
+        return best
+
+
+def _candidates(v, q):
+    """The SBPs without partial sums that fit `v` on placement `q`."""
+    options = [B] + [Split(k) for k in range(len(v.aval.shape))]
+    out = []
+    for nd in itertools.product(options, repeat=q.ndim):
+        if _fits(v, nd, q):
+            out.append(tuple(nd))
+    return out
+
+
+def move_time(tp, profile):
+    """Seconds of a TransferPlan on `profile`: the partial values' reduction on the
+    source, then each source device's messages one after another (devices at once)."""
+    t = 0.0
+    if tp.pre_bytes:
+        t += profile.latency_of(0) + tp.pre_bytes / tp.src_pl.size / profile.bandwidth_of(0)
+    sent, count = {}, {}
+    for m in tp.messages:
+        if tp.src_pl.ranks[m.src] != tp.dst_pl.ranks[m.dst]:
+            sent[m.src] = sent.get(m.src, 0) + m.nbytes
+            count[m.src] = count.get(m.src, 0) + 1
+    if sent:
+        t += max(count.values()) * profile.latency_of(0)
+        t += max(sent.values()) / profile.bandwidth_of(0)
+    return t
 
 
 def _used_later(items, outvars):
