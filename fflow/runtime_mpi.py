@@ -212,11 +212,16 @@ class MPIRuntime:
             self.bytes_moved += _all_reduce_bytes(x.size, comm, x.itemsize)
             handle = mpi_ops.start_all_reduce(comm, x, params["op"], owned)
             self._in_flight.append(handle[1])
-            return (handle, comm, ranks, what)
+            started = (handle, comm, ranks, what)
+            if not config.grad_overlap:  # (transforms/shard_buckets.py)
+                return ("done", self.run_request(pl, ("wait", started)))
+            return started
         if req[0] == "progress":  # let MPI move bucket data while Python computes
             self.MPI.Request.Testall(self._in_flight)
             return None
         if req[0] == "wait":
+            if req[1][0] == "done":  # finished when it started (grad_overlap off)
+                return req[1][1]
             handle, comm, ranks, what = req[1]
             t0 = time.perf_counter()
             out = mpi_ops.finish_all_reduce(self, comm, ranks, handle, what)

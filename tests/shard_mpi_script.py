@@ -173,11 +173,13 @@ def main(n, fail_rank=None):
         out[f"ag3d_{src}"] = boxed(x3, pl, (S(src),), (B,))
 
     # gradient buckets: none, one per gradient, and all in one (the default) change no number
-    for name, mb in [("off", 0.0), ("tiny", 0.0001), ("default", 25.0)]:
+    for name, mb in [("off", 0.0), ("tiny", 0.0001), ("default", 25.0), ("nooverlap", 25.0)]:
         fflow.config.update("grad_bucket_mb", mb)
+        fflow.config.update("grad_overlap", name != "nooverlap")  # waited when started
         gb = fflow.grad(fflow.shard(loss, pl, in_sbp=(B, B, S(0))), argnums=(0, 1))(w1, w2, x)
         out[f"bucket_{name}_w1"], out[f"bucket_{name}_w2"] = gb
     fflow.config.update("grad_bucket_mb", 25.0)
+    fflow.config.update("grad_overlap", True)
     # a bucket over the one-all-gather size (64 KB x ranks): the chunked all-reduce path
     rb = np.random.default_rng(7)
     wbig = rb.normal(size=(64, 300)).astype(np.float32)

@@ -74,6 +74,7 @@ def test_mpi_equals_simulated(n):
     for res in (mpi, sim):  # buckets change no number
         for w in ("w1", "w2"):
             assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]
+            assert res[f"bucket_nooverlap_{w}"] == res[f"bucket_default_{w}"]
         assert res["bucket_big_off"] == res["bucket_big_default"]
         assert res["bucket_big_v_off"] == res["bucket_big_v_default"]
     # independent reference for the big bucket: NumPy's gradient of sum(tanh(x @ w) * v)

@@ -24,6 +24,9 @@ from fflow.config import config
 from fflow.core import Literal
 
 config.define("grad_bucket_mb", 25.0)
+# False: the MPI runtime waits for a bucket right after starting it (no overlap with the
+# backward pass; benchmarks/bench_mpi.py measures what overlap hides this way)
+config.define("grad_overlap", True)
 
 
 class Bucket:
