@@ -26,7 +26,7 @@ for all processes of a machine, and its thread's CPU seconds), and
    * "cpu": the same executed dependencies with each operation taking the CPU
      seconds its thread spent on it: the step's timeline if every lane had a core
      of its own and messages were free. An operation's cost is the least CPU
-     seconds of its lane, kind and stage over >= 32 runs (m per step; they do the
+     seconds of its lane, kind and stage over >= 64 runs (m per step; they do the
      same work): its cost on an undisturbed core. On a busy machine a run's CPU time
      grows with the cache misses other processes cause (under MPI the middle ranks,
      busiest at once, grow most: medians made stage imbalances of 1.15 out of equal
@@ -193,8 +193,8 @@ def main():
             vg = fflow.value_and_grad(f, argnums=(0, 1))
             steps[kind] = lambda vg=vg, params=params, batch=batch: vg(params, batch)
             vg(params, batch)  # compile the stages
-            # at least 32 runs of each operation (m per step) for its least cost
-            runs = measure_bubbles(f, vg, (params, batch), 1 if args.tiny else max(3, 32 // m))
+            # at least 64 runs of each operation (m per step) for its least cost
+            runs = measure_bubbles(f, vg, (params, batch), 1 if args.tiny else max(4, 64 // m))
             ticks, cpu = runs[0][0], runs[0][1]  # the least costs are over all steps
             raw_bn = median_of([c.bottleneck for _, _, c, _ in runs])
             spans[kind] = cpu.span
