@@ -110,17 +110,17 @@ class Reduction:
         return guard.lower()
 
 
-def _warp_allreduce(red, acc, ids=None, comb_fn=None):
+def _warp_allreduce(red, acc, ids=None, comb_fn=None, width=32):
     if red.is_arg:
         return [
-            "for (int o = 16; o > 0; o >>= 1) {",
+            f"for (int o = {width // 2}; o > 0; o >>= 1) {{",
             f"  {red.acc} ov = __shfl_xor_sync(0xffffffffu, {acc}, o);",
             f"  long long oi = __shfl_xor_sync(0xffffffffu, {ids}, o);",
             f"  {comb_fn}({acc}, {ids}, ov, oi);",
             "}",
         ]
     return [
-        "for (int o = 16; o > 0; o >>= 1)",
+        f"for (int o = {width // 2}; o > 0; o >>= 1)",
         f"  {acc} = {red.comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)')};",
     ]
 
@@ -207,7 +207,7 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False, cols=(
     if not floats and not cols:
         return [probe]
     sizes = [np.dtype(v.aval.dtype).itemsize for v in floats + list(elem_outputs)]
-    nt = 32 if n <= 1024 else _row_block(n)
+    nt = _lanes(n, cols) if n <= 1024 else _row_block(n)
     vec = 16 // max(sizes) if sizes else 1
     while vec > 1 and (n % vec or n < nt * vec):  # every thread keeps a full vector
         vec //= 2
@@ -236,6 +236,18 @@ def _col_reduction(eqn):
 COL_GRID = 512
 
 
+def _lanes(n, cols):
+    """Threads per row in warp mode: a warp, or for rows under 32 elements the next
+    power of two, several rows per warp (not with column reductions: their block
+    combine assumes one row per warp)."""
+    if n >= 32 or cols:
+        return 32
+    lanes = 1
+    while lanes < n:
+        lanes *= 2
+    return lanes
+
+
 def _row_block(n):
     return 1024 if n >= 16384 else 512 if n >= 4096 else 256
 
@@ -254,15 +266,27 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
     warp_mode = n <= 1024
     # a grid-stride loop over rows: the grid is capped (MAX_GRID blocks), so rows past
     # grid * rows-per-block are taken by the same warps / blocks on later iterations
+    it, lit = k.idx_t, k.lit
+    per_warp, row_head = 1, []
     if warp_mode:
         block = 256 if cols else 128
-        grid = _grid(rows, block // 32)
-        nt = 32
-        head = ["const int tid = threadIdx.x & 31;", "const int nt = 32;"]
+        nt = _lanes(n, cols)
+        per_warp = 32 // nt  # rows per warp: sub-groups of nt lanes, one row each
+        grid = _grid(rows, block // 32 * per_warp)
+        head = [f"const int tid = threadIdx.x & {nt - 1};", f"const int nt = {nt};"]
         row_loop = (
-            f"for ({k.idx_t} row = ({k.idx_t})blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);"
-            f" row < {rows}{k.lit}; row += ({k.idx_t})gridDim.x * (blockDim.x >> 5)) {{"
+            f"for ({it} row = ({it})blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);"
+            f" row < {rows}{lit}; row += ({it})gridDim.x * (blockDim.x >> 5)) {{"
         )
+        if per_warp > 1:  # the loop stays uniform across the warp (its shuffles need all
+            # 32 lanes); a sub-group past the last row computes nothing
+            head.append(f"const int sub = (threadIdx.x & 31) / {nt};")
+            row_loop = (
+                f"for ({it} row0 = (({it})blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5))"
+                f" * {per_warp}; row0 < {rows}{lit};"
+                f" row0 += ({it})gridDim.x * (blockDim.x >> 5) * {per_warp}) {{"
+            )
+            row_head = [f"const {it} row = row0 + sub;", f"const bool valid = row < {rows}{lit};"]
     else:
         block = nt = _row_block(n)
         grid = _grid(rows, 1)
@@ -273,21 +297,21 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
         grid = min(-(-rows // (2 * (block // 32 if warp_mode else 1))), COL_GRID)
     chunks = -(-n // (nt * vec))
     chunked = bool(cached or cols)  # loops over this thread's chunks of the row
-    it, lit = k.idx_t, k.lit
+    guard = "valid && " if per_warp > 1 else ""
     body = list(head)
-    inner = []
+    inner = list(row_head)
     reg_lines = []  # (line after the register's definition, register, renderer)
     rb = Builder(k)
     row_idx = [rb.index_tmp(e) for e in delinearize("row", nrows_dims, k.lit)] if nrows_dims else []
     inner += rb.lines
 
-    def chunk_loop(lines):
+    def chunk_loop(lines, guard=guard):
         """`lines` for each chunk of `vec` elements this thread owns (first: `jv`)."""
         return [
             "#pragma unroll",
             f"for (int c = 0; c < {chunks}; ++c) {{",
             f"  const {it} jv = ({it})(tid + c * nt) * {vec};",
-            f"  if (jv < {n}{lit}) {{",
+            f"  if ({guard}jv < {n}{lit}) {{",
         ] + _indent(lines, 2) + ["  }", "}"]  # fmt: skip
 
     def cache_loads(kind):
@@ -310,7 +334,7 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
                     "#pragma unroll",
                     f"for (int l = 0; l < {vec}; ++l) {name}[c * {vec} + l] = {r.load('rv[l]')};",
                 ]
-            lines += chunk_loop(load)
+            lines += chunk_loop(load, guard if kind == "row" else "")
         return lines
 
     def elem_loop(fill, stores=()):
@@ -324,7 +348,7 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
         if not chunked:
             lines = fill(b, row_idx + jdx)
             return (
-                ["#pragma unroll 4", f"for ({it} j = tid; j < {n}{lit}; j += nt) {{"]
+                ["#pragma unroll 4", f"for ({it} j = tid; {guard}j < {n}{lit}; j += nt) {{"]
                 + _indent(b.lines + lines)
                 + ["}"]
             )
@@ -360,7 +384,7 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
             continue  # the sum of an online max/sum pair: computed with its max
         if r_i in online:
             inner += _online_max_sum(
-                k, eqn, reductions[r_i + 1], elem_loop, warp_mode, r_i, online[r_i]
+                k, eqn, reductions[r_i + 1], elem_loop, warp_mode, r_i, online[r_i], nt
             )
             for i in (r_i, r_i + 1):
                 reg_lines.append((len(inner), f"red{i}", renderer_for(eqn.inputs[0].aval.dtype)))
@@ -379,7 +403,7 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
             )
         )
         if warp_mode:
-            inner += _warp_allreduce(red, acc, ids, comb_fn)
+            inner += _warp_allreduce(red, acc, ids, comb_fn, width=nt)
         else:
             inner += _block_allreduce(red, acc, str(r_i), ids, comb_fn)
         result = red.result(ids if red.is_arg else acc)
@@ -395,7 +419,8 @@ def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), 
             idx = row_idx + ["0"] * (v.aval.ndim - len(row_idx))
             val = b.value(v, idx)
             stores.append(f"{name}[row] = {renderer_for(v.aval.dtype).store(val)};")
-        inner += ["if (tid == 0) {"] + _indent(b.lines + stores) + ["}"]
+        valid = " && valid" if per_warp > 1 else ""
+        inner += [f"if (tid == 0{valid}) {{"] + _indent(b.lines + stores) + ["}"]
     if elem_outputs or cols:
         vec_out = chunked and vec > 1 and bool(elem_outputs)
 
@@ -502,7 +527,7 @@ def _shift_of(r, m, inline):
     return mode if r is m else None
 
 
-def _online_max_sum(k, mx, sm, elem_loop, warp_mode, r_i, mode):
+def _online_max_sum(k, mx, sm, elem_loop, warp_mode, r_i, mode, width=32):
     """Lines computing `red{r_i}` = max(a) and `red{r_i+1}` = sum(exp(a - max)) in one pass."""
     r = renderer_for(mx.inputs[0].aval.dtype)
     t, ex = r.compute, r.code_for_op["exp"]
@@ -519,7 +544,7 @@ def _online_max_sum(k, mx, sm, elem_loop, warp_mode, r_i, mode):
     lines = [f"{t} {m} = {r.lit(-np.inf)};", f"{t} {s} = {r.lit(0)};"]
     lines += elem_loop(lambda b, idx: merge(b.value(mx.inputs[0], idx), r.lit(1)))
     shfl = "__shfl_xor_sync(0xffffffffu, {}, o)"
-    lines += ["for (int o = 16; o > 0; o >>= 1) {"]
+    lines += [f"for (int o = {min(width, 32) // 2}; o > 0; o >>= 1) {{"]
     lines += _indent(
         [f"const {t} om = {shfl.format(m)}, os = {shfl.format(s)};"] + merge("om", "os")
     )

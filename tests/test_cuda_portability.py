@@ -25,17 +25,18 @@ def _row_kernel(plan):
 
 
 def test_row_kernel_of_5m_rows_loops_over_rows_past_its_grid():
-    # [5,000,000, 8]: one warp per row would need 1,250,000 blocks of 4 warps, over the cap
+    # [5,000,000, 8]: 8 lanes a row, 4 rows a warp, 16 rows a block: 312,500 blocks; the
+    # grid-stride loop over rows is what covers rows past any capped grid (shim test below)
     prog = trace_to_program(
         lambda x: [lax.reduce_sum(x, (1,))], [ShapedArray((5_000_000, 8), np.float32)]
     )
     k = _row_kernel(cuda_backend.Plan(prog))
     grid = k.grid if isinstance(k.grid, int) else k.grid[0]
     warps = k.block // 32
-    assert grid <= cuda_kernels.MAX_GRID and grid * warps < 5_000_000
+    assert grid <= cuda_kernels.MAX_GRID and grid * warps * 4 <= 5_000_000
     # every warp strides over the rows by the whole grid's warps, so all rows are covered
-    assert "row < 5000000" in k.source
-    assert "row += (int)gridDim.x * (blockDim.x >> 5)" in k.source
+    assert "row0 < 5000000" in k.source and "const int row = row0 + sub;" in k.source
+    assert "row0 += (int)gridDim.x * (blockDim.x >> 5) * 4" in k.source
 
 
 @pytest.mark.parametrize(

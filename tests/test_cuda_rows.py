@@ -172,3 +172,30 @@ def test_online_max_and_sum_in_warp_rows():
     with np.errstate(all="ignore"):
         want = ref_softmax(x.T.astype(np.float64))
     np.testing.assert_allclose(out, want, rtol=3e-5, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(37, 10), (9, 8), (5, 3)])
+def test_short_rows_share_a_warp(shape):
+    # rows under 32 elements: sub-groups of the next power of two lanes, a row each
+    lanes = 16 if shape[1] == 10 else shape[1] if shape[1] == 8 else 4
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x64 = x.astype(np.float64)
+    cases = [
+        (FNS["softmax"][0], lambda x: ref_softmax(x)),
+        (FNS["log_softmax"][0], lambda x: ref_log_softmax(x)),
+        (lambda x, g: jnp.sum(x * x, axis=-1), lambda x: (x * x).sum(-1)),
+        (lambda x, g: jnp.argmax(x, axis=-1), lambda x: np.argmax(x, -1)),
+        (lambda x, g: nn.softmax(x.T.T + 0 * x.T.T, axis=-1), lambda x: ref_softmax(x)),
+    ]
+    for fn, ref in cases:
+        (k,) = plan_of(fn, x, x[0]).kernels
+        assert f"const int nt = {lanes};" in k.source and "row0 + sub" in k.source
+        assert f"for (int o = {lanes // 2}; o > 0" in k.source
+        (out,) = _run(fn, [x, x[0]])
+        np.testing.assert_allclose(out, ref(x64), rtol=3e-5, atol=1e-6)
+    # a transposed input: no register cache, the online max/sum within sub-groups
+    fn = lambda x: nn.softmax(x.T, axis=-1)  # noqa: E731
+    (k,) = plan_of(fn, x.T.copy()).kernels
+    assert "s0 = (m0 == mn" in k.source and "row0 + sub" in k.source
+    (out,) = _run(fn, [x.T.copy()])
+    np.testing.assert_allclose(out, ref_softmax(x64), rtol=3e-5, atol=1e-6)
