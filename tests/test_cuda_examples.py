@@ -15,8 +15,9 @@ EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "[!_]*.py")))  # _com
 # timings differ between runs; everything else printed must match
 _TIME = re.compile(r"\(?[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s*(ms|s)(/step)?\)?|\bin [\d.]+ s\b")
 # run-to-run float noise of the last printed digit (e.g. max |diff| of two methods)
-_DIFF = re.compile(  # rounding gaps, and the machine's load printed next to timings
+_DIFF = re.compile(  # rounding gaps, and the load and CPU-clock ratios printed next to timings
     r"max \|diff\| = \S+|difference vs single device: \S+|load average [\d.]+"
+    r"|CPU-clock bubble of the busiest device [\d.]+|stage imbalance [\d.]+"
 )
 
 
