@@ -77,3 +77,16 @@ def test_promote_types_takes_dtype_names_as_jax():
     assert jnp.promote_types("int64", "float32") == np.float32
     assert jnp.promote_types(int, "int8") == np.int8
     assert jnp.promote_types("uint8", "int8") == np.int16
+
+
+def test_lists_are_rejected_as_jax_and_block_matches_numpy():
+    # JAX: jnp functions take arrays or scalars (a list raises TypeError); sequences of
+    # arrays (concatenate, stack, block) and shapes stay lists
+    for f in (lambda: jnp.sum([1, 2, 3]), lambda: jnp.dot(jnp.ones(3), [1.0, 2.0, 3.0]),
+              lambda: jnp.where(jnp.ones(3) > 0, [1.0, 2.0, 3.0], 0.0)):  # fmt: skip
+        with pytest.raises(TypeError, match="asarray"):
+            f()
+    a, b, c = np.arange(4.0).reshape(2, 2), np.ones((2, 1)), np.zeros((1, 3))
+    for arrays in ([[a, b], [c]], [a, a], [[1.0, 2.0], [3.0, 4.0]], [[[a]]]):
+        np.testing.assert_array_equal(jnp.block(arrays), np.block(arrays))
+    assert jnp.concatenate([a, a]).shape == (4, 2) and jnp.reshape(a, [4]).shape == (4,)

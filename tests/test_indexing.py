@@ -37,7 +37,7 @@ ADVANCED = [
     (0, np.array([2, 1]), 1),
     (1, slice(None), np.array([0, 3])),
     (np.array([0, 1]), None),
-    [1, 0],
+    (slice(None), [2, 0]),  # a list inside the index tuple is an index array (JAX)
 ]
 MASKS = [X > 10, np.array([True, False]), X[:, :, 0] > 3]
 
@@ -48,6 +48,14 @@ def _np_index(idx):
         if isinstance(idx, list) and not isinstance(idx[0], (int, np.integer))
         else (np.asarray(idx) if isinstance(idx, list) else idx)
     )
+
+
+def test_a_list_as_the_whole_index_raises_as_jax():
+    with pytest.raises(TypeError, match="non-tuple sequence"):
+        jnp.asarray(X)[[1, 0]]
+    with pytest.raises(TypeError, match="non-tuple sequence"):
+        jnp.asarray(X).at[[1, 0]].set(0.0)
+    np.testing.assert_array_equal(jnp.asarray(X)[jnp.array([1, 0])], X[[1, 0]])
 
 
 @pytest.mark.parametrize("idx", BASIC + ADVANCED + MASKS, ids=repr)

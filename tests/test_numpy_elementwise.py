@@ -310,7 +310,7 @@ def test_where_clip_and_masks():
     np.testing.assert_allclose(np.asarray(g), ((x > -1) & (x < 0.5)).astype(np.float32))
     b = np.array([True, False, True])
     _check(jnp.logical_and(b, ~b), b & ~b)
-    _check(jnp.logical_or(b, [False, True, False]), [True, True, True])
+    _check(jnp.logical_or(b, np.array([False, True, False])), [True, True, True])
     _check(jnp.logical_not(np.int32([0, 2])), [True, False])
 
 

@@ -105,7 +105,7 @@ def test_quantiles_match_numpy(case, q):
         rtol=1e-5,
     )
     np.testing.assert_allclose(
-        np.asarray(jnp.percentile(x, [10, 90], axis=axis)),
+        np.asarray(jnp.percentile(x, np.array([10, 90]), axis=axis)),
         np.percentile(x, [10, 90], axis=axis),
         rtol=1e-5,
         atol=1e-6,

@@ -55,6 +55,12 @@ def operand(x):
         return Array(dtypes.canonical_array(np.asarray(x)))
     if isinstance(x, Array):
         return x
+    if t is list or t is tuple:
+        raise user_error(
+            TypeError,
+            f"jax.numpy functions take arrays or scalars, not a Python {t.__name__} (as JAX: "
+            f"a list would be traced element by element). Fix: jnp.asarray(...) it first.",
+        )
     return Array(asarray_value(x))
 
 

@@ -41,9 +41,17 @@ def _expand_bool_masks(idx):
 
 
 def _normalize(idx, ndim):
+    if isinstance(idx, list):
+        raise user_error(
+            TypeError,
+            "Using a non-tuple sequence for multidimensional indexing is not allowed (as in "
+            "JAX). Fix: x[jnp.array(seq)] for an index array, x[tuple(seq)] for one index "
+            "per dimension.",
+        )
     if not isinstance(idx, tuple):
         idx = (idx,)
-    idx = _expand_bool_masks(list(idx))
+    # a list inside the index tuple is an index array (x[:, [0, 2]]), as in JAX
+    idx = _expand_bool_masks([np.asarray(e) if type(e) is list else e for e in idx])
     n_ell = sum(1 for e in idx if e is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")

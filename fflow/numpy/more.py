@@ -632,6 +632,36 @@ def angle(z, deg=False):
     return strong(ew.rad2deg(out) if deg else out)  # JAX: never weakly typed
 
 
+def block(arrays):
+    """Assemble an array from nested lists of blocks (NumPy's block): the innermost lists
+    join along the last axis, the next level along the one before, and so on."""
+
+    def depth(x):
+        return 1 + depth(x[0]) if isinstance(x, list) and x else 0
+
+    d = depth(arrays)
+    leaves = []
+
+    def collect(x):
+        if isinstance(x, list):
+            for e in x:
+                collect(e)
+        else:
+            leaves.append(asarray(x))
+
+    collect(arrays)
+    ndim = builtins.max([d] + [len(info(a)[2]) for a in leaves])
+    it = iter(leaves)
+
+    def build(x, level):
+        if not isinstance(x, list):
+            a = next(it)
+            return sh.reshape(a, (1,) * (ndim - len(info(a)[2])) + tuple(info(a)[2]))
+        return sh.concatenate([build(e, level - 1) for e in x], axis=-level)
+
+    return build(arrays, d)
+
+
 def iscomplexobj(x):
     return np.dtype(info(x)[0]).kind == "c"
 
@@ -786,6 +816,7 @@ __all__ = [
     "array_equiv",
     "bartlett",
     "bitwise_count",
+    "block",
     "packbits",
     "unpackbits",
     "bitwise_invert",
