@@ -2,8 +2,10 @@
 
     python benchmarks/bench_pipeline.py                          # 4 simulated devices
     python -m fflow.launch -n 4 benchmarks/bench_pipeline.py     # 4 MPI ranks
+    python -m fflow.launch -n 2 benchmarks/bench_pipeline.py     # p=2 (a core per rank
+                                                                 # on a 2-core machine)
 
-One 8-layer tanh MLP over p=4 pipeline devices: GPipe and 1F1B with 4 stages of 2
+One 8-layer tanh MLP over p=4 pipeline devices (p=2 with 2 ranks): GPipe and 1F1B with 4 stages of 2
 layers, interleaved 1F1B with 8 stages of 1 layer (v=2 per device); m in {4, 8, 16}
 micro-batches. The step takes the gradient of the parameters and of the input
 features (as when the pipeline's input comes from a layer before it), so stage 0's
@@ -171,7 +173,7 @@ def main():
     rank0 = rt.rank == 0
     width, rows_per_mb = (16, 4) if args.tiny else (512, 32)
     reps = args.reps or (1 if args.tiny else 5)
-    p = P_DEVICES
+    p = min(P_DEVICES, rt.device_count())  # fflow.launch -n 2: a 2-device pipeline
     pls = [fflow.placement("cpu", [i]) for i in range(p)]
     ms = (4, 8) if args.tiny else (4, 8, 16)
     layers = make(width)
