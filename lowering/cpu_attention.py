@@ -13,7 +13,7 @@ float32 and float64 take this path; bf16/fp16 operands (amp) too, as float32 cop
 """
 
 import numpy as np
-from fflow.lowering import cpu_gemm
+from fflow.lowering import cpu_casts, cpu_gemm
 from fflow.primitives.attention import BIG_NEG, attention_bwd_p, attention_p
 
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
@@ -26,7 +26,7 @@ def _low(*xs):
 
 
 def _up(x):
-    return x.astype(np.float32)
+    return cpu_casts.cast(x, np.float32)
 
 
 def _mm(a, b, nt):
@@ -73,7 +73,7 @@ def forward(q, k, v, *rest, scale, causal, has_mask, nt=1):
     if _low(q, k, v):
         out, lse = forward(_up(q), _up(k), _up(v), *rest, scale=scale, causal=causal,
                            has_mask=has_mask, nt=nt)  # fmt: skip
-        return [out.astype(v.dtype), lse]
+        return [cpu_casts.cast(out, v.dtype), lse]
     if not (q.dtype == k.dtype == v.dtype and q.dtype in _FAST):
         return attention_p.impl(q, k, v, *rest, scale=scale, causal=causal, has_mask=has_mask)
     mask = rest[0] if has_mask else None
@@ -92,7 +92,7 @@ def backward(q, k, v, *rest, scale, causal, has_mask, nt=1):
         # out=None: rowsum(dP * P) from the float32 products, not from the rounded out
         args = (*(_up(x) for x in (q, k, v)), *rest[:has_mask], None, lse, _up(ct))
         grads = backward(*args, scale=scale, causal=causal, has_mask=has_mask, nt=nt)
-        return [g.astype(x.dtype) for g, x in zip(grads, (q, k, v))]
+        return [cpu_casts.cast(g, x.dtype) for g, x in zip(grads, (q, k, v))]
     if not (q.dtype == k.dtype == v.dtype == ct.dtype and q.dtype in _FAST):
         return attention_bwd_p.impl(q, k, v, *rest, scale=scale, causal=causal, has_mask=has_mask)
     n, kh, t, s = q.shape[2], k.shape[2], q.shape[1], k.shape[1]

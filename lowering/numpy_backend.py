@@ -25,7 +25,7 @@ import sys
 import weakref
 
 import numpy as np
-from fflow.lowering import cpu_gemm, passes
+from fflow.lowering import cpu_casts, cpu_gemm, passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback, row_of
 from fflow.lowering.passes import FusionGroup
 from fflow.primitives.unary import integer_pow_by_squaring
@@ -260,6 +260,8 @@ def _convert_expr(ctx, eqn, args):
     new = np.dtype(eqn.params["new_dtype"])
     if x.aval.dtype.kind == "f" and new.kind in "iu":
         return None
+    if {x.aval.dtype.name, new.name} == {"float32", "bfloat16"}:  # amp's casts: C loops
+        return f"{ctx.const(cpu_casts.cast, 'cast')}({args[0]}, {ctx.const(new, 'dt')})"
     return f"{args[0]}.astype({ctx.const(new, 'dt')})"
 
 

@@ -10,7 +10,7 @@ A row is `emit(ctx, eqn, step_index)`; `ctx` is the rendering state of
 import functools
 
 import numpy as np
-from fflow.lowering import cpu_attention, cpu_gemm
+from fflow.lowering import cpu_attention, cpu_casts, cpu_gemm
 from fflow.lowering.schedule import FusionGroup
 from fflow.primitives.attention import attention_bwd_p, attention_p
 from fflow.primitives.control_flow import cond_p, while_p
@@ -129,9 +129,13 @@ def _dot_plan(ctx, eqn):
     m = int(np.prod([la.shape[d] for d in lf], dtype=np.int64))
     n = int(np.prod([ra.shape[d] for d in rf], dtype=np.int64))
     k = int(np.prod([la.shape[d] for d in lc], dtype=np.int64))
-    up = ".astype(np.float32)" if low else ""
-    a = _view(ctx.name(lhs) + up, la.shape, [[d] for d in lb] + [lf, list(lc)])
-    b = _view(ctx.name(rhs) + up, ra.shape, [[d] for d in rb] + [list(rc), rf])
+    a, b = ctx.name(lhs), ctx.name(rhs)
+    if low:  # float32 copies (lowering/cpu_casts.py: a C loop for bf16)
+        f32 = ctx.const(np.dtype(np.float32), "dt")
+        cast = ctx.const(cpu_casts.cast, "cast")
+        a, b = f"{cast}({a}, {f32})", f"{cast}({b}, {f32})"
+    a = _view(a, la.shape, [[d] for d in lb] + [lf, list(lc)])
+    b = _view(b, ra.shape, [[d] for d in rb] + [list(rc), rf])
     out = eqn.outputs[0]
     mshape = bshape + (m, n)
     swapped = not bshape and len(lf) == len(rf) == 1 and _only_transposed(ctx, out)
@@ -146,7 +150,8 @@ def _dot_plan(ctx, eqn):
     elif mshape != tuple(out.aval.shape):
         post.append(f"{name} = {name}.reshape({tuple(out.aval.shape)})")
     if low and out.aval.dtype != np.float32:  # f32 accumulation, rounded once
-        post.append(f"{name} = {name}.astype({ctx.const(out.aval.dtype, 'dt')})")
+        cast = ctx.const(cpu_casts.cast, "cast")
+        post.append(f"{name} = {cast}({name}, {ctx.const(out.aval.dtype, 'dt')})")
     return {
         "a": a,
         "b": b,

@@ -90,3 +90,41 @@ def test_low_precision_attention_and_gradient_are_float32_kernels(low, causal, m
         # each gradient entry is rounded to 16 bits: the directional sum keeps ~eps error
         scale = float(np.sum(np.abs(np.asarray(g, np.float64) * d)))
         assert abs(got - want) <= 4 * eps * max(1.0, scale), (which, got, want)
+
+
+def _bit_patterns(n):
+    """float32 bit patterns: random, plus NaNs of both signs, infinities, subnormals,
+    the largest finite value and exact rounding ties."""
+    rng = np.random.default_rng(5)
+    u = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32)
+    special = [0x7FC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFC12345, 0x7F800000,
+               0xFF800000, 0x7F7FFFFF, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
+               0x80000001, 0x00000000, 0x80000000]  # fmt: skip
+    k = min(n, len(special))
+    u[:k] = special[:k]
+    return u
+
+
+@pytest.mark.parametrize("shape", [(1 << 14,), (3, 4096), (15,)])  # C loops; astype
+def test_bf16_casts_equal_ml_dtypes_bit_for_bit(shape):
+    from fflow.lowering import cpu_casts, native
+
+    n = int(np.prod(shape))
+    x = _bit_patterns(n).view(np.float32).reshape(shape)
+    bf16 = LOW["bf16"][0]
+    with np.errstate(invalid="ignore"):
+        want = x.astype(bf16)
+    with np.errstate(invalid="ignore"):
+        got = cpu_casts.cast(x, bf16)
+    assert got.dtype == bf16 and got.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    back = cpu_casts.cast(want, np.float32)
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    # a strided view takes astype's path and gives the same bits
+    with np.errstate(invalid="ignore"):  # astype warns on NaN
+        strided = cpu_casts.cast(x[..., ::2], bf16)
+    np.testing.assert_array_equal(strided.view(np.uint16), want[..., ::2].view(np.uint16))
+    if n >= cpu_casts.MIN_SIZE and native.enabled():  # the C loops ran
+        assert cpu_casts._kernel("fflow_f32_to_bf16") is not None
+        assert cpu_casts._kernel("fflow_bf16_to_f32") is not None
