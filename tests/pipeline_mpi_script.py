@@ -23,11 +23,25 @@ def last(params, xy):
     return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
 
 
-def make(n_stages, seed=0):
+def int_label_data():
+    rng = np.random.default_rng(11)
+    return rng.integers(0, 8, size=10).astype(np.int32), rng.normal(size=(10, 3)).astype(np.float32)
+
+
+def last_ce(params, xy):
+    """Cross-entropy of int labels."""
+    x, y = xy
+    z = x @ params["w"] + params["b"]
+    z = z - jnp.max(z, axis=1, keepdims=True)
+    logp = z - jnp.log(jnp.sum(jnp.exp(z), axis=1, keepdims=True))
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+
+def make(n_stages, seed=0, d_last=1):
     rng = np.random.default_rng(seed)
     out = []
     for s in range(n_stages):
-        d_out = 1 if s == n_stages - 1 else 8
+        d_out = d_last if s == n_stages - 1 else 8
         d_in = 3 if s == 0 else 8
         w = (rng.normal(size=(d_in, d_out)) / np.sqrt(d_in)).astype(np.float32)
         out.append({"w": w, "b": np.zeros(d_out, np.float32)})
@@ -129,6 +143,15 @@ def main():
             all(0 < b <= wall.span for b in wall.busy),
             len(trace.picture().splitlines()),
         ]
+    # int labels passed along, m=5 (a last group smaller than p), the input gradient too
+    labels, xs = int_label_data()
+    f = fflow.pipeline([stage] * 3 + [last_ce], one, 5)
+    value, (grads, gx) = fflow.value_and_grad(lambda p, x: f(p, (x, labels)), argnums=(0, 1))(
+        make(4, d_last=8), xs
+    )
+    out["int_labels_loss"], out["int_labels_gx"] = value, gx
+    for s, g in enumerate(grads):
+        out[f"int_labels_gw{s}"] = g["w"]
     result = {k: np.asarray(v).tolist() for k, v in out.items()}
     result["traces"] = traces
     sent = rt.bytes_moved

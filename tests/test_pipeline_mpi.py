@@ -94,7 +94,34 @@ def test_mpi_equals_simulated_and_plain():
         for s, w in enumerate(ws):
             np.testing.assert_allclose(np.asarray(sim[f"{name}_w{s}"]), w, rtol=1e-4, atol=1e-5)
     assert sim["bytes"] > 0
+    # int labels carried along, m=5, gradients of the parameters and the input
+    import fflow
+
+    script = _script()
+    labels, xs = script.int_label_data()
+
+    def plain_ce(params, x):
+        xy = (x, labels)
+        for p in params[:-1]:
+            xy = script.stage(p, xy)
+        return script.last_ce(params[-1], xy)
+
+    value, (gw, gx) = fflow.value_and_grad(plain_ce, argnums=(0, 1))(script.make(4, d_last=8), xs)
+    np.testing.assert_allclose(sim["int_labels_loss"], float(value), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(sim["int_labels_gx"]), gx, rtol=1e-4, atol=1e-6)
+    for s in range(4):
+        got = np.asarray(sim[f"int_labels_gw{s}"])
+        np.testing.assert_allclose(got, gw[s]["w"], rtol=1e-4, atol=1e-6)
     assert len([k for k in sim if k.startswith("mixed_")]) == 4 * (len(script_pairs()) + 2)
+
+
+def _script():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        import pipeline_mpi_script as script
+    finally:
+        sys.path.pop(0)
+    return script
 
 
 def script_pairs():
