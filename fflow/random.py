@@ -1,6 +1,7 @@
 """fflow.random: JAX's counter-based PRNG (Threefry-2x32, "partitionable" mode).
 
-A key is a uint32[2] array (JAX's raw key). Keys are split, never mutated: the
+A key is a uint32[2] array (JAX's raw key, `PRNGKey`) or a typed key of shape ()
+(`key(seed)`, a `KeyArray` over the same data). Keys are split, never mutated: the
 same key always gives the same numbers, eagerly, under `jit` and on every backend.
 The bits come from `random_bits_p` (see primitives/random_bits.py for the exact
 algorithm), and every sampler follows JAX's construction, so `fflow.random`
@@ -29,6 +30,7 @@ from fflow.errors import DtypeError, ShapeError, user_error
 from fflow.primitives.random_bits import random_bits_p, random_fold_in_p
 from fflow.primitives.special import lgamma_p
 from fflow.transforms.vmap import vmap
+from fflow.tree_util import register_pytree_node
 
 _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.uint64}
 
@@ -46,9 +48,64 @@ def _shape(shape):
     return tuple(int(d) for d in shape)
 
 
+class KeyDtype:
+    """The dtype of typed keys (JAX's `key<fry>`): `jax.dtypes.prng_key` subclasses."""
+
+    name = "key<fry>"
+    itemsize = 8
+    kind = "V"
+
+    def __eq__(self, other):
+        return isinstance(other, KeyDtype) or other == "key<fry>"
+
+    def __hash__(self):
+        return hash("key<fry>")
+
+    def __repr__(self):
+        return "key<fry>"
+
+
+class KeyArray:
+    """Typed PRNG keys (`fflow.random.key(seed)`, JAX's `jax.random.key`): an array of
+    keys of shape `shape`, each one uint32[2] of key data (`key_data(k)`). A pytree
+    over its data, so jit, vmap, scan and grad carry it; every sampler takes it."""
+
+    dtype = KeyDtype()
+
+    def __init__(self, data):
+        self._data = data
+
+    shape = property(lambda self: tuple(self._data.shape[:-1]))
+    ndim = property(lambda self: len(self._data.shape) - 1)
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    weak_type = False
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of an unsized key array")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return KeyArray(self._data[idx + (Ellipsis,) if Ellipsis not in idx else idx])
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return KeyArray(self._data.reshape(tuple(shape) + (2,)))
+
+    def __repr__(self):
+        return f"Array({self.shape}, dtype=key<fry>) overlaying:\n{np.asarray(self._data)}"
+
+
+register_pytree_node(KeyArray, lambda k: ((k._data,), None), lambda _, c: KeyArray(c[0]))
+
+
 def _key(key, name):
     jnp = _jnp()
-    key = jnp.asarray(key)
+    key = key._data if isinstance(key, KeyArray) else jnp.asarray(key)
     if key.dtype != np.uint32 or key.ndim < 1 or key.shape[-1] != 2:
         raise user_error(
             DtypeError,
@@ -111,17 +168,31 @@ def PRNGKey(seed, *, impl=None):  # noqa: N802  (JAX's name)
 
 
 def key(seed, *, impl=None):
-    """A key from an integer seed (like `jax.random.key`, but a raw uint32[2] key)."""
-    return PRNGKey(seed, impl=impl)
+    """A typed key of shape () from an integer seed (JAX's `jax.random.key`); its data
+    is `PRNGKey(seed)`, so both give the same numbers.
+
+    Example:
+        >>> import fflow.random as random
+        >>> k = random.key(0)
+        >>> k.shape, random.split(k, 3).shape, random.key_data(k).tolist()
+        ((), (3,), [0, 0])
+    """
+    return KeyArray(PRNGKey(seed, impl=impl))
 
 
 def key_data(keys):
-    """The uint32 data of keys (keys already are their data in fflow)."""
-    return _jnp().asarray(keys)
+    """The uint32 data of keys: [..., 2] (a raw uint32 key is its own data)."""
+    return keys._data if isinstance(keys, KeyArray) else _jnp().asarray(keys)
 
 
 def wrap_key_data(key_bits_array, *, impl=None):
-    return _jnp().asarray(key_bits_array)
+    """Typed keys over uint32 key data of shape [..., 2]."""
+    return KeyArray(_jnp().asarray(key_bits_array))
+
+
+def _like(key, raw):
+    # typed keys in, typed keys out (raw uint32 keys stay raw)
+    return KeyArray(raw) if isinstance(key, KeyArray) else raw
 
 
 def split(key, num=2):
@@ -132,20 +203,19 @@ def split(key, num=2):
         >>> random.split(random.PRNGKey(0), 3).shape
         (3, 2)
     """
-    key = _key(key, "split")
-    return random_bits_p.bind(key, shape=_shape(num))
+    return _like(key, random_bits_p.bind(_key(key, "split"), shape=_shape(num)))
 
 
 def fold_in(key, data):
     """A new key from `key` and an integer (a step counter, a process index...)."""
-    key = _key(key, "fold_in")
+    typed, key = key, _key(key, "fold_in")
     if isinstance(data, (int, np.integer)):
         data = np.asarray(int(data) & 0xFFFFFFFF, np.uint32)
     else:
         data = _jnp().asarray(data)
         if data.dtype != np.uint32:
             data = lax.convert_element_type(data, np.uint32)
-    return random_fold_in_p.bind(key, data)
+    return _like(typed, random_fold_in_p.bind(key, data))
 
 
 def clone(key):
@@ -814,6 +884,7 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0):
 
 
 __all__ = [
+    "KeyArray",
     "PRNGKey",
     "ball",
     "generalized_normal",

@@ -22,7 +22,6 @@ MIN_FRACTION = 0.90  # the issue's "done"
 # program -> why fflow does not give JAX's record yet
 KNOWN = {
     "errors_jax_raises": "fflow's ShapeError is a ValueError and a TypeError (JAX: TypeError only)",
-    "random_new_style_keys": "jax.random.key is a raw uint32[2] array, not a typed key of shape ()",
     "tutorial_vmap_pmap": "local_device_count() is 8 (fflow's simulated devices), JAX's CPU has 1",
 }
 
