@@ -144,6 +144,8 @@ class Builder:
             return None
         kind = self.canon.get(tuple(idx))
         if kind is None or v.aval.shape != self.k.row_shapes.get(kind):
+            if kind is None and v.aval.shape in self.k.row_shapes.values():
+                self.k.other_reads.add(v)  # read at another element too
             return None
         self.k.canonical_reads.setdefault(v, set()).add(id(self))
         name = self.k.row_cache.get(v)
@@ -476,6 +478,7 @@ class KernelSource:
         self.row_shapes = {}  # row kernels: "row" -> x_shape, "col" -> reduced dims
         self.row_cache = {}  # row kernels: input var -> register array name
         self.canonical_reads = {}  # input var -> ids of the loops reading it row-wise
+        self.other_reads = set()  # inputs of those shapes also read at other elements
         self.helpers = []
         self.idx_t = "long long" if wide else "int"
         self.lit = "LL" if wide else ""

@@ -6,7 +6,7 @@ import numpy as np
 from fflow.lowering import cuda_attention as ca
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
-from fflow.lowering import cuda_scan, cuda_sort
+from fflow.lowering import cuda_scan, cuda_sort, cuda_transpose
 from fflow.lowering import cuda_scatter_sort as css
 from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import copy_p
@@ -242,8 +242,13 @@ class Plan:
         for item in pending:
             if type(item) is _EwGroup:
                 inline = {**self.inline, **{v: self._producer(v) for v in item.outputs}}
+                t = cuda_transpose.candidate(item.outputs, inline)  # through a shared tile
+                kern = (
+                    cuda_transpose.tiled_kernel(item.outputs, inline, t, self.wide) if t else None
+                )
+                kern = kern or ck.elementwise_kernel(item.outputs, inline, self.wide)
                 self.steps.append(
-                    KernelStep([ck.elementwise_kernel(item.outputs, inline, self.wide)])
+                    KernelStep([kern], note="tiled transpose" if t and kern.kind == "ewt" else "")
                 )
             elif type(item) is _RowGroup:
                 inline = {
