@@ -86,7 +86,9 @@ class Plan:
     """The chosen SBP of every var and signature of every equation, with its costs.
 
     `time` = `compute_time` + `comm_time` (seconds per device per call, from the
-    profile); `bytes` = communication bytes per call summed over devices.
+    profile); `bytes` = communication bytes per call summed over devices;
+    `hidden_time`: seconds of `hidden_count` gradient all-reduces that overlap the
+    backward pass (bucketed; not counted in `comm_time`).
     """
 
     def __init__(self, prob, sig_idx):
@@ -102,9 +104,15 @@ class Plan:
         self.compute_time = sum(prob.comp[k][s] for k, s in enumerate(sig_idx))
         self.comm_time = 0.0
         self.bytes = 0
+        self.hidden_time = 0.0  # communication overlapping compute (not in comm_time)
+        self.hidden_count = 0
         for i, h, w in prob.conversions(sig_idx, have):
-            self.comm_time += prob.bt(i, h, w)
+            t = prob.bt(i, h, w)
+            self.comm_time += t
             self.bytes += prob.bbytes(i, h, w)
+            if i in prob.hidden and prob._is_reduce(i, h, w):
+                self.hidden_time += max(prob._bt[prob.akid_class[i] + h * _KEY + w] - t, 0.0)
+                self.hidden_count += 1
         self.time = self.compute_time + self.comm_time
 
 

@@ -154,6 +154,11 @@ def explain(sp, every=True):
         f"(compute {_t(plan.compute_time)}, communication {_t(plan.comm_time)}), "
         f"{_b(plan.bytes)} moved, peak {_b(peak)} per device",
     ]
+    if plan.hidden_count:
+        lines.append(
+            f"  plus {_t(plan.hidden_time)} of communication hidden behind the backward pass "
+            f"({plan.hidden_count} bucketed gradient all-reduces)"
+        )
     lines.append("forced by annotations:")
     for n, (v, s) in enumerate(zip(sp.exec_program.invars, sp.in_sbps)):
         if any(not x.is_broadcast() for x in s):
