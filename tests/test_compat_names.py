@@ -189,3 +189,15 @@ def test_fill_mode_static_index_and_tracer_is_an_array():
     seen = []
     fflow.grad(lambda x: seen.append(isinstance(x, fflow.Array)) or x * 2)(1.0)
     assert seen == [True] and isinstance(a, fflow.Array) and not isinstance(1.0, fflow.Array)
+
+
+def test_shape_dtype_struct_like():
+    # JAX's ShapeDtypeStruct.like: an array's (canonical) shape, dtype and weak type
+    s = fflow.ShapeDtypeStruct.like(fflow.numpy.ones((2, 3)))
+    assert (s.shape, s.dtype, s.weak_type) == ((2, 3), np.float32, False)
+    assert fflow.ShapeDtypeStruct.like(2.0).weak_type
+    assert fflow.ShapeDtypeStruct.like(np.ones(2, np.int64)).dtype == np.int32  # x64 off
+    assert fflow.ShapeDtypeStruct.like(s) == s
+    assert fflow.jit(lambda x: x * fflow.ShapeDtypeStruct.like(x).shape[0])(
+        np.ones(2)
+    ).tolist() == [2.0, 2.0]

@@ -410,12 +410,22 @@ def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
 class ShapeDtypeStruct:
     """A shape and dtype without data (JAX's `jax.ShapeDtypeStruct`)."""
 
-    __slots__ = ("shape", "dtype", "sharding")
+    __slots__ = ("shape", "dtype", "sharding", "weak_type")
 
-    def __init__(self, shape, dtype, sharding=None):
+    def __init__(self, shape, dtype, sharding=None, *, weak_type=False):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.sharding = sharding
+        self.weak_type = bool(weak_type)
+
+    @classmethod
+    def like(cls, x):
+        """The shape and dtype (and weak type) of `x`: an array, a tracer, a NumPy array
+        or another ShapeDtypeStruct (JAX's `ShapeDtypeStruct.like`)."""
+        if isinstance(x, ShapeDtypeStruct):
+            return cls(x.shape, x.dtype, x.sharding, weak_type=x.weak_type)
+        aval = aval_of_value(x)
+        return cls(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
     @property
     def ndim(self):
