@@ -197,6 +197,16 @@ def main(n, fail_rank=None):
         )(wbig, xbig, vbig)
     fflow.config.update("grad_bucket_mb", 25.0)
 
+    # result buffers are reused only once nothing refers to them: kept results stay
+    # intact while later calls' dropped results share one buffer
+    red = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=B)
+    ga = fflow.make_global_array(per_device(x, (P,), pl), pl, P)
+    kept = [red(ga) for _ in range(3)]
+    twice = fflow.make_global_array(per_device(x * 2, (P,), pl), pl, P)
+    for _ in range(3):
+        last = red(twice)
+    out["reuse_0"], out["reuse_1"], out["reuse_2"], out["reuse_last"] = *kept, last
+
     # all-reduces over the one-all-gather size: all-to-all, ordered reduction, then an
     # in-place all-gather (even chunks) or one into a second buffer (uneven); sums of
     # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)

@@ -71,6 +71,8 @@ def test_mpi_equals_simulated(n):
         assert mpi[f"large_{c}_P(min)"] == parts.min(0).tolist()
         ints = (xl * 100).astype(np.int32)
         assert mpi[f"large_{c}_int"] == sum(ints + k for k in range(n)).tolist()
+    for res in (mpi, sim):  # reused result buffers: kept results are not overwritten
+        assert res["reuse_0"] == res["reuse_1"] == res["reuse_2"] != res["reuse_last"]
     for res in (mpi, sim):  # buckets change no number
         for w in ("w1", "w2"):
             assert res[f"bucket_off_{w}"] == res[f"bucket_tiny_{w}"] == res[f"bucket_default_{w}"]
