@@ -19,6 +19,7 @@ initialises MPI with MPI_THREAD_MULTIPLE, which that needs).
 """
 
 import numpy as np
+from fflow.primitives.collectives import all_reduce_p
 
 from fflow.config import config
 from fflow.core import Literal
@@ -72,7 +73,7 @@ class Bucket:
 
 def _bucketable(eqn):
     return (
-        eqn.primitive.name == "all_reduce"
+        eqn.primitive is all_reduce_p
         and eqn.params["op"] == "sum"
         and len(eqn.params["group"]) > 1
         and type(eqn.inputs[0]) is not Literal

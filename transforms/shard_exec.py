@@ -186,7 +186,7 @@ class ShardedProgram:
 
             for eqn, sig in zip(prog.eqns, plan.eqn_sigs):
                 ins = [read(v, want) for v, want in zip(eqn.inputs, sig.ins)]
-                if eqn.primitive.name == "sbp_constraint":
+                if eqn.primitive is sbp_constraint_p:
                     outs = ins
                 else:
                     ctx = LocalCtx(

@@ -8,6 +8,7 @@ its bytes, and the total bytes moved per call.
       in (d) }
 """
 
+from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import _ops_1d_names
 from fflow.transforms.shard_memory import _local_bytes, peak_memory
 from fflow.transforms.shard_plan import _code, _State
@@ -164,7 +165,7 @@ def explain(sp, every=True):
         if any(not x.is_broadcast() for x in s):
             lines.append(f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}")
     for k, eqn in enumerate(sp.exec_program.eqns):
-        if eqn.primitive.name == "sbp_constraint":
+        if eqn.primitive is sbp_constraint_p:
             where = eqn.source_info.short() if eqn.source_info else "?"
             lines.append(f"  with_sbp at {where}: eqn {k} = {_nd_text(eqn.params['sbp'])}")
     for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
