@@ -86,7 +86,8 @@ def _reduce_rows(rows, op, dtype):
 _REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
-_kept = {}  # (shape, dtype) -> the last buffer of that kind handed out (8 kinds at most)
+_kept = {}  # (shape, dtype) -> the last buffer of that kind handed out
+KEEP_BYTES = 256 << 20  # at most this much kept for reuse (oldest kinds dropped first)
 
 
 def _empty(shape, dtype):
@@ -99,9 +100,13 @@ def _empty(shape, dtype):
     buf = _kept.get(key)
     # 3 references: _kept, `buf` and getrefcount's argument
     if buf is None or sys.getrefcount(buf) > 3:
-        if buf is None and len(_kept) >= 8:
-            del _kept[next(iter(_kept))]
-        buf = _kept[key] = np.empty(shape, dtype)
+        buf = np.empty(shape, dtype)
+        _kept.pop(key, None)
+        total = buf.nbytes + sum(b.nbytes for b in _kept.values())
+        while _kept and total > KEEP_BYTES:
+            total -= _kept.pop(next(iter(_kept))).nbytes
+        if total <= KEEP_BYTES:
+            _kept[key] = buf
     return buf
 
 
