@@ -8,6 +8,7 @@ The result is the sum's: every position has one term that is not padding (x + 0 
 except that a -0.0 stays -0.0 where the sum gave +0.0; the two compare equal).
 """
 
+from fflow.primitives.binary import add_p
 from fflow.primitives.shape import concatenate_p, pad_p
 
 from fflow.core import Literal, Var
@@ -48,7 +49,7 @@ def fold_pad_sums(program):
     changed = False
     for e in program.eqns:
         new = [e]
-        if e.primitive.name in ("add", "add_any") and all(type(v) is Var for v in e.inputs):
+        if e.primitive is add_p and all(type(v) is Var for v in e.inputs):
             pa, pb = (producer.get(v) for v in e.inputs)
             a, b = _piece(pa, uses), _piece(pb, uses)
             if a is not None and b is not None and a[0] == b[0]:

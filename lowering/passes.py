@@ -17,6 +17,9 @@ import time
 
 import numpy as np
 from fflow.lowering.effects import has_subprograms, is_effectful, subprograms
+from fflow.primitives.convert import convert_element_type_p
+from fflow.primitives.dot import dot_general_p
+from fflow.primitives.shape import broadcast_in_dim_p, transpose_p
 
 from fflow.core import Literal, Var
 
@@ -178,7 +181,7 @@ def _try_fold(eqn, known):
         else:
             return None
     if any(v.aval.size > FOLD_MAX_SIZE for v in eqn.outputs):
-        if prim.name == "broadcast_in_dim" and vals[0].size == 1:
+        if prim is broadcast_in_dim_p and vals[0].size == 1:
             # a broadcast scalar stays a zero-stride view (no memory, no work)
             scalar = np.asarray(vals[0], eqn.outputs[0].aval.dtype).reshape(())
             return [np.broadcast_to(scalar, eqn.outputs[0].aval.shape)]
@@ -242,7 +245,7 @@ def fold_cast_round_trips(program):
     for e in program.eqns:
         inputs = [sub(v) for v in e.inputs]
         e = e.replace(inputs=inputs) if inputs != e.inputs else e
-        if e.primitive.name == "convert_element_type" and type(inputs[0]) is Var:
+        if e.primitive is convert_element_type_p and type(inputs[0]) is Var:
             inner = producer.get(inputs[0])
             out = e.outputs[0]
             if inner is not None and type(inner.inputs[0]) is Var:
@@ -272,7 +275,7 @@ def fold_dot_transpose(program):
     uses = use_counts(program)
     producer = {}
     for e in program.eqns:
-        if e.primitive.name == "dot_general" and _plain_matmul(e) and uses.get(e.outputs[0]) == 1:
+        if e.primitive is dot_general_p and _plain_matmul(e) and uses.get(e.outputs[0]) == 1:
             producer[e.outputs[0]] = e
     if not producer:
         return program
@@ -281,7 +284,7 @@ def fold_dot_transpose(program):
     for e in program.eqns:
         src = e.inputs[0] if e.inputs else None
         if (
-            e.primitive.name == "transpose"
+            e.primitive is transpose_p
             and tuple(e.params["permutation"]) == (1, 0)
             and src in producer
         ):
