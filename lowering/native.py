@@ -22,6 +22,11 @@ import subprocess
 import tempfile
 
 import numpy as np
+from fflow.primitives import binary as _b
+from fflow.primitives import compare as _c
+from fflow.primitives import unary as _u
+from fflow.primitives.convert import convert_element_type_p
+from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import integer_pow_by_squaring
 
 from fflow.config import config
@@ -53,8 +58,9 @@ _CTYPES = {
     np.dtype(np.float64): "double",
     np.dtype(bool): "unsigned char",
 }
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# the C operator of each arithmetic and comparison primitive
+_BINARY = {_b.add_p: "+", _b.sub_p: "-", _b.mul_p: "*", _b.div_p: "/"}
+_COMPARE = {_c.eq_p: "==", _c.ne_p: "!=", _c.lt_p: "<", _c.le_p: "<=", _c.gt_p: ">", _c.ge_p: ">="}
 
 _compiler = None
 _lib_cache = {}
@@ -87,52 +93,52 @@ def _literal(value, ctype):
 
 def _render_eqn(e, args, used_math):
     """The C expression of one elementwise equation, or None (not in the table)."""
-    name = e.primitive.name
+    prim = e.primitive
     in_t = _CTYPES.get(e.inputs[0].aval.dtype) if e.inputs else None
     out_t = _CTYPES.get(e.outputs[0].aval.dtype)
     if in_t is None or out_t is None:
         return None
     a = args[0]
-    if name in _BINARY and in_t != "unsigned char":
-        return f"({a} {_BINARY[name]} {args[1]})"
-    if name in _COMPARE:
-        return f"({a} {_COMPARE[name]} {args[1]})"
-    if in_t == "unsigned char" and name not in ("select_n", "convert_element_type"):
+    if prim in _BINARY and in_t != "unsigned char":
+        return f"({a} {_BINARY[prim]} {args[1]})"
+    if prim in _COMPARE:
+        return f"({a} {_COMPARE[prim]} {args[1]})"
+    if in_t == "unsigned char" and prim not in (_c.select_n_p, convert_element_type_p):
         return None
-    c_math = e.primitive.c_math  # declared on the primitive (primitives/unary.py)
+    c_math = prim.c_math  # declared on the primitive (primitives/unary.py)
     if c_math is not None:
         used_math.add((c_math, in_t, 1))
         return f"{_fn(c_math, in_t)}({a})"
-    if name == "neg":
+    if prim is _u.neg_p:
         return f"(-{a})"
-    if name == "square":
+    if prim is _u.square_p:
         return f"({a} * {a})"
-    if name == "rsqrt":
+    if prim is _u.rsqrt_p:
         used_math.add(("sqrt", in_t, 1))
         return f"(({in_t})1 / {_fn('sqrt', in_t)}({a}))"
-    if name == "logistic":
+    if prim is _u.logistic_p:
         used_math.add(("exp", in_t, 1))
         return f"(({in_t})1 / (({in_t})1 + {_fn('exp', in_t)}(-{a})))"
-    if name == "max":
+    if prim is _b.max_p:
         return f"(({a} > {args[1]} || {a} != {a}) ? {a} : {args[1]})"
-    if name == "min":
+    if prim is _b.min_p:
         return f"(({a} < {args[1]} || {a} != {a}) ? {a} : {args[1]})"
-    if name in ("pow", "atan2"):
-        used_math.add((name, in_t, 2))
-        return f"{_fn(name, in_t)}({a}, {args[1]})"
-    if name == "sign":
+    if prim in (_b.pow_p, _b.atan2_p):  # libm's pow and atan2
+        used_math.add((prim.name, in_t, 2))
+        return f"{_fn(prim.name, in_t)}({a}, {args[1]})"
+    if prim is _u.sign_p:
         return f"({a} != {a} ? {a} : ({in_t})(({a} > 0) - ({a} < 0)))"
-    if name == "integer_pow":
+    if prim is _u.integer_pow_p:
         y = e.params["y"]
         if y == 0:
             return f"(({in_t})1)"
         expr = integer_pow_by_squaring(a, abs(y), lambda p, q: f"({p} * {q})")
         return expr if y > 0 else f"(({in_t})1 / {expr})"
-    if name == "select_n":
+    if prim is _c.select_n_p:
         if len(e.inputs) != 3 or e.inputs[0].aval.dtype != np.dtype(bool):
             return None
         return f"({a} ? {args[2]} : {args[1]})"
-    if name == "convert_element_type":
+    if prim is convert_element_type_p:
         if out_t == "unsigned char":
             return f"({a} != 0)"
         return f"(({out_t}){a})"
@@ -158,7 +164,7 @@ def broadcast_source(eqn, shape):
     """For a broadcast_in_dim `eqn` feeding a group of `shape`: ("row", u, C) when u
     fills the trailing dims (index c of a rows x C loop), ("col", u, R) when u fills
     the leading ones (index r), else None."""
-    if eqn is None or eqn.primitive.name != "broadcast_in_dim":
+    if eqn is None or eqn.primitive is not broadcast_in_dim_p:
         return None
     (u,) = eqn.inputs
     if type(u) is Literal or tuple(eqn.params["shape"]) != tuple(shape):
