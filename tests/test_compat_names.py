@@ -201,3 +201,15 @@ def test_shape_dtype_struct_like():
     assert fflow.jit(lambda x: x * fflow.ShapeDtypeStruct.like(x).shape[0])(
         np.ones(2)
     ).tolist() == [2.0, 2.0]
+
+
+def test_like_functions_take_shape_dtype_structs():
+    # JAX's zeros_like / ones_like / full_like take duck-typed shape-and-dtype objects
+    # (optax.MultiSteps builds zero updates from jax.eval_shape's ShapeDtypeStructs)
+    s = fflow.ShapeDtypeStruct((2, 3), np.float16)
+    assert jnp.zeros_like(s).shape == (2, 3) and jnp.zeros_like(s).dtype == np.float16
+    assert jnp.ones_like(s, dtype=np.int32).tolist() == [[1, 1, 1]] * 2
+    assert float(jnp.full_like(s, 2.5)[1, 2]) == 2.5
+    shapes = fflow.eval_shape(lambda x: {"a": x * 2, "b": x.sum()}, np.ones(4, np.float32))
+    zeros = fflow.tree_util.tree_map(jnp.zeros_like, shapes)
+    assert zeros["a"].tolist() == [0.0] * 4 and zeros["b"].shape == ()

@@ -133,6 +133,14 @@ def full(shape, fill_value, dtype=None):
     return Array(out) if type(out) is np.ndarray else out  # a 0-d result is an Array too
 
 
+def _duck_typed(a):
+    return (
+        not isinstance(a, (Array, Tracer, np.ndarray, np.generic))
+        and hasattr(a, "shape")
+        and hasattr(a, "dtype")
+    )
+
+
 def zeros_like(a, dtype=None, shape=None):
     return full_like(a, 0, dtype, shape)
 
@@ -146,7 +154,10 @@ def empty_like(a, dtype=None, shape=None):
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
-    d, weak, s = info(a)
+    if _duck_typed(a):  # a ShapeDtypeStruct or another shape-and-dtype object, as JAX takes
+        d, weak, s = np.dtype(a.dtype), bool(getattr(a, "weak_type", False)), tuple(a.shape)
+    else:
+        d, weak, s = info(a)
     keep_weak = weak and dtype is None  # JAX: zeros_like(weak) stays weak
     dtype = _dtype(dtype) or d
     shape = s if shape is None else _shape(shape)
