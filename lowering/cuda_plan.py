@@ -4,9 +4,9 @@ fallbacks) that compute them. See cuda_backend.py for the overview."""
 
 import numpy as np
 from fflow.lowering import cuda_attention as ca
+from fflow.lowering import cuda_blockreduce, cuda_scan, cuda_sort, cuda_transpose
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
-from fflow.lowering import cuda_scan, cuda_sort, cuda_transpose
 from fflow.lowering import cuda_scatter_sort as css
 from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import copy_p
@@ -327,6 +327,9 @@ class Plan:
                 )
         if axes == tuple(range(nd - len(axes), nd)):
             return _RowGroup(e)
+        if cuda_blockreduce.wanted(e):  # the contiguous axis is reduced: a block per output
+            kerns = cuda_blockreduce.kernels(e, self.inline, self.wide)
+            return KernelStep(kerns, note="block per output")
         step = self._strided(e)
         if axes == tuple(range(len(axes))) and e.primitive.name in _COL_FUSIBLE:
             return _ColCand(e, step)
