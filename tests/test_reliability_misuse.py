@@ -54,10 +54,6 @@ def c_transpose():
     return jnp.transpose(jnp.ones((2, 3)), (0, 2))
 
 
-def c_index():
-    return jnp.ones(3)[5]
-
-
 def c_index_jit():
     return fflow.jit(lambda a: a[:, 0])(x3)
 
