@@ -1,6 +1,6 @@
 """Train a small GPT on Python's own standard library, one character at a time.
 
-    python examples/gpt_chars.py                  # 2 data x 2 model; ~1.5 CPU-minutes
+    python examples/gpt_chars.py                  # 2 data x 2 model; ~1 CPU-minute
     python -m fflow.launch -n 4 examples/gpt_chars.py   # the same on 4 MPI ranks
     python examples/gpt_chars.py --resume         # continue from the last checkpoint
     python examples/gpt_chars.py --tiny           # a few steps (used by the tests)
@@ -29,19 +29,18 @@ reloads model, optimizer state and step onto the mesh). At the end it reports
 validation bits per character next to a bigram model fit on the same training text,
 writes a loss-curve PNG and prints a generated sample.
 
-Measured on a 2-core machine shared with other jobs, with the defaults. The two runs of a
-pair give the same numbers: validation 2.660 bits/char vs the bigram's 3.517 (2.661 in
-the older pair, before a planner change reordered some sums).
+Measured on a 2-core machine shared with other jobs, with the defaults. Both runs give
+the same numbers: validation 2.660 bits/char vs the bigram's 3.517.
 
 | run | load average | wall | CPU |
 |---|---|---|---|
-| 4 simulated devices, one process | 8 | 3 min 26 s | 78 s |
-| `fflow.launch -n 4` | 8-10 | 3 min 10 s | 175 s over the 4 ranks |
-| 4 simulated devices, one process | 8-14 | 7 min 08 s | 81 s |
-| `fflow.launch -n 4` | 15-20 | 7 min 41 s | 293 s over the 4 ranks |
+| 4 simulated devices, one process | 11-16 | 5 min 00 s | 65 s |
+| `fflow.launch -n 4` | 10-14 | 4 min 15 s | 198 s over the 4 ranks |
 
-A rank that waits for a collective keeps polling, so the MPI run uses more CPU. The CPU
-time is the figure that does not depend on the other jobs.
+An earlier pair, before the bf16 casts became C loops, ran at load average 15-20: it
+took 7 min 08 s and 7 min 41 s. A rank that waits for a collective keeps polling, so
+the MPI run uses more CPU. The CPU time is the figure that does not depend on the
+other jobs.
 """
 
 import argparse
