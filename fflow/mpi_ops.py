@@ -56,6 +56,7 @@ config.define("mpi_deterministic", True, hook=lambda v: _det.__setitem__(0, bool
 SMALL_BYTES = 1 << 16  # all-reduces moving less (value bytes x ranks) use one all-gather
 _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
 _HALF = ("float16", "bfloat16")
+_REDUCIBLE = frozenset(_NATIVE + _HALF)
 
 
 _MPI = None
@@ -125,9 +126,15 @@ def _bounds(sizes):
     return list(accumulate(sizes, initial=0))[:-1]
 
 
+_OPS = {}
+
+
 def _native_op(op):
-    MPI = _mpi()
-    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    got = _OPS.get(op)
+    if got is None:
+        MPI = _mpi()
+        got = _OPS[op] = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    return got
 
 
 _names = {}
@@ -144,7 +151,7 @@ def _name(dtype):
 def use_native(dtype):
     if _det[0]:
         return False
-    return _name(dtype) in _NATIVE + _HALF
+    return _name(dtype) in _REDUCIBLE
 
 
 _INTS = ("int32", "int64", "uint32", "uint64", "int8", "uint8")
@@ -190,14 +197,15 @@ def _allgather_chunks(rt, comm, ranks, chunk, sizes, rest, what):
 # -- all_reduce: P -> B ------------------------------------------------------------
 def all_reduce(rt, comm, ranks, x, params, what):
     op = params["op"]
-    x = _contig(x)
+    if not x.flags.c_contiguous:
+        x = _contig(x)
     p = comm.Get_size()
     me = comm.Get_rank()
     q, r = divmod(x.size, p)
     mine = q + (me < r)  # balanced(x.size, p)[me]
     rt.bytes_moved += ((x.size - mine) + (p - 1) * mine) * x.itemsize
     name = _name(x.dtype)
-    if (not _det[0] and name in _NATIVE + _HALF and not (name in _HALF and op != "sum")) or (
+    if (not _det[0] and name in _REDUCIBLE and not (name in _HALF and op != "sum")) or (
         exact_native(x.dtype, op, p)
     ):
         return _native_all_reduce(rt, comm, ranks, x, op, what)

@@ -65,6 +65,7 @@ class MPIRuntime:
         self.world = MPI.COMM_WORLD
         self.comm = self.world  # control and setup only; data goes on group communicators
         self.control = control()
+        self.wait = self.control.wait  # (reqs, ranks, what): every collective's wait
         self.bytes_moved = 0  # bytes this rank sent in collective messages
         self.collective_count = 0
         self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
@@ -101,9 +102,6 @@ class MPIRuntime:
             group.Free()
             self._comms[ranks] = comm
         return comm
-
-    def wait(self, reqs, ranks, what):
-        self.control.wait(reqs, ranks, what)
 
     # -- global arrays ------------------------------------------------------------
     def scatter(self, value, nd_sbp, pl):
@@ -167,9 +165,20 @@ class MPIRuntime:
         run = getattr(sp, "_mpi_run", None)
         if run is None or _debug[0]:
             run = self._prepare(sp, in_shards)
-        i, local, one = run
+        i, local, one, direct = run
         if i is None:
             return [{} for _ in sp.program.outvars]
+        if direct is not None:  # one MPI collective, input to output: set up once
+            (k, eqn, outs), (ranks, comm, fn) = one, direct
+            x = in_shards[k][i]
+            self.collective_count += 1
+            what = _What(self, self.collective_count, eqn.primitive, x, ranks, sp)
+            if self.control.left:
+                self.control.check_group(ranks, what)
+            t0 = time.perf_counter()
+            y = fn(self, comm, ranks, x, eqn.params, what)
+            self.comm_seconds += time.perf_counter() - t0
+            return [{i: y if o is None else in_shards[o][i]} for o in outs]
         self._sp = sp
         if one is not None:  # one collective, input to output: no generator
             k, eqn, outs = one
@@ -198,11 +207,19 @@ class MPIRuntime:
         pl = sp.placement
         i = self._my_index(pl)
         if i is None:
-            sp._mpi_run = (None, None, None)
+            sp._mpi_run = (None, None, None, None)
             return sp._mpi_run
         self.check_program(sp, pl, [s[i] for s in in_shards])
         local = sp.local_program(i)
-        sp._mpi_run = (i, local, _single_collective(local))
+        one = _single_collective(local)
+        direct = None
+        if one is not None and type(self).collective is MPIRuntime.collective and not _debug[0]:
+            # MPI's own collectives (not a subclass's, e.g. NCCL): communicator found once
+            params = one[1].params
+            ranks = tuple(pl.ranks[j] for j in params["group"])
+            if len(ranks) > 1:
+                direct = (ranks, self.group_comm(ranks), mpi_ops.OPS[one[1].primitive.name])
+        sp._mpi_run = (i, local, one, direct)
         return sp._mpi_run
 
     def run_request(self, pl, req):
