@@ -18,7 +18,8 @@ How a call runs (`Executable.__call__` on a `CupyRuntime`):
 
 Only plans made of kernels, GEMMs and views are captured (host steps, host-driven
 control flow and cuSOLVER need the host between launches), and not when inputs
-are donated. `FFLOW_CUDA_GRAPHS=0` turns graphs off.
+are donated. `FFLOW_CUDA_GRAPHS=0` turns graphs off; a capture that fails (an
+operation the driver refuses while capturing) leaves that program without a graph.
 
 Example (on a GPU):
     >>> import fflow, fflow.numpy as jnp                          # doctest: +SKIP
@@ -109,5 +110,9 @@ def run(exe, vals):
         exe.graph = "warm"
         return exe._run(vals)
     if state == "warm":
-        exe.graph = Graph(exe, vals)
+        try:
+            exe.graph = Graph(exe, vals)
+        except Exception:  # a capture the driver refused: run step by step from now on
+            exe.graphs, exe.graph = False, None
+            return exe._run(vals)
     return exe.graph(vals, exe.runtime.cp)

@@ -75,6 +75,20 @@ for i in range(3):
     np.testing.assert_allclose(np.asarray(g(x)), want, rtol=1e-5, atol=1e-5)
     assert "graph_launch" not in [w for w, _ in fake_cupy.USED[before:]]
 print("host ok")
+
+# a capture the driver refuses: that program runs step by step, with the same results
+def refuse(self, mode=None):
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+fake_cupy.Stream.begin_capture = refuse
+h = fflow.jit(lambda x: jnp.tanh(x) * 3)
+x = fflow.device_put(rng.standard_normal(300).astype(np.float32), gpu)
+for i in range(3):
+    before = len(fake_cupy.USED)
+    np.testing.assert_allclose(np.asarray(h(x)), np.tanh(np.asarray(x)) * 3, rtol=1e-6)
+    used = [w for w, _ in fake_cupy.USED[before:]]
+    assert "graph_launch" not in used and used.count("launch") == 1, used
+print("refused ok")
 """
 
 
@@ -88,7 +102,7 @@ def test_jit_calls_replay_one_captured_graph(graphs):
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "graph ok" in proc.stdout and "host ok" in proc.stdout
+    assert "graph ok" in proc.stdout and "host ok" in proc.stdout and "refused ok" in proc.stdout
 
 
 def test_plan_text_says_which_plans_replay_as_a_graph():
