@@ -40,7 +40,8 @@ PUBLIC = {
     "fflow.numpy.linalg": ("jax.numpy.linalg", set()),
     "fflow.numpy.fft": ("jax.numpy.fft", set()),
     "fflow.lax": ("jax.lax", set()),
-    "fflow.random": ("jax.random", {"shuffle"}),  # older JAX's name, kept
+    # shuffle and KeyArray (the type of typed keys): older JAX's names, kept
+    "fflow.random": ("jax.random", {"shuffle", "KeyArray"}),
     "fflow.scipy.special": ("jax.scipy.special", set()),
     "fflow.tree_util": ("jax.tree_util", set()),
     "fflow.nn": (
