@@ -76,8 +76,11 @@ def register_dataclass(cls, data_fields=None, meta_fields=()):
         kwargs.update(zip(meta_fields, aux))
         return cls(**kwargs)
 
-    register_pytree_node(cls, flatten, unflatten)
-    return cls
+    def flatten_with_keys(x):  # key paths name the fields (`.x`), as JAX's
+        children, aux = flatten(x)
+        return [(GetAttrKey(n), c) for n, c in zip(data_fields, children)], aux
+
+    return register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
 
 
 def _is_namedtuple(x):

@@ -213,3 +213,19 @@ def test_like_functions_take_shape_dtype_structs():
     shapes = fflow.eval_shape(lambda x: {"a": x * 2, "b": x.sum()}, np.ones(4, np.float32))
     zeros = fflow.tree_util.tree_map(jnp.zeros_like, shapes)
     assert zeros["a"].tolist() == [0.0] * 4 and zeros["b"].shape == ()
+
+
+def test_register_dataclass_key_paths_name_fields():
+    # recorded from JAX 0.10.2: keystr of a register_dataclass field is "['a'].x"
+    import dataclasses
+    import functools
+
+    @functools.partial(fflow.tree_util.register_dataclass, data_fields=["x"], meta_fields=["n"])
+    @dataclasses.dataclass
+    class Box:
+        x: object
+        n: str
+
+    flat, _ = fflow.tree_util.tree_flatten_with_path({"a": Box(jnp.ones(2), "one")})
+    assert [fflow.tree_util.keystr(p) for p, _ in flat] == ["['a'].x"]
+    assert fflow.tree_util.tree_map(lambda v: v * 2, Box(jnp.ones(2), "k")).n == "k"
