@@ -20,6 +20,10 @@ import ctypes
 import numpy as np
 from fflow.lowering import native
 from fflow.lowering.schedule import FusionGroup
+from fflow.primitives.binary import div_p, sub_p
+from fflow.primitives.reduction import reduce_sum_p
+from fflow.primitives.shape import broadcast_in_dim_p, reshape_p
+from fflow.primitives.unary import exp_p, stop_gradient_p
 
 _SOURCE = """#include <math.h>
 #pragma omp declare simd notinbranch
@@ -68,22 +72,22 @@ def _uses(ctx):
     return uses
 
 
-def _one_use(ctx, v, name, after):
-    """The single use of `v` by a primitive `name` in a later step: (index, step, eqn)."""
-    found = [u for u in _uses(ctx).get(v, []) if u[2].primitive.name == name and u[0] > after]
+def _one_use(ctx, v, prim, after):
+    """The single use of `v` by the primitive `prim` in a later step: (index, step, eqn)."""
+    found = [u for u in _uses(ctx).get(v, []) if u[2].primitive is prim and u[0] > after]
     return found[0] if len(found) == 1 else None
 
 
 def _to_broadcast(ctx, v, keep, shape, after):
     """Follow v -> reshape(keep) -> [stop_gradient] -> broadcast_in_dim(shape)."""
-    use = _one_use(ctx, v, "reshape", after)
+    use = _one_use(ctx, v, reshape_p, after)
     if use is None or tuple(use[2].outputs[0].aval.shape) != keep:
         return None
     w = use[2].outputs[0]
-    stop = _one_use(ctx, w, "stop_gradient", after)
+    stop = _one_use(ctx, w, stop_gradient_p, after)
     if stop is not None:
         w = stop[2].outputs[0]
-    b = _one_use(ctx, w, "broadcast_in_dim", after)
+    b = _one_use(ctx, w, broadcast_in_dim_p, after)
     if b is None or tuple(b[2].params["shape"]) != shape:
         return None
     if tuple(b[2].params["broadcast_dimensions"]) != tuple(range(len(shape))):
@@ -91,9 +95,9 @@ def _to_broadcast(ctx, v, keep, shape, after):
     return b[2].outputs[0]
 
 
-def _single(step, name, inputs):
+def _single(step, prim, inputs):
     eqns = step.eqns if type(step) is FusionGroup else [step]
-    if len(eqns) != 1 or eqns[0].primitive.name != name:
+    if len(eqns) != 1 or eqns[0].primitive is not prim:
         return None
     return eqns[0] if set(eqns[0].inputs) == set(inputs) else None
 
@@ -114,14 +118,14 @@ def match_softmax(ctx, eqn, i):
     mb = _to_broadcast(ctx, eqn.outputs[0], keep, shape, i)
     if mb is None:
         return None
-    subs = [u for u in _uses(ctx).get(mb, []) if u[2].primitive.name == "sub"]
+    subs = [u for u in _uses(ctx).get(mb, []) if u[2].primitive is sub_p]
     if len(subs) != 1 or type(subs[0][1]) is not FusionGroup:
         return None
     k1, g1, sub = subs[0]
-    if [e.primitive.name for e in g1.eqns] != ["sub", "exp"] or sub.inputs != [x, mb]:
+    if [e.primitive for e in g1.eqns] != [sub_p, exp_p] or sub.inputs != [x, mb]:
         return None
     e_var = g1.outputs[0]
-    red = _one_use(ctx, e_var, "reduce_sum", k1)
+    red = _one_use(ctx, e_var, reduce_sum_p, k1)
     if red is None or tuple(red[2].params["axes"]) != (nd - 1,) or red[1] is not red[2]:
         return None
     s_var = red[2].outputs[0]
@@ -131,9 +135,9 @@ def match_softmax(ctx, eqn, i):
     divs = [
         u
         for u in _uses(ctx).get(sb, [])
-        if u[2].primitive.name == "div" and u[2].inputs == [e_var, sb] and u[0] > red[0]
+        if u[2].primitive is div_p and u[2].inputs == [e_var, sb] and u[0] > red[0]
     ]
-    div = _single(divs[0][1], "div", [e_var, sb]) if len(divs) == 1 else None
+    div = _single(divs[0][1], div_p, [e_var, sb]) if len(divs) == 1 else None
     # a divide fused into its consumers' group stays there (it reads e and the sum)
     return {
         "x": x,

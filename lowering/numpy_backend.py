@@ -28,7 +28,9 @@ import numpy as np
 from fflow.lowering import cpu_casts, cpu_gemm, passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback, row_of
 from fflow.lowering.passes import FusionGroup
-from fflow.primitives.unary import integer_pow_by_squaring
+from fflow.primitives.compare import select_n_p
+from fflow.primitives.convert import convert_element_type_p
+from fflow.primitives.unary import integer_pow_by_squaring, integer_pow_p
 
 from fflow import threads
 from fflow.array import Array
@@ -60,7 +62,7 @@ def _ufunc(eqn):
 
 def _supports_out(eqn):
     """Whether the row of this elementwise eqn can write into a given buffer (`out=`)."""
-    if eqn.primitive.name == "integer_pow":
+    if eqn.primitive is integer_pow_p:
         return eqn.params["y"] >= 1
     return _ufunc(eqn) is not None
 
@@ -206,10 +208,10 @@ def ufunc_expr(ctx, eqn, args, out=None, cond=None):
     prim = eqn.primitive
     uf = _ufunc(eqn)
     if uf is None:
-        if prim.name == "integer_pow":
+        if prim is integer_pow_p:
             target = out if cond is None or out is None else f"{out} if {cond} else None"
             return _integer_pow_expr(ctx, eqn, args, target)
-        special = _SPECIAL_ELEMENTWISE.get(prim.name)
+        special = _SPECIAL_ELEMENTWISE.get(prim)
         return special(ctx, eqn, args) if special else None
     name = f"np.{uf.__name__}"
     if out is None:
@@ -287,15 +289,15 @@ def _integer_pow_expr(ctx, eqn, args, out=None):
 
 
 _SPECIAL_ELEMENTWISE = {
-    "select_n": _select_expr,
-    "convert_element_type": _convert_expr,
-    "integer_pow": _integer_pow_expr,
+    select_n_p: _select_expr,
+    convert_element_type_p: _convert_expr,
+    integer_pow_p: _integer_pow_expr,
 }
 
 
 def emit_elementwise(ctx, eqn, i):
     out = eqn.outputs[0]
-    if eqn.primitive.name == "convert_element_type" and (
+    if eqn.primitive is convert_element_type_p and (
         eqn.inputs[0].aval.dtype == np.dtype(eqn.params["new_dtype"])
     ):
         ctx.emit(f"{ctx.name(out)} = {ctx.arg(eqn.inputs[0], True)}")
