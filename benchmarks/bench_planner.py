@@ -183,7 +183,40 @@ def main():
                     f"| {jc} | {jb if isinstance(jb, str) else f'{jb / 1e6:.2f} MB'} |",
                     flush=True,
                 )
+    sequence_table(grid, prof)
     memory_table(grid, prof)
+
+
+def sequence_table(grid, prof):
+    """Sequence-dominated shapes (b=1, long t) on the 1-D meshes: the planner's plan from
+    the weight annotations next to the hand Megatron plan and the hand plan with
+    sequence parallelism (planner_models.sequence: block outputs reduce-scattered along
+    t, layernorms and residuals split, all-gathered before the next column matmul)."""
+    print(f"\n## shard planner: sequence-dominated shapes ({prof.name})\n")
+    print(
+        "| workload | devices | plan bytes | plan time | Megatron bytes | Megatron time "
+        "| seq.-parallel bytes | seq.-parallel time |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    shapes = ((1, 2048, 256),) if len(grid["sizes"]) < 3 else ((1, 2048, 256), (1, 8192, 512))
+    for mesh in [m for m in grid["meshes"] if len(m) == 1]:
+        pl = placement(mesh)
+        heads = max(4, mesh[0])
+        for n_layers in grid["layers"][:2]:
+            for b, t, d in shapes:
+                row = []
+                for hints in (False, True, "sequence"):
+                    f, fargs = pm.megatron_sharded(
+                        pl, n_layers, b, t, d, heads, hints=hints, profile=prof
+                    )
+                    sp = f.plan(*fargs)
+                    row.append(f"{sp.bytes / 1e6:.2f} MB | {sp.plan.time * 1e3:.3f} ms")
+                print(
+                    f"| {n_layers} layers, b,t,d={b},{t},{d} | {mesh[0]} | "
+                    + " | ".join(row)
+                    + " |",
+                    flush=True,
+                )
 
 
 def memory_table(grid, prof):

@@ -81,6 +81,13 @@ def data_model(sbp):
     return (S(0), sbp)
 
 
+def sequence(sbp):
+    """Megatron with sequence parallelism (Korthikanti et al.): a block's output is
+    reduce-scattered along the sequence instead of all-reduced, so layernorms and
+    residuals run split along t (all-gathered again before the next column matmul)."""
+    return S(1) if sbp == B else sbp
+
+
 def layer(p, x, heads, hints=None, lib=FFLOW):
     jnp = lib.np
     bsz, t, d = x.shape
@@ -150,11 +157,14 @@ def step_fn(heads, hints=None, adam=True):
 
 def megatron_sharded(pl, n_layers, b, t, d, heads=4, hints=False, adam=True, **opts):
     """(Sharded step, args) with Megatron weight annotations (hints=True: the hand plan,
-    every activation's SBP forced by with_sbp)."""
+    every activation's SBP forced by with_sbp; hints="sequence" on a 1-D mesh: the hand
+    plan with sequence parallelism)."""
     params = init(n_layers, d)
     x, y = data(b, t, d)
     mesh2d = pl.ndim == 2
-    if hints:
+    if hints == "sequence" and not mesh2d:
+        hints = sequence
+    elif hints:
         hints = data_model if mesh2d else one_d
     fn = step_fn(heads, hints or None, adam)
     sbp = megatron_sbp(params, mesh2d)
