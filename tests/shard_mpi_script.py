@@ -180,7 +180,8 @@ def main(n, fail_rank=None):
         out[f"bucket_{name}_w1"], out[f"bucket_{name}_w2"] = gb
     fflow.config.update("grad_bucket_mb", 25.0)
     fflow.config.update("grad_overlap", True)
-    # a bucket over the one-all-gather size (64 KB x ranks): the chunked all-reduce path
+    # a bucket over the one-all-gather size (set to 64 KB x ranks here): the chunked path
+    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 16)
     rb = np.random.default_rng(7)
     wbig = rb.normal(size=(64, 300)).astype(np.float32)
     xbig = rb.normal(size=(2 * n, 64)).astype(np.float32)
@@ -196,6 +197,7 @@ def main(n, fail_rank=None):
             big, argnums=(0, 1, 2)
         )(wbig, xbig, vbig)
     fflow.config.update("grad_bucket_mb", 25.0)
+    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
 
     # result buffers are reused only once nothing refers to them: kept results stay
     # intact while later calls' dropped results share one buffer
@@ -211,12 +213,14 @@ def main(n, fail_rank=None):
     # in-place all-gather (even chunks) or one into a second buffer (uneven); sums of
     # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)
     rl = np.random.default_rng(11)
+    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 16)  # (160, 64) f32: two-step
     for shape in [(160, 64), (161, 63)]:
         xl = rl.normal(size=shape).astype(np.float32)
         for src in (P, partial_max, partial_min):
             out[f"large_{shape[1]}_{src}"] = boxed(xl, pl, (src,), (B,))
         out[f"large_{shape[1]}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
         out[f"large_{shape[1]}_f64"] = boxed(xl.astype(np.float64), pl, (P,), (B,))
+    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
 
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
