@@ -80,11 +80,11 @@ class _EwGroup:
 
 
 class _RowGroup:
-    def __init__(self, eqn):
-        self.reductions = [eqn]
+    def __init__(self, eqn, x_shape=None):
+        self.reductions = [eqn] if eqn is not None else []  # none: elementwise + columns
         self.elem_outputs = []
         self.row_outputs = []
-        x_shape = eqn.inputs[0].aval.shape
+        x_shape = x_shape or eqn.inputs[0].aval.shape
         self.x_shape = x_shape
         self.rows = x_shape[:-1]
         self.cols = []  # reductions over the rows, fused into the row kernel
@@ -262,8 +262,9 @@ class Plan:
                     inline,
                     self.wide,
                     cols=item.cols,
+                    x_shape=item.x_shape,
                 )
-                names = " ".join(e.primitive.name for e in item.reductions)
+                names = " ".join(e.primitive.name for e in item.reductions) or "elementwise"
                 if item.cols:
                     names += " + columns: " + " ".join(e.primitive.name for e in item.cols)
                 self.steps.append(KernelStep(kerns, note=f"row-fused: {names}"))
@@ -356,6 +357,18 @@ class Plan:
         while i < len(pending):
             item = pending[i]
             i += 1
+            if type(item) is _EwGroup and i < len(pending) and type(pending[i]) is _ColCand:
+                # column sums of the rows an elementwise kernel writes (a bias gradient
+                # next to the activation gradient): one row-structured kernel for both
+                g = _RowGroup(None, item.shape) if len(item.shape) >= 2 else None
+                while g and i < len(pending) and type(pending[i]) is _ColCand:
+                    g.elem_outputs = list(item.outputs)
+                    if not self._col_fusible(g, pending[i].eqn):
+                        break
+                    g.cols.append(pending[i].eqn)
+                    i += 1
+                out.append(g if g and g.cols else item)
+                continue
             if type(item) is not _RowGroup:
                 out.append(item)  # a _ColCand may still join the next row group
                 continue
@@ -408,7 +421,7 @@ class Plan:
             range(len(g.rows))
         ):
             return False
-        if tuple(g.reductions[0].params["axes"]) != (len(g.x_shape) - 1,):
+        if g.reductions and tuple(g.reductions[0].params["axes"]) != (len(g.x_shape) - 1,):
             return False
         own = set(g.elem_outputs) | set(g.row_outputs)
         # it may not read another column result (known only after the kernel) ...

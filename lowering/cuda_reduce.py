@@ -171,7 +171,7 @@ ACC_DTYPES = {
 ROW_CACHE_WORDS = {"warp": 64, "block": 32}
 
 
-def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False, cols=()):
+def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False, cols=(), x_shape=None):
     """The kernels of one row group: reductions over the trailing dims, then outputs of
     the row, plus column reductions of the same rows (`cols`).
 
@@ -192,12 +192,15 @@ def row_kernel(reductions, elem_outputs, row_outputs, inline, wide=False, cols=(
     visits, so it accumulates them in registers across its rows; a block combines
     its warps in shared memory (in warp order: deterministic) and writes one partial
     row, and a second kernel per column reduction sums the partials of the blocks.
-    Returns [row kernel] + one combining kernel per column reduction.
+    Returns [row kernel] + one combining kernel per column reduction. Without
+    reductions (`x_shape` given: an elementwise group and the column sums of its
+    rows) the rows are the leading axes and the last axis is the row.
     """
-    args = (reductions, elem_outputs, row_outputs, inline, wide)
+    x_shape = x_shape or reductions[0].inputs[0].aval.shape
+    args = (reductions, elem_outputs, row_outputs, inline, wide, x_shape)
     probe, k = _row_kernel(*args, cols=cols)
-    x_shape = reductions[0].inputs[0].aval.shape
-    n = size_of(x_shape[len(x_shape) - len(reductions[0].params["axes"]) :])
+    nred = len(reductions[0].params["axes"]) if reductions else 1
+    n = size_of(x_shape[len(x_shape) - nred :])
     floats = [
         v
         for v in k.canonical_reads
@@ -252,10 +255,10 @@ def _row_block(n):
     return 1024 if n >= 16384 else 512 if n >= 4096 else 256
 
 
-def _row_kernel(reductions, elem_outputs, row_outputs, inline, wide, cached=(), vec=1, cols=()):
-    first = reductions[0]
-    x_shape = first.inputs[0].aval.shape
-    axes = first.params["axes"]
+def _row_kernel(
+    reductions, elem_outputs, row_outputs, inline, wide, x_shape, cached=(), vec=1, cols=()
+):
+    axes = reductions[0].params["axes"] if reductions else (len(x_shape) - 1,)
     nrows_dims = x_shape[: len(x_shape) - len(axes)]
     red_shape = x_shape[len(nrows_dims) :]
     rows, n = size_of(nrows_dims), size_of(red_shape)

@@ -107,3 +107,24 @@ def test_a_column_reduction_reading_another_is_not_fused_with_it():
     np.testing.assert_allclose(sm, e / e.sum(-1, keepdims=True), rtol=3e-6, atol=1e-7)
     np.testing.assert_allclose(var, x.var(0), rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(mx, x.max(0))
+
+
+def test_bias_gradient_joins_the_elementwise_kernel_of_its_rows():
+    # relu backward writes dh (read by the next GEMMs) and its column sums (db) in one
+    # row-structured kernel; also over (batch, seq) rows of a 3-D activation
+    for shape in [(40, 48), (3, 5, 40)]:
+        h = rng.standard_normal(shape).astype(np.float32)
+        g = rng.standard_normal(shape).astype(np.float32)
+        axes = tuple(range(len(shape) - 1))
+
+        def f(h, g, axes=axes):
+            dh = jnp.where(h > 0, g, 0.0)
+            return dh, jnp.sum(dh, axis=axes)
+
+        plan = _plan(f, h, g)
+        (step,) = [s for s in plan.steps if "columns" in getattr(s, "note", "")]
+        assert "elementwise + columns" in step.note and len(plan.kernels) == 2
+        dh, db = _run(f, [h, g])
+        ref = np.where(h > 0, g, 0.0).astype(np.float64)
+        np.testing.assert_array_equal(dh, ref.astype(np.float32))
+        np.testing.assert_allclose(db, ref.sum(axes), rtol=1e-5, atol=1e-6)
