@@ -42,6 +42,16 @@ one-collective programs without the generator, in-place ordered reduction), load
 1 MB 1.5x / 1.3x, 4 MB 1.4x / 1.2x, 16 MB 2.2x / 2.1x, 64 MB 1.35x / 1.3x; 4 ranks
 1 KB 4.4x, 1 MB 1.6x, 64 MB 1.2x. DP MLP: 2 ranks 1.84x of 1 process (48.5 vs 26.3
 ms, 17% communication), 4 ranks 5.1x.
+
+Session 5 (leaner call path, MPI's own sum where its bits are the ordered sum's,
+reused result buffers, one all-gather up to 1 MB moved), loaded all session (load
+8-13; 4-rank rows were ms-level scheduler noise and say nothing), det / raw: 2 ranks
+1 KB 1.72x (7 vs 4 us), 16 KB 1.36x, 64 KB 1.28x, 256 KB 1.20x, 1 MB 0.95x, 64 MB
+1.19x. Same-load A/B of the buffer reuse: 16 MB 1.40-1.58x -> 0.93-0.94x, 64 MB
+1.19-1.24x -> 1.04-1.07x. DP MLP, 2 ranks: fflow 1.80x of 1 process, hand DP 1.76x
+(load 8-12; 1.63x / 1.58x at load 13, 2.19x / 2.19x at load 5-8): fflow's runtime is
+at hand-written DP's speed, the gap to 1 process is the machine's load; overlap hid
+1.1-6.2 ms of blocked communication per step.
 """
 
 import json
