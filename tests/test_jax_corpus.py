@@ -29,7 +29,8 @@ KNOWN = {
     "errors_jax_raises": "fflow's ShapeError is a ValueError and a TypeError (JAX: TypeError only)",
     "bf16_mixed_precision": "XLA keeps excess precision in fused bfloat16 chains "
     "(xla_allow_excess_precision); fflow rounds every bf16 op: a gradient 2 bf16 ulps apart",
-    "odeint_lotka_volterra": "no jax.experimental.ode.odeint",
+    "odeint_lotka_volterra": "values equal; the gradient w.r.t. a Python float is weak in fflow "
+    "(a weak primal's cotangent is made weak), strong in JAX (its custom_vjp keeps bwd's type)",
     "tutorial_vmap_pmap": "local_device_count() is 8 (fflow's simulated devices), JAX's CPU has 1",
 }
 

@@ -43,7 +43,7 @@ def __getattr__(name):
     # submodules JAX programs import from jax.experimental
     import importlib
 
-    if name in ("shard_map", "pjit", "mesh_utils", "multihost_utils", "checkify"):
+    if name in ("shard_map", "pjit", "mesh_utils", "multihost_utils", "checkify", "ode"):
         return importlib.import_module(f"fflow.experimental.{name}")
     if name == "io_callback":
         return importlib.import_module("fflow.callbacks").io_callback
