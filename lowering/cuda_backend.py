@@ -66,7 +66,7 @@ class Executable:
         self.last_use = _last_use(self.plan.steps, program.outvars)
         # CUDA graphs (cuda_graphs.py): None (first call), "warm", then the captured Graph
         self.graph = None
-        self.graphs = type(runtime) is CupyRuntime and cuda_graphs.capturable(self.plan)
+        self.graphs = type(runtime) is CupyRuntime and cuda_graphs.worthwhile(self.plan)
 
     @property
     def source(self):
@@ -332,10 +332,8 @@ def plan_text(plan):
                 f"({', '.join(nm(v) for v in e.outputs)})"
             )
     lines.append("# outputs: " + ", ".join(nm(v) for v in plan.program.outvars))
-    if cuda_graphs.capturable(plan):
-        n = sum(
-            len(s.kernels) if type(s) is KernelStep else type(s) is BlasStep for s in plan.steps
-        )
+    if cuda_graphs.worthwhile(plan):
+        n = cuda_graphs.launches(plan)
         lines.append(
             f"# CUDA graph on a GPU: these {n} launch{'es' * (n != 1)} are captured on the "
             "second call; "

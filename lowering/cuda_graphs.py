@@ -17,7 +17,8 @@ How a call runs (`Executable.__call__` on a `CupyRuntime`):
    its output buffers (a later replay overwrites them).
 
 Only plans made of kernels, GEMMs and views are captured (host steps, host-driven
-control flow and cuSOLVER need the host between launches), and not when inputs
+control flow and cuSOLVER need the host between launches) with more launches than
+arguments + outputs (each of those costs a copy per replay), and not when inputs
 are donated. `FFLOW_CUDA_GRAPHS=0` turns graphs off; a capture that fails (an
 operation the driver refuses while capturing) leaves that program without a graph.
 
@@ -37,6 +38,18 @@ from fflow.core import Var
 
 def enabled():
     return os.environ.get("FFLOW_CUDA_GRAPHS", "1") not in ("0", "false", "False", "")
+
+
+def launches(plan):
+    """Kernel launches and GEMMs of one call of `plan`."""
+    return sum(len(s.kernels) if type(s) is KernelStep else type(s) is BlasStep for s in plan.steps)
+
+
+def worthwhile(plan):
+    """Capture `plan`? It must be capturable, and its launches must outnumber the copies
+    a replay adds (one per argument and output), or the graph saves nothing."""
+    program = plan.program
+    return capturable(plan) and launches(plan) > len(program.invars) + len(program.outvars)
 
 
 def capturable(plan):
@@ -85,7 +98,7 @@ class Graph:
                 self.outputs = exe._run(list(self.inputs), env=_Keep(self.kept))
             finally:
                 self.graph = side.end_capture()
-        self.launches = sum(len(s.kernels) if type(s) is KernelStep else 1 for s in exe.plan.steps)
+        self.launches = launches(exe.plan)
 
     def _bind(self, vals, stream):
         # arrays are immutable: an argument that is the very buffer bound last time (the
