@@ -262,7 +262,7 @@ def _convert_expr(ctx, eqn, args):
     new = np.dtype(eqn.params["new_dtype"])
     if x.aval.dtype.kind == "f" and new.kind in "iu":
         return None
-    if {x.aval.dtype.name, new.name} == {"float32", "bfloat16"}:  # amp's casts: C loops
+    if (x.aval.dtype.name, new.name) in cpu_casts.PAIRS:  # amp's casts: C loops
         return f"{ctx.const(cpu_casts.cast, 'cast')}({args[0]}, {ctx.const(new, 'dt')})"
     return f"{args[0]}.astype({ctx.const(new, 'dt')})"
 

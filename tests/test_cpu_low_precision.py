@@ -94,37 +94,50 @@ def test_low_precision_attention_and_gradient_are_float32_kernels(low, causal, m
 
 def _bit_patterns(n):
     """float32 bit patterns: random, plus NaNs of both signs, infinities, subnormals,
-    the largest finite value and exact rounding ties."""
+    the largest finite value, exact rounding ties and float16's overflow and subnormal
+    edges."""
     rng = np.random.default_rng(5)
     u = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32)
     special = [0x7FC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFC12345, 0x7F800000,
                0xFF800000, 0x7F7FFFFF, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
-               0x80000001, 0x00000000, 0x80000000]  # fmt: skip
+               0x80000001, 0x00000000, 0x80000000, 0x477FEFFF, 0x477FF000, 0x33000000,
+               0x33000001, 0x387FC000, 0x7F802000]  # fmt: skip
     k = min(n, len(special))
     u[:k] = special[:k]
     return u
 
 
-@pytest.mark.parametrize("shape", [(1 << 14,), (3, 4096), (15,)])  # C loops; astype
-def test_bf16_casts_equal_ml_dtypes_bit_for_bit(shape):
+@pytest.mark.parametrize("low", sorted(LOW))
+@pytest.mark.parametrize("shape", [(1 << 14,), (3, 4099), (15,)])  # C loops (+ a tail); astype
+def test_casts_equal_astype_bit_for_bit(low, shape):
+    """float32 <-> bf16/f16 casts (lowering/cpu_casts.py) equal ml_dtypes'/NumPy's astype."""
     from fflow.lowering import cpu_casts, native
 
     n = int(np.prod(shape))
     x = _bit_patterns(n).view(np.float32).reshape(shape)
-    bf16 = LOW["bf16"][0]
-    with np.errstate(invalid="ignore"):
-        want = x.astype(bf16)
-    with np.errstate(invalid="ignore"):
-        got = cpu_casts.cast(x, bf16)
-    assert got.dtype == bf16 and got.shape == x.shape
+    dtype = LOW[low][0]
+    with np.errstate(all="ignore"):  # astype warns on NaN and overflow
+        want = x.astype(dtype)
+        got = cpu_casts.cast(x, dtype)
+        back_want = want.astype(np.float32)
+        strided = cpu_casts.cast(x[..., ::2], dtype)  # astype's path: the same bits
+    assert got.dtype == dtype and got.shape == x.shape
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     back = cpu_casts.cast(want, np.float32)
     assert back.dtype == np.float32
-    np.testing.assert_array_equal(back.view(np.uint32), want.astype(np.float32).view(np.uint32))
-    # a strided view takes astype's path and gives the same bits
-    with np.errstate(invalid="ignore"):  # astype warns on NaN
-        strided = cpu_casts.cast(x[..., ::2], bf16)
+    np.testing.assert_array_equal(back.view(np.uint32), back_want.view(np.uint32))
     np.testing.assert_array_equal(strided.view(np.uint16), want[..., ::2].view(np.uint16))
     if n >= cpu_casts.MIN_SIZE and native.enabled():  # the C loops ran
-        assert cpu_casts._kernel("fflow_f32_to_bf16") is not None
-        assert cpu_casts._kernel("fflow_bf16_to_f32") is not None
+        assert cpu_casts._kernel(cpu_casts._KERNELS[("float32", dtype.name)]) is not None
+        assert cpu_casts._kernel(cpu_casts._KERNELS[(dtype.name, "float32")]) is not None
+
+
+def test_every_float16_bit_pattern_widens_as_numpy_does():
+    from fflow.lowering import cpu_casts
+
+    h = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    with np.errstate(all="ignore"):
+        want = h.astype(np.float32)
+    np.testing.assert_array_equal(
+        cpu_casts.cast(h, np.float32).view(np.uint32), want.view(np.uint32)
+    )
