@@ -199,3 +199,18 @@ def test_short_rows_share_a_warp(shape):
     assert "s0 = (m0 == mn" in k.source and "row0 + sub" in k.source
     (out,) = _run(fn, [x.T.copy()])
     np.testing.assert_allclose(out, ref_softmax(x64), rtol=3e-5, atol=1e-6)
+
+
+def test_rows_over_several_trailing_axes_use_the_cache():
+    # the reduced dims are 2-D: the cache is indexed by the row's linear offset
+    for shape, axes in [((3, 4, 50), (1, 2)), ((2, 3, 8, 9), (2, 3)), ((5, 40, 40), (1, 2))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        x64 = x.astype(np.float64)
+        for fn, ref in [
+            (lambda x, a=axes: jnp.sum(x * x, axis=a), lambda x, a=axes: (x * x).sum(a)),
+            (lambda x, a=axes: jnp.max(x, axis=a), lambda x, a=axes: x.max(a)),
+        ]:
+            (k,) = plan_of(fn, x).kernels
+            assert k.kind == "row" and "xc0" in k.source
+            (out,) = _run(fn, [x])
+            np.testing.assert_allclose(out, ref(x64), rtol=1e-5)
