@@ -39,6 +39,7 @@ void fflow_bf16_to_f32(const uint16_t *x, uint32_t *y, long n) {
     #pragma omp simd
     for (long i = 0; i < n; i++) y[i] = (uint32_t)x[i] << 16;
 }
+#ifdef __FLT16_MAX__  /* _Float16: gcc 12+ on x86 (else astype runs) */
 static uint16_t f16_nan(uint32_t u) {  /* NumPy's: the sign and the payload's top */
     uint16_t sig = (uint16_t)((u & 0x7fffffu) >> 13);
     return (uint16_t)(((u >> 16) & 0x8000u) | 0x7c00u | (sig ? sig : 1u));
@@ -79,6 +80,7 @@ void fflow_f16_to_f32(const uint16_t *x, uint32_t *y, long n) {
             y[i] = ((uint32_t)(x[i] & 0x8000u) << 16) | 0x7f800000u
                    | ((uint32_t)(x[i] & 0x3ffu) << 13);
 }
+#endif
 """
 
 _kernels = {}  # name -> the ctypes function, or None when there is no C compiler
@@ -88,7 +90,10 @@ def _kernel(name):
     if name not in _kernels:
         from fflow.lowering import native  # the C compiler path (optional, heavy)
 
-        fn = native.load(_SOURCE, name) if native.enabled() else None
+        try:
+            fn = native.load(_SOURCE, name) if native.enabled() else None
+        except AttributeError:  # a compiler without _Float16: no float16 loops
+            fn = None
         if fn is not None:
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
         _kernels[name] = fn
