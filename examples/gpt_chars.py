@@ -18,10 +18,11 @@ axis. Inside, the loss runs under `fflow.amp(..., "bf16")` (bf16 matmuls and att
 with fp32 accumulation, fp32 master weights), and the update is `fflow.optim`'s AdamW
 with warmup + cosine decay and global-norm clipping; its state is sharded like the
 parameters. The planner inserts every collective and picks each operation's layout
-by cost: at this size (activations larger than weights) it gathers each bf16 weight
-over the model axis and splits the batch over all 4 devices, reduce-scatters the
-gradients so each device updates a quarter of every matrix, and gathers the new
-weights back into their layout. The run prints a one-line summary of that plan.
+by cost. At this size activations are larger than weights, so it gathers each bf16
+weight over the model axis and splits the batch over all 4 devices. It reduce-scatters
+the gradients of the MLP and embedding matrices, so each device updates a quarter of
+each, and gathers the new weights back into their layout. The run prints a one-line
+summary of that plan.
 
 Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets its own
 rows), checkpoints from `fflow.CheckpointManager` (every --ckpt-every steps; --resume
