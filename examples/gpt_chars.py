@@ -19,9 +19,10 @@ with fp32 accumulation, fp32 master weights), and the update is `fflow.optim`'s 
 with warmup + cosine decay and global-norm clipping; its state is sharded like the
 parameters. The planner inserts every collective and picks each operation's layout
 by cost. At this size activations are larger than weights, so it gathers each bf16
-weight over the model axis and splits the batch over all 4 devices. It reduce-scatters
-the gradients of the MLP and embedding matrices, so each device updates a quarter of
-each, and gathers the new weights back into their layout. The run prints a one-line
+weight over the model axis and splits the batch over all 4 devices. For most weight
+matrices it reduce-scatters the gradient, so each device updates a quarter of the
+matrix, then gathers the new weights back into their layout (the rest are all-reduced
+over the data axis). The run prints a one-line
 summary of that plan.
 
 Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets its own
