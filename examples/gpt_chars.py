@@ -22,8 +22,7 @@ by cost. At this size activations are larger than weights, so it gathers each bf
 weight over the model axis and splits the batch over all 4 devices. For most weight
 matrices it reduce-scatters the gradient, so each device updates a quarter of the
 matrix, then gathers the new weights back into their layout (the rest are all-reduced
-over the data axis). The run prints a one-line
-summary of that plan.
+over the data axis). The run prints a one-line summary of that plan.
 
 Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets its own
 rows), checkpoints from `fflow.CheckpointManager` (every --ckpt-every steps; --resume
