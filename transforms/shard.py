@@ -891,7 +891,15 @@ def _direct_shard_call(eqn):
     if getattr(sp, "is_mixed", False):
         return None
 
+    pl, sbps = sp.placement, sp.in_sbps
+
     def run(*args):
+        for a, s in zip(args, sbps):  # all global, in the program's placement and SBPs
+            sh = a._sharding if type(a) is array_t else None
+            if sh is None or sh.placement is not pl or sh.sbp != s:
+                break
+        else:
+            return sp.run_global(args)
         for a in args:
             if type(a) is array_t and a._sharding is not None:
                 return _run_call(sp, args)
