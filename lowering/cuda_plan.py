@@ -251,28 +251,31 @@ class Plan:
                     KernelStep([kern], note="tiled transpose" if t and kern.kind == "ewt" else "")
                 )
             elif type(item) is _RowGroup:
-                inline = {
-                    **self.inline,
-                    **{v: self._producer(v) for v in item.elem_outputs + item.row_outputs},
-                }
-                kerns = cr.row_kernel(
-                    item.reductions,
-                    item.elem_outputs,
-                    item.row_outputs,
-                    inline,
-                    self.wide,
-                    cols=item.cols,
-                    x_shape=item.x_shape,
-                )
-                names = " ".join(e.primitive.name for e in item.reductions) or "elementwise"
-                if item.cols:
-                    names += " + columns: " + " ".join(e.primitive.name for e in item.cols)
-                self.steps.append(KernelStep(kerns, note=f"row-fused: {names}"))
+                self.steps.append(self._row_step(item))
             elif type(item) is _ColCand:
                 self.steps.append(item.step)
             else:
                 self.steps.append(item)
+        # a row reduction's result that no other step reads and no output is (softmax's
+        # row max and sum) stays in registers: its row kernel is made again without it
+        needed = {v for s in self.steps for v in s.reads} | outset
+        groups = [(i, g) for i, g in enumerate(pending) if type(g) is _RowGroup]
+        for i, g in groups:
+            reds = {e.outputs[0] for e in g.reductions}
+            keep = [v for v in g.row_outputs if v not in reds or v in needed]
+            if len(keep) < len(g.row_outputs) and (keep or g.elem_outputs or g.cols):
+                g.row_outputs = keep
+                self.steps[i] = self._row_step(g)
         self.kernels = [k for s in self.steps if type(s) is KernelStep for k in s.kernels]
+
+    def _row_step(self, g):
+        inline = {**self.inline, **{v: self._producer(v) for v in g.elem_outputs + g.row_outputs}}
+        kerns = cr.row_kernel(g.reductions, g.elem_outputs, g.row_outputs, inline, self.wide,
+                              cols=g.cols, x_shape=g.x_shape)  # fmt: skip
+        names = " ".join(e.primitive.name for e in g.reductions) or "elementwise"
+        if g.cols:
+            names += " + columns: " + " ".join(e.primitive.name for e in g.cols)
+        return KernelStep(kerns, note=f"row-fused: {names}")
 
     def _recompute_limit(self, eqns):
         """Materialize values that inlining would recompute too often.

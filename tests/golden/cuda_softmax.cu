@@ -1,4 +1,4 @@
-extern "C" __global__ void fflow_row_b1fa4937ceed(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2) {
+extern "C" __global__ void fflow_row_4ed68e8a5ea0(const float* __restrict__ in0, float* __restrict__ out0) {
   const int tid = threadIdx.x & 31;
   const int nt = 32;
   for (int row = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < 4; row += (int)gridDim.x * (blockDim.x >> 5)) {
@@ -50,10 +50,6 @@ extern "C" __global__ void fflow_row_b1fa4937ceed(const float* __restrict__ in0,
       acc1 = (acc1 + __shfl_xor_sync(0xffffffffu, acc1, o));
     const float red1 = (float)(acc1);
     const float red1_inv = 1.0f / red1;
-    if (tid == 0) {
-      out1[row] = red0;
-      out2[row] = red1;
-    }
     #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int jv = (int)(tid + c * nt) * 2;
