@@ -25,7 +25,7 @@ from fflow.config import config
 from fflow.core import Literal
 from fflow.errors import FflowError, user_source_info
 from fflow.mpi_faults import RankError, control
-from fflow.primitives.collectives import run_phases_single
+from fflow.primitives.collectives import exchange_p, run_phases_single
 from fflow.printing import pp_program
 from fflow.sharding import B, balanced, local_piece, make_global
 from fflow.transforms.shard_exec import _stages, device_steps, run_identity
@@ -300,7 +300,7 @@ class MPIRuntime:
 
     def check_collective(self, comm, ranks, prim, x, params, what):
         keep = {k: v for k, v in params.items() if k not in ("index", "placement")}
-        if prim.name == "exchange":
+        if prim is exchange_p:
             keep = {"out": len(params["group"])}
         desc = f"{what.count}:{prim.name}:{np.dtype(x.dtype).name}:{sorted(keep.items())}"
         self._agree(ranks, np.array([_crc(desc), 0], np.int64), str(what), "diverged")
