@@ -1,4 +1,4 @@
 """fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`, `stats`,
-`linalg`, `signal`)."""
+`linalg`, `signal`, `sparse.linalg.cg`)."""
 
-from fflow.scipy import linalg, signal, special, stats  # noqa: F401
+from fflow.scipy import linalg, signal, sparse, special, stats  # noqa: F401
