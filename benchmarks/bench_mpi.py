@@ -45,16 +45,16 @@ ms, 17% communication), 4 ranks 5.1x.
 
 Session 5 (leaner call path, MPI's own sum where its bits are the ordered sum's,
 reused result buffers, one all-gather up to 1 MB moved), loaded all session (load
-6-13; 4-rank rows were mostly ms-level scheduler noise), det / raw at load ~6, 2
-ranks: 1 KB 1.40x (8 vs 5 us), 16 KB 1.27x, 64 KB 1.19x, 256 KB 1.08x, 1 MB 1.04x,
-4 MB 1.00x, 16 MB 1.43x (a separate same-launch run: 1.02x), 64 MB 1.11x; 4 ranks 1 KB
-2.21x (303 vs 137 us), 16 KB 1.29x (at load 8-13: 2 ranks 64 KB 1.28x). Same-load
-A/B of the buffer reuse: 16 MB 1.40-1.58x -> 0.93-0.94x, 64 MB 1.19-1.24x ->
-1.04-1.07x. DP MLP, 2 ranks: fflow 1.53x of 1 process, hand DP 1.57x (load 6; 1.80x /
-1.76x at load 8-12, 2.19x / 2.19x at load 5-8): fflow's runtime is at hand-written
-DP's speed, the gap to 1 process is the machine's load; overlap hid -2.3 to 6.2 ms of
-blocked communication per step (noise-level: one 4 MB bucket, which also progresses
-inside the planner's other blocking collectives).
+4-13), det / raw at load ~4, 2 ranks: 1 KB 1.40x (7 vs 5 us), 16 KB 1.32x, 64 KB
+1.18x, 256 KB 1.09x, 1 MB 1.05x, 4 MB 0.89x, 16 MB 1.18x, 64 MB 1.10x; 4 ranks (det /
+native): 64 KB 1.72x / 1.68x (223 vs 129 us), 256 KB 1.97x / 1.43x, 1 MB 2.32x /
+1.54x, 4 MB 0.93x, 16 MB 1.12x, 64 MB 0.44x; the 4-rank 1-16 KB rows were ms-level
+scheduler noise. Same-load A/B of the buffer reuse (2 ranks, load 15-18): 16 MB
+1.40-1.58x -> 0.93-0.94x, 64 MB 1.19-1.24x -> 1.04-1.07x. DP MLP, 2 ranks: fflow
+1.63x of 1 process, hand DP 1.62x (load 4; 1.53x / 1.57x at load 6, 2.19x / 2.19x at
+load 5-8): fflow's runtime is at hand-written DP's speed, the gap to 1 process is the
+machine's load; "hidden" was -2.8 to 6.2 ms per step (noise level: one 4 MB bucket,
+which also progresses inside the planner's other blocking collectives).
 """
 
 import json
