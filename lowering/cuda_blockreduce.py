@@ -86,3 +86,62 @@ def kernels(eqn, inline, wide=False):
     if partial is None:
         return [first]
     return [first, combine_partials_kernel(eqn, partial, wide)]
+
+
+# -- column reductions: 2-D blocks ----------------------------------------------------------
+
+COLS, SLICES = 32, 8  # a block: 32 columns x 8 row slices
+
+
+def column_wanted(eqn):
+    """A reduction over leading axes (bias / gamma / beta gradients) of a sum/max/min."""
+    if eqn.primitive.name in ("argmax", "argmin"):
+        return False
+    axes = tuple(sorted(eqn.params["axes"]))
+    return 0 < len(axes) < eqn.inputs[0].aval.ndim and axes == tuple(range(len(axes)))
+
+
+def column_kernels(eqn, inline, wide=False):
+    """32 x 8 threads per block: 32 adjacent columns (coalesced loads) and 8 slices of the
+    rows each; the slices combine in shared memory in order (deterministic). Blocks
+    over the columns and, when those are few, over row ranges (blockIdx.y) whose
+    partials a second kernel adds."""
+    src = eqn.inputs[0]
+    shape = src.aval.shape
+    nax = len(eqn.params["axes"])
+    rows_shape, cols_shape = list(shape[:nax]), list(shape[nax:])
+    rows, m = size_of(rows_shape), size_of(cols_shape)
+    red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+    bx = -(-m // COLS)
+    nsplit = max(1, min(256 // bx, rows // (SLICES * 16), 64))
+    partial = Var(ShapedArray((nsplit, m), ACC_DTYPES[red.acc])) if nsplit > 1 else None
+    k = KernelSource("cred", inline, wide)
+    it, lit = k.idx_t, k.lit
+    out = k.output(partial if partial is not None else eqn.outputs[0])
+    chunk = -(-rows // nsplit)
+    b = Builder(k)
+    cidx = [b.index_tmp(e) for e in delinearize("col", cols_shape, lit)]
+    ridx = [b.index_tmp(e) for e in delinearize("r", rows_shape, lit)]
+    val = b.value(src, ridx + cidx)
+    body = [
+        f"__shared__ {red.acc} part[{SLICES}][{COLS + 1}];",
+        "const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;",
+        f"const {it} col = ({it})blockIdx.x * {COLS} + tx;",
+        f"const {it} r0 = ({it})blockIdx.y * {chunk}{lit};",
+        f"const {it} r1 = r0 + {chunk}{lit} < {rows}{lit} ? r0 + {chunk}{lit} : {rows}{lit};",
+        f"{red.acc} acc = {red.init};",
+        f"if (col < {m}{lit}) {{",
+        f"  for ({it} r = r0 + ty; r < r1; r += {SLICES}) {{",
+    ]
+    body += _indent(b.lines + [f"acc = {red.comb('acc', red.to_acc(val))};"], 2) + ["  }", "}"]
+    body += ["part[ty][tx] = acc;", "__syncthreads();", f"if (ty == 0 && col < {m}{lit}) {{"]
+    body += [f"  for (int s = 1; s < {SLICES}; ++s) acc = {red.comb('acc', 'part[s][tx]')};"]
+    if partial is None:
+        body.append(f"  {out}[col] = {red.out_r.store(red.result('acc'))};")
+    else:
+        body.append(f"  {out}[({it})blockIdx.y * {m}{lit} + col] = acc;")
+    body.append("}")
+    first = k.finish(body, (bx, nsplit), COLS * SLICES)
+    if partial is None:
+        return [first]
+    return [first, combine_partials_kernel(eqn, partial, wide)]

@@ -341,6 +341,9 @@ class Plan:
 
     def _strided(self, e):
         x = e.inputs[0]
+        if cuda_blockreduce.column_wanted(e):  # over leading axes: 32 x 8 thread blocks
+            kerns = cuda_blockreduce.column_kernels(e, self.inline, self.wide)
+            return KernelStep(kerns, note="columns, 2-D blocks")
         nsplit = cr.split_count(e)
         if nsplit > 1:
             red = cr.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)

@@ -116,7 +116,7 @@ def test_row_division_is_a_reciprocal_multiply(dtype):
 def test_reduction_fuses_its_producers():
     x = rng.standard_normal((6, 10)).astype(np.float32)
     plan = plan_of(lambda x: jnp.sum(jnp.exp(x) * 2, axis=0), x)
-    assert len(plan.kernels) == 1 and plan.kernels[0].kind == "red"
+    assert len(plan.kernels) == 1 and plan.kernels[0].kind == "cred"
     plan = plan_of(lambda x: jnp.sum(jnp.exp(x) * 2, axis=1), x)
     assert len(plan.kernels) == 1 and plan.kernels[0].kind == "row"
 
