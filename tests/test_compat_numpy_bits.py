@@ -83,7 +83,8 @@ def test_lists_are_rejected_as_jax_and_block_matches_numpy():
     # JAX: jnp functions take arrays or scalars (a list raises TypeError); sequences of
     # arrays (concatenate, stack, block) and shapes stay lists
     for f in (lambda: jnp.sum([1, 2, 3]), lambda: jnp.dot(jnp.ones(3), [1.0, 2.0, 3.0]),
-              lambda: jnp.where(jnp.ones(3) > 0, [1.0, 2.0, 3.0], 0.0)):  # fmt: skip
+              lambda: jnp.where(jnp.ones(3) > 0, [1.0, 2.0, 3.0], 0.0),
+              lambda: jnp.zeros_like([1, 2])):  # fmt: skip
         with pytest.raises(TypeError, match="asarray"):
             f()
     a, b, c = np.arange(4.0).reshape(2, 2), np.ones((2, 1)), np.zeros((1, 3))

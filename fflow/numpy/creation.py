@@ -7,7 +7,7 @@ from fflow import lax_ops as lax
 from fflow.array import Array, is_eager
 from fflow.core import Tracer
 from fflow.errors import ConcretizationError, user_error
-from fflow.numpy._util import default_dtype_array, info, mark_weak, strong
+from fflow.numpy._util import default_dtype_array, info, mark_weak, operand, strong
 from fflow.numpy.elementwise import add, multiply, subtract
 from fflow.numpy.shapes import broadcast_arrays, broadcast_to, moveaxis, reshape, stack
 
@@ -157,7 +157,7 @@ def full_like(a, fill_value, dtype=None, shape=None):
     if _duck_typed(a):  # a ShapeDtypeStruct or another shape-and-dtype object, as JAX takes
         d, weak, s = np.dtype(a.dtype), bool(getattr(a, "weak_type", False)), tuple(a.shape)
     else:
-        d, weak, s = info(a)
+        d, weak, s = info(operand(a))  # a Python list raises TypeError, as in JAX
     keep_weak = weak and dtype is None  # JAX: zeros_like(weak) stays weak
     dtype = _dtype(dtype) or d
     shape = s if shape is None else _shape(shape)
