@@ -11,8 +11,11 @@ and cuBLAS can stride over the result (cuda_gemm.dims: layout "N" or "T").
 
 from fflow.lowering import cuda_gemm, passes
 
+from fflow.core import Var
+
 
 def fold_operand_transposes(program):
+    program = fold_output_transposes(program)
     transposes = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "transpose"}
     if not transposes:
         return program
@@ -41,3 +44,41 @@ def _fold(e, side, t):
     inputs = list(e.inputs)
     inputs[side] = t.inputs[0]
     return e.replace(inputs=inputs, params=dict(e.params, dimension_numbers=dn))
+
+
+def fold_output_transposes(program):
+    """`transpose(dot_general(a, b))` that puts b's free dims first -> `dot_general(b, a)`.
+
+    Weight gradients come out of reverse mode as dot(dy, x) over the batch dims, then a
+    transpose to the weight's layout ([in, out]); with 3-D activations ([b, s, d]) the
+    passes' 2-D rule does not apply and the transpose would be a kernel over the whole
+    gradient. Swapping the operands writes the gradient in its layout directly.
+    """
+    uses = {}
+    for e in program.eqns:
+        for x in e.inputs:
+            if type(x) is Var:
+                uses[x] = uses.get(x, 0) + 1
+    for v in program.outvars:
+        if type(v) is Var:
+            uses[v] = uses.get(v, 0) + 1
+    dots = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "dot_general"}
+    swapped, dead = {}, set()
+    for e in program.eqns:
+        if e.primitive.name != "transpose" or e.inputs[0] not in dots or uses.get(e.inputs[0]) != 1:
+            continue
+        dot = dots[e.inputs[0]]
+        (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
+        if lb or rb:
+            continue
+        a, b = dot.inputs
+        nl, nr = a.aval.ndim - len(lc), b.aval.ndim - len(rc)
+        if tuple(e.params["permutation"]) != tuple(range(nl, nl + nr)) + tuple(range(nl)):
+            continue
+        params = dict(dot.params, dimension_numbers=((tuple(rc), tuple(lc)), ((), ())))
+        swapped[id(e)] = dot.replace(inputs=[b, a], params=params, outputs=e.outputs)
+        dead.add(id(dot))
+    if not swapped:
+        return program
+    eqns = [swapped.get(id(e), e) for e in program.eqns if id(e) not in dead]
+    return program.replace(eqns=eqns)  # the swapped dot sits where the transpose was

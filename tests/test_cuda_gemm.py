@@ -131,3 +131,25 @@ def test_transposed_operands_are_read_by_cublas_not_copied():
         ref = fn(*[np.asarray(a, np.float64) for a in args])  # NumPy float64
         tol = 2e-2 if args[0].dtype == BF16 else 1e-5
         np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
+
+
+def test_weight_gradients_of_3d_activations_need_no_transpose_kernel():
+    # dW of x @ w with x [b, s, d]: reverse mode gives transpose(dot(dy, x)); the GEMM is
+    # swapped to write [d_in, d_out] directly
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    fn = fflow.grad(loss)
+    plan, text = plan_text(fn, w, x)
+    assert [type(s).__name__ for s in plan.steps][-1] == "BlasStep", text
+    assert not [k for k in plan.kernels if k.kind in ("ewt",)], text
+    exe = cuda_backend.compile_program(fflow.make_jaxpr(fn)(w, x), backend="cuda_shim")
+    (dw,) = exe(w, x)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    t = np.tanh(x64 @ w64)
+    ref = np.einsum("bsi,bso->io", x64, 2 * t * (1 - t * t))  # float64 by hand
+    np.testing.assert_allclose(np.asarray(dw), ref, rtol=1e-5, atol=1e-6)
