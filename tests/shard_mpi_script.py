@@ -214,6 +214,10 @@ def main(n, fail_rank=None):
     # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)
     rl = np.random.default_rng(11)
     mpi and fflow.config.update("mpi_allgather_bytes", 1 << 16)  # (160, 64) f32: two-step
+    if mpi:  # float sums of 2 ranks this large take the two-step path too (not MPI's)
+        from fflow import mpi_ops
+
+        mpi_ops.NATIVE_FLOAT_MAX, native_max = 1 << 14, mpi_ops.NATIVE_FLOAT_MAX
     for shape in [(160, 64), (161, 63)]:
         xl = rl.normal(size=shape).astype(np.float32)
         for src in (P, partial_max, partial_min):
@@ -221,6 +225,8 @@ def main(n, fail_rank=None):
         out[f"large_{shape[1]}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
         out[f"large_{shape[1]}_f64"] = boxed(xl.astype(np.float64), pl, (P,), (B,))
     mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    if mpi:
+        mpi_ops.NATIVE_FLOAT_MAX = native_max
 
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
