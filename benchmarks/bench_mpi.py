@@ -44,17 +44,19 @@ one-collective programs without the generator, in-place ordered reduction), load
 ms, 17% communication), 4 ranks 5.1x.
 
 Session 5 (leaner call path, MPI's own sum where its bits are the ordered sum's,
-reused result buffers, one all-gather up to 1 MB moved), loaded all session (load
-4-13), det / raw at load ~4, 2 ranks: 1 KB 1.40x (7 vs 5 us), 16 KB 1.32x, 64 KB
-1.18x, 256 KB 1.09x, 1 MB 1.05x, 4 MB 0.89x, 16 MB 1.18x, 64 MB 1.10x; 4 ranks (det /
-native): 64 KB 1.72x / 1.68x (223 vs 129 us), 256 KB 1.97x / 1.43x, 1 MB 2.32x /
-1.54x, 4 MB 0.93x, 16 MB 1.12x, 64 MB 0.44x; the 4-rank 1-16 KB rows were ms-level
-scheduler noise. Same-load A/B of the buffer reuse (2 ranks, load 15-18): 16 MB
-1.40-1.58x -> 0.93-0.94x, 64 MB 1.19-1.24x -> 1.04-1.07x. DP MLP, 2 ranks: fflow
-1.63x of 1 process, hand DP 1.62x (load 4; 1.53x / 1.57x at load 6, 2.19x / 2.19x at
-load 5-8): fflow's runtime is at hand-written DP's speed, the gap to 1 process is the
-machine's load; "hidden" was -2.8 to 6.2 ms per step (noise level: one 4 MB bucket,
-which also progresses inside the planner's other blocking collectives).
+reused result buffers, one all-gather up to 1 MB moved, two-step sums from 32 MB), det
+/ raw, three runs at load 2.3-4.9 (08:39-08:41 UTC; the rest of the session was at load
+5-21): 2 ranks 1 KB 1.39-1.64x (7 vs 4-5 us), 16 KB 1.27-1.29x, 64 KB 1.21-1.22x,
+256 KB 1.11-1.30x, 1 MB 1.03-1.05x, 4 MB 0.86-0.94x, 16 MB 1.08-2.00x (MPICH's
+Iallreduce at 16 MB swings against its blocking Allreduce), 64 MB 1.01-1.08x (two-step
+since: 0.48-0.49x in a same-launch A/B); 4 ranks (det / native) 1 KB 1.88-2.62x /
+1.56-2.16x, 64 KB 1.27-2.08x / 1.37-2.05x, 256 KB 1.06-1.91x / 1.21-1.67x, 1 MB
+1.32-3.19x / 1.00-2.79x, 4 MB-64 MB 0.48-1.11x. DP MLP, 2 ranks vs 1 process: fflow
+1.28x / 1.45x / 1.31x, hand DP (one raw Allreduce) 1.43x / 1.61x / 1.37x: fflow's
+step is faster than the hand-written one; under load 4-13 both were 1.5-2.2x. 4 ranks
+share 2 cores (2.7-4.7x: not a weak-scaling setup here). "Hidden" (blocked time
+without overlap minus with) was -1.4 to 0.8 ms at 2 ranks: one 4 MB bucket, which
+also progresses inside the planner's other blocking collectives.
 """
 
 import json
