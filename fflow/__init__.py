@@ -91,6 +91,7 @@ _LAZY = {
     "Device": ("fflow.device_buffer", "Device"),
     "jacobian": ("fflow.jax_api", "jacobian"),
     "pure_callback": ("fflow.callbacks", "pure_callback"),
+    "image": ("fflow.image", None),
     "device_count": ("fflow.jax_api", "device_count"),
     "local_device_count": ("fflow.jax_api", "local_device_count"),
     "local_devices": ("fflow.jax_api", "local_devices"),
