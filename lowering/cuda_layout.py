@@ -9,13 +9,14 @@ that leaves the output unchanged (the operand's free dimensions keep their order
 and cuBLAS can stride over the result (cuda_gemm.dims: layout "N" or "T").
 """
 
+import numpy as np
 from fflow.lowering import cuda_gemm, passes
 
 from fflow.core import Var
 
 
 def fold_operand_transposes(program):
-    program = fold_output_transposes(program)
+    program = fold_output_casts(fold_output_transposes(program))
     transposes = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "transpose"}
     if not transposes:
         return program
@@ -82,3 +83,45 @@ def fold_output_transposes(program):
         return program
     eqns = [swapped.get(id(e), e) for e in program.eqns if id(e) not in dead]
     return program.replace(eqns=eqns)  # the swapped dot sits where the transpose was
+
+
+def _uses(program):
+    uses = {}
+    for e in program.eqns:
+        for x in e.inputs:
+            if type(x) is Var:
+                uses[x] = uses.get(x, 0) + 1
+    for v in program.outvars:
+        if type(v) is Var:
+            uses[v] = uses.get(v, 0) + 1
+    return uses
+
+
+def fold_output_casts(program):
+    """`convert(dot(a, b) -> f32, bf16)` of 16-bit operands -> `dot(a, b) -> bf16`.
+
+    amp's GEMMs accumulate in fp32 and cast the product back to bf16 / fp16: cuBLAS
+    writes the 16-bit result itself (fp32 accumulation, one rounding at the store, as
+    the cast does), so the fp32 product is never written and read back.
+    """
+    uses = _uses(program)
+    dots = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "dot_general"}
+    folded, dead = {}, set()
+    for e in program.eqns:
+        x = e.inputs[0] if e.inputs else None
+        if e.primitive.name != "convert_element_type" or x not in dots or uses.get(x) != 1:
+            continue
+        dot = dots[x]
+        a, b = dot.inputs
+        want = np.dtype(e.outputs[0].aval.dtype)
+        if not (np.dtype(a.aval.dtype) == np.dtype(b.aval.dtype) == want):
+            continue
+        if want.name not in ("bfloat16", "float16") or np.dtype(x.aval.dtype) != np.float32:
+            continue
+        params = dict(dot.params, preferred_element_type=want)
+        folded[id(e)] = dot.replace(params=params, outputs=e.outputs)
+        dead.add(id(dot))
+    if not folded:
+        return program
+    eqns = [folded.get(id(e), e) for e in program.eqns if id(e) not in dead]
+    return program.replace(eqns=eqns)

@@ -153,3 +153,22 @@ def test_weight_gradients_of_3d_activations_need_no_transpose_kernel():
     t = np.tanh(x64 @ w64)
     ref = np.einsum("bsi,bso->io", x64, 2 * t * (1 - t * t))  # float64 by hand
     np.testing.assert_allclose(np.asarray(dw), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_fp32_product_cast_back_to_bf16_is_written_by_the_gemm():
+    # amp: bf16 operands, fp32 product, cast back to bf16 -> one GEMM writing bf16
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 16)).astype(BF16)
+    w = rng.standard_normal((16, 5)).astype(BF16)
+
+    def f(x, w):
+        dn = (((1,), (0,)), ((), ()))
+        return lax.dot_general(x, w, dn, preferred_element_type=np.float32).astype(BF16)
+
+    plan, text = plan_text(f, x, w)
+    assert not plan.kernels and "bfloat16 x bfloat16 -> bfloat16" in text, text
+    exe = cuda_backend.compile_program(fflow.make_jaxpr(f)(x, w), backend="cuda_shim")
+    got = np.asarray(exe(x, w)[0])
+    want = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32).astype(BF16)
+    assert got.dtype == BF16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=8e-3)
