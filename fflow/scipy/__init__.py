@@ -1,4 +1,5 @@
 """fflow.scipy: the parts of `jax.scipy` that fflow provides (`special`, `stats`,
-`linalg`, `signal`, `sparse.linalg.cg`, `fft` (DCT), `integrate.trapezoid`, `ndimage.map_coordinates`)."""
+`linalg`, `signal`, `sparse.linalg.cg`, `fft` (DCT), `integrate.trapezoid`,
+`ndimage.map_coordinates`)."""
 
 from fflow.scipy import fft, integrate, linalg, ndimage, signal, sparse, special, stats  # noqa: F401
