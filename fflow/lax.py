@@ -95,6 +95,8 @@ def __dir__():
 
 def __getattr__(name):
     # `lax.sin_p`, `lax.add_p`...: the registered primitives, as custom interpreters use them
+    if name == "linalg":  # jax.lax.linalg: over fflow.numpy / fflow.scipy, layers above lax
+        return importlib.import_module("fflow.lax_linalg")
     if name == "with_sharding_constraint":
         # jax.lax.with_sharding_constraint: the sharding API sits layers above lax
         return importlib.import_module("fflow.jax_sharding").with_sharding_constraint
