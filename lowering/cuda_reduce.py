@@ -382,9 +382,9 @@ def _row_kernel(
     online = {} if cached else _online_pairs(reductions, inline)
     if not chunked:
         slot = None
-    for r_i, eqn in enumerate(reductions):
-        if r_i - 1 in online:
-            continue  # the sum of an online max/sum pair: computed with its max
+    for group in _passes(reductions, online, inline):
+        r_i = group[0]
+        eqn = reductions[r_i]
         if r_i in online:
             inner += _online_max_sum(
                 k, eqn, reductions[r_i + 1], elem_loop, warp_mode, r_i, online[r_i], nt
@@ -393,27 +393,37 @@ def _row_kernel(
                 reg_lines.append((len(inner), f"red{i}", renderer_for(eqn.inputs[0].aval.dtype)))
                 k.special[reductions[i].outputs[0]] = f"red{i}"
             continue
-        src = eqn.inputs[0]
-        red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
-        acc, ids = f"acc{r_i}", f"ids{r_i}"
-        comb_fn = red.arg_helper(k) if red.is_arg else None
-        inner.append(f"{red.acc} {acc} = {red.init};")
-        if red.is_arg:
-            inner.append(f"long long {ids} = -1;")
-        inner += elem_loop(
-            lambda b, idx, red=red, src=src, acc=acc, ids=ids, fn=comb_fn: _accumulate(
-                k, red, b, b.value(src, idx), acc, ids, "j", fn
-            )
-        )
-        if warp_mode:
-            inner += _warp_allreduce(red, acc, ids, comb_fn, width=nt)
-        else:
-            inner += _block_allreduce(red, acc, str(r_i), ids, comb_fn)
-        result = red.result(ids if red.is_arg else acc)
-        reg = f"red{r_i}"
-        inner.append(f"const {red.out_r.compute} {reg} = {result};")
-        reg_lines.append((len(inner), reg, red.out_r))
-        k.special[eqn.outputs[0]] = reg
+        # reductions that do not read each other share one loop over the row
+        # (layernorm's sum(x) and sum(x*x); the backward's two sums)
+        parts = []
+        for r_i in group:
+            eqn = reductions[r_i]
+            src = eqn.inputs[0]
+            red = Reduction(eqn.primitive.name, src.aval.dtype, eqn.outputs[0].aval.dtype)
+            acc, ids = f"acc{r_i}", f"ids{r_i}"
+            comb_fn = red.arg_helper(k) if red.is_arg else None
+            inner.append(f"{red.acc} {acc} = {red.init};")
+            if red.is_arg:
+                inner.append(f"long long {ids} = -1;")
+            parts.append((r_i, eqn, src, red, acc, ids, comb_fn))
+
+        def fill(b, idx, parts=parts):
+            lines = []
+            for _, _, src, red, acc, ids, fn in parts:
+                lines += _accumulate(k, red, b, b.value(src, idx), acc, ids, "j", fn)
+            return lines
+
+        inner += elem_loop(fill)
+        for r_i, eqn, _, red, acc, ids, comb_fn in parts:
+            if warp_mode:
+                inner += _warp_allreduce(red, acc, ids, comb_fn, width=nt)
+            else:
+                inner += _block_allreduce(red, acc, str(r_i), ids, comb_fn)
+            result = red.result(ids if red.is_arg else acc)
+            reg = f"red{r_i}"
+            inner.append(f"const {red.out_r.compute} {reg} = {result};")
+            reg_lines.append((len(inner), reg, red.out_r))
+            k.special[eqn.outputs[0]] = reg
     out_names = [(v, k.output(v)) for v in elem_outputs + row_outputs]
     if row_outputs:
         b = Builder(k)
@@ -473,6 +483,39 @@ def _row_kernel(
 
 # ops that pass a row value through unchanged (to the broadcast over the row)
 _ROW_VIEWS = ("broadcast_in_dim", "reshape", "squeeze", "stop_gradient", "copy", "sbp_constraint")
+
+
+def _passes(reductions, online, inline):
+    """The reductions grouped into passes over the row: a reduction joins the current
+    pass unless its input reads a result of that pass (or it is an online pair)."""
+    passes = []
+    for i, e in enumerate(reductions):
+        if i - 1 in online:
+            continue
+        if i in online or not passes or passes[-1][0] in online:
+            passes.append([i])
+            continue
+        current = {reductions[j].outputs[0] for j in passes[-1]}
+        if _reads(e.inputs[0], current, inline):
+            passes.append([i])
+        else:
+            passes[-1].append(i)
+    return passes
+
+
+def _reads(root, targets, inline):
+    seen, stack = set(), [root]
+    while stack:
+        v = stack.pop()
+        if type(v) is Literal or v in seen:
+            continue
+        seen.add(v)
+        if v in targets:
+            return True
+        e = inline.get(v)
+        if e is not None:
+            stack.extend(e.inputs)
+    return False
 
 
 def _online_pairs(reductions, inline):
