@@ -16,7 +16,7 @@ fixed; the other two are in KNOWN). example_libraries_mnist_style (JAX's own
 examples/mnist_classifier.py on synthetic data) passed on first run once
 fflow.example_libraries existed; sparse_cg_poisson likewise after fflow.scipy.sparse.linalg.cg,
 image_resize after fflow.image, dct_compression after fflow.scipy.fft / integrate,
-ndimage_warp after fflow.scipy.ndimage, grid_interpolation after fflow.scipy.interpolate.
+ndimage_warp after fflow.scipy.ndimage, grid_interpolation after fflow.scipy.interpolate, kmeans_vq after fflow.scipy.cluster.
 
 JAX's outputs were recorded with JAX 0.10.2 / optax (CPU) in tests/golden/jax_corpus.json
 (`python tests/jax_corpus_util.py --regen`). The programs still failing are listed in
