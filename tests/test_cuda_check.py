@@ -51,3 +51,18 @@ def test_gpu_check_runs_through_the_shim_from_a_bare_checkout(tmp_path):
     for r in report["results"]:
         assert r["max_rel_err"] <= r["tol"] and r["wall_s"] > 0 and r["first_call_s"] > 0
     assert "correct" in proc.stdout and "wall ms" in proc.stdout
+
+
+def test_plan_model_lists_every_program():
+    # benchmarks/cuda_plan_model.py: static plans at full size (no GPU, a few seconds)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "cuda_plan_model.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if "modelled HBM" in ln]
+    assert len(lines) == 8, proc.stdout
+    softmax = lines[0].split()
+    assert softmax[softmax.index("kernels") + 1] == "1"  # one row kernel
