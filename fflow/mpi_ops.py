@@ -26,16 +26,20 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   Large ones with even chunks reduce into the received buffer's own row and
   all-gather in place (one result-sized buffer). Where MPI's reduction has the same
   bits it is used instead (`exact_native`): integer sum/max/min at any group size
-  and float32/float64 sums of 2 members below 32 MB (one IEEE addition per element,
-  which is commutative; only which payload a NaN + NaN keeps may differ; from 32 MB on
-  the two-step path was about twice as fast as MPICH's: NATIVE_FLOAT_MAX).
+  and float32/float64 sums of 2 members (one IEEE addition per element, which is
+  commutative; only which payload a NaN + NaN keeps may differ). Values from 2 MB on
+  (config `mpi_large_bytes`), in both modes, are the two-step path in 4 MB pieces
+  (PIECE_BYTES): faster here than MPICH's Allreduce, Iallreduce, chunked all-reduces
+  and Reduce_scatter_block + Allgather from 2 MB to 64 MB (numbers at `_large`).
   `bytes_moved` counts the cost model's bytes of the conversion either way (what
   the simulated runtime measures).
 * native: MPI's own `Iallreduce` / `Ireduce_scatter` (MPICH picks the algorithm and
   the summation order, so results can differ from the simulated runtime in the last
-  bits at 3+ ranks). bfloat16/float16 go through a float32 staging buffer, since MPI
-  has no 16-bit float type and the sum must accumulate in float32 anyway; types MPI
-  cannot reduce (bool, bfloat16 max/min...) use the deterministic path.
+  bits at 3+ ranks); all-reduces from `mpi_large_bytes` on take the ordered pieces
+  path of deterministic mode (it was faster). bfloat16/float16 go through a float32
+  staging buffer, since MPI has no 16-bit float type and the sum must accumulate in
+  float32 anyway; types MPI cannot reduce (bool, bfloat16 max/min...) use the
+  deterministic path.
 
 Why deterministic is the default: a program gives the same numbers on simulated
 devices (where it is developed and tested) and on `fflow.launch` ranks, and the same
@@ -164,10 +168,20 @@ def use_native(dtype):
 
 
 _INTS = ("int32", "int64", "uint32", "uint64", "int8", "uint8")
-# deterministic float sums of 2 ranks from this size on take the two-step path instead of
-# MPI's (same bits): at 64 MB it ran 0.45-0.55x of MPICH's Allreduce / Iallreduce time in
-# 3 same-launch runs (its large-message algorithm is slower here); at 4-16 MB it was not
-NATIVE_FLOAT_MAX = 32 << 20
+# all-reduces of values from this size on, in both modes, are the ordered two-step path in
+# pieces of PIECE_BYTES (config mpi_large_bytes). Standalone mpi4py, 2 ranks, load 0.2,
+# float32 sums vs blocking Allreduce (same-launch medians): two-step in 4 MB pieces 2 MB
+# 0.71x, 4 MB 0.72x, 8 MB 0.66x, 16 MB 0.78x, 32 MB 0.26x, 64 MB 0.27x; Iallreduce+Wait
+# 0.95-1.00x; MPI all-reduces in 256 KB-4 MB pieces 0.87-1.19x up to 16 MB;
+# Reduce_scatter_block + Allgather 0.84-1.10x; Ialltoallv pieces ran 0.76-0.91x where
+# Ialltoall ran 0.52-0.73x (even chunks). Through fflow (P -> B, load 0.5-0.8) vs raw,
+# 4 MB pieces against the path before: 2 ranks 4 MB 0.69 vs 1.12x, 8 MB 1.08 vs 1.21x,
+# 16 MB 1.00 vs 1.45x (native 1.32x), 32 MB 0.33 vs 1.12x; 4 ranks 4 MB 0.80 vs 0.67x,
+# 16 MB 0.95 vs 0.83x (native 1.45x), 32 MB 0.31 vs 0.39x. 1 MB pieces: 1.19-1.21x at
+# 8-16 MB (more synchronizations).
+_large = [2 << 20]
+config.define("mpi_large_bytes", 2 << 20, hook=lambda v: _large.__setitem__(0, int(v)))
+PIECE_BYTES = 4 << 20
 
 
 def exact_native(dtype, op, p):
@@ -218,11 +232,13 @@ def all_reduce(rt, comm, ranks, x, params, what):
     mine = q + (me < r)  # balanced(x.size, p)[me]
     rt.bytes_moved += ((x.size - mine) + (p - 1) * mine) * x.itemsize
     name = _name(x.dtype)
+    flat = x.reshape(-1)
+    if x.nbytes >= _large[0] and x.size >= p:
+        return _pieces_all_reduce(rt, comm, ranks, flat, op, what).reshape(x.shape)
     if (not _det[0] and name in _REDUCIBLE and not (name in _HALF and op != "sum")) or (
-        exact_native(x.dtype, op, p) and (x.nbytes < NATIVE_FLOAT_MAX or name in _INTS)
+        exact_native(x.dtype, op, p)
     ):
         return _native_all_reduce(rt, comm, ranks, x, op, what)
-    flat = x.reshape(-1)
     if x.nbytes * p <= _small[0]:
         # small: one all-gather of the whole values, then the same ordered reduction
         # (latency, not bandwidth, is what a small all-reduce costs)
@@ -233,6 +249,51 @@ def all_reduce(rt, comm, ranks, x, params, what):
     sizes = balanced(x.size, p)
     parts = _alltoall_chunks(rt, comm, ranks, flat, sizes, 1, what)
     return _gather_reduced(rt, comm, ranks, parts, sizes, op, what).reshape(x.shape)
+
+
+def _pieces_all_reduce(rt, comm, ranks, flat, op, what):
+    """A large all-reduce as the two-step path (all-to-all of 1/p chunks, ordered
+    reduction, all-gather) over consecutive pieces of PIECE_BYTES: each element is still
+    reduced in group order, so the bits are `_reduce_parts`' at any piece size. Pieces
+    hold a multiple of p elements (even chunks: MPICH's Ialltoall / Iallgather, faster
+    than their v-variants here); the last one may be uneven. The reduced chunks are
+    all-gathered straight into the result."""
+    MPI = _mpi()
+    p, me = comm.Get_size(), comm.Get_rank()
+    dtype, n = flat.dtype, flat.size
+    isz = dtype.itemsize
+    step = max(p, PIECE_BYTES // isz // p * p)
+    out = _empty((n,), dtype)
+    raw_out = _raw(out)
+    width = -(-min(step, n) // p)  # the largest chunk
+    recv = _empty((p, width), dtype)
+    row_at = [j * width * isz for j in range(p)]
+    for a in range(0, n, step):
+        piece = flat[a : a + step]
+        b = a * isz
+        if piece.size == p * width:  # even chunks
+            req = comm.Ialltoall([_raw(piece), MPI.BYTE], [_raw(recv), MPI.BYTE])
+            rt.wait([req], ranks, what)
+            reduced = _contig(_reduce_rows(recv, op, dtype))
+            dst = [raw_out[b : b + piece.nbytes], MPI.BYTE]
+            req = comm.Iallgather([_raw(reduced), MPI.BYTE], dst)
+            rt.wait([req], ranks, what)
+            continue
+        sizes = balanced(piece.size, p)
+        mine = sizes[me]
+        counts = [s * isz for s in sizes]
+        req = comm.Ialltoallv(
+            [_raw(piece), (counts, _bounds(counts)), MPI.BYTE],
+            [_raw(recv), ([mine * isz] * p, row_at), MPI.BYTE],
+        )
+        rt.wait([req], ranks, what)
+        reduced = _contig(_reduce_rows(recv[:, :mine], op, dtype))
+        req = comm.Iallgatherv(
+            [_raw(reduced), MPI.BYTE],
+            [raw_out[b : b + piece.nbytes], (counts, _bounds(counts)), MPI.BYTE],
+        )
+        rt.wait([req], ranks, what)
+    return out
 
 
 def _reduce_into_row(rows, me, op):

@@ -214,10 +214,6 @@ def main(n, fail_rank=None):
     # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)
     rl = np.random.default_rng(11)
     mpi and fflow.config.update("mpi_allgather_bytes", 1 << 16)  # (160, 64) f32: two-step
-    if mpi:  # float sums of 2 ranks this large take the two-step path too (not MPI's)
-        from fflow import mpi_ops
-
-        mpi_ops.NATIVE_FLOAT_MAX, native_max = 1 << 14, mpi_ops.NATIVE_FLOAT_MAX
     for shape in [(160, 64), (161, 63)]:
         xl = rl.normal(size=shape).astype(np.float32)
         for src in (P, partial_max, partial_min):
@@ -225,8 +221,25 @@ def main(n, fail_rank=None):
         out[f"large_{shape[1]}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
         out[f"large_{shape[1]}_f64"] = boxed(xl.astype(np.float64), pl, (P,), (B,))
     mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    # values from mpi_large_bytes on: the two-step path in pieces of PIECE_BYTES, in both
+    # modes (float sums of 2 ranks too); sizes that are not multiples of the piece or p
     if mpi:
-        mpi_ops.NATIVE_FLOAT_MAX = native_max
+        from fflow import mpi_ops
+
+        fflow.config.update("mpi_large_bytes", 1 << 12)
+        mpi_ops.PIECE_BYTES, piece = 1 << 12, mpi_ops.PIECE_BYTES  # 1024 float32s
+    for det in (True, False):
+        mpi and fflow.config.update("mpi_deterministic", det)
+        for shape in [(160, 64), (161, 63), (7, 1023)]:
+            xl = rl.normal(size=shape).astype(np.float32)
+            for src in (P, partial_max):
+                out[f"pieces_{det}_{shape}_{src}"] = boxed(xl, pl, (src,), (B,))
+            out[f"pieces_{det}_{shape}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
+            out[f"pieces_{det}_{shape}_bf16"] = boxed(xl.astype(bfloat16), pl, (P,), (B,))
+    if mpi:
+        fflow.config.update("mpi_deterministic", True)
+        fflow.config.update("mpi_large_bytes", 2 << 20)
+        mpi_ops.PIECE_BYTES = piece
 
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:

@@ -71,6 +71,15 @@ def test_mpi_equals_simulated(n):
         assert mpi[f"large_{c}_P(min)"] == parts.min(0).tolist()
         ints = (xl * 100).astype(np.int32)
         assert mpi[f"large_{c}_int"] == sum(ints + k for k in range(n)).tolist()
+    for det in (True, False):  # the large path in pieces (not multiples of piece or p)
+        for shape in [(160, 64), (161, 63), (7, 1023)]:
+            xl = rl.normal(size=shape).astype(np.float32)
+            parts = np.stack([xl * s + np.float32(k * 0.25) for k, s in enumerate(scales)])
+            key = f"pieces_{det}_{shape}_"
+            np.testing.assert_allclose(mpi[key + "P"], parts.sum(0), rtol=1e-5, atol=1e-5)
+            assert mpi[key + "P(max)"] == parts.max(0).tolist()
+            ints = (xl * 100).astype(np.int32)
+            assert mpi[key + "int"] == sum(ints + k for k in range(n)).tolist()
     for res in (mpi, sim):  # reused result buffers: kept results are not overwritten
         assert res["reuse_0"] == res["reuse_1"] == res["reuse_2"] != res["reuse_last"]
     for res in (mpi, sim):  # buckets change no number
