@@ -89,6 +89,26 @@ def test_jit_of_shard_equals_the_function():
         np.testing.assert_allclose(np.asarray(js(x, w)), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("outs", [1, 2])
+def test_jit_of_shard_on_one_device_runs_its_segment_directly(outs):
+    # one simulated device, no collectives: jit's executable calls the compiled segment
+    # (one input and one output: the segment itself; more: the runner's list)
+    pl = fflow.placement("cpu", [0])
+    f = (lambda x: x * 2 + 1) if outs == 1 else (lambda x: (x * 2 + 1, jnp.sin(x)))
+    js = fflow.jit(fflow.shard(f, pl, in_sbp=B, out_sbp=B))
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    gx = fflow.to_global(x, pl, B)
+    got = [js(gx) for _ in range(3)]
+    for y in got:
+        y = y if outs == 1 else y[0]
+        assert y.placement == pl and y.sharding.sbp == (B,)
+        np.testing.assert_allclose(np.asarray(y), x * 2 + 1, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(jnp.sum(y)), (x * 2 + 1).sum(), rtol=1e-5)
+    if outs == 2:
+        np.testing.assert_allclose(np.asarray(got[-1][1]), np.sin(x), rtol=1e-6)
+    assert js.trace_count == 1
+
+
 @pytest.mark.parametrize("devices", [[0], [0, 1]])
 def test_jit_of_shard_on_global_arrays_equals_numpy_and_hits_its_cache(devices):
     # a cache hit runs the one shard_call of the jitted program directly (no re-binding)

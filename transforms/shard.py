@@ -891,7 +891,7 @@ def _direct_shard_call(eqn):
     if getattr(sp, "is_mixed", False):
         return None
 
-    pl, sbps = sp.placement, sp.in_sbps
+    pl, sbps, go = sp.placement, sp.in_sbps, sp.global_runner()
 
     def run(*args):
         for a, s in zip(args, sbps):  # all global, in the program's placement and SBPs
@@ -899,7 +899,7 @@ def _direct_shard_call(eqn):
             if sh is None or sh.placement is not pl or sh.sbp != s:
                 break
         else:
-            return sp.run_global(args)
+            return go(args)
         for a in args:
             if type(a) is array_t and a._sharding is not None:
                 return _run_call(sp, args)

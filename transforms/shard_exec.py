@@ -21,6 +21,7 @@ from fflow.transforms.shard_rules import LocalCtx, apply_local
 from fflow.transforms.staging import trace_to_program
 
 from fflow import core
+from fflow import sharding as sharding_mod
 from fflow.array import Array, root_trace
 from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 from fflow.sharding import B, GlobalValue, Sharding, local_box, runtime
@@ -239,18 +240,55 @@ class ShardedProgram:
             for v, sh, shards in zip(self.program.outvars, self._out_shardings, out_shards)
         ]
 
+    def _init_meta(self, rt):
+        pl = self.placement
+        self._out_meta = [
+            (tuple(v.aval.shape), np.dtype(v.aval.dtype), v.aval.weak_type, Sharding(pl, s))
+            for v, s in zip(self.program.outvars, self.out_sbps)
+        ]
+        one = pl.size == 1 and not hasattr(rt, "world") and plain_runner(self.local_program(0))
+        self._one = (rt, one) if one else None
+        return self._out_meta
+
+    def global_runner(self):
+        """`run_global`, or on one simulated device without collectives a closure over
+        the compiled segment and the outputs' metadata (jit's executable for
+        jit(shard(f)): no runtime dispatch per call)."""
+        rt = runtime()
+        meta = self._out_meta or self._init_meta(rt)
+        one = self._one
+        if one is None or one[0] is not rt:
+            return self.run_global
+        seg, run_global, of = one[1], self.run_global, GlobalValue.of
+        fn = getattr(seg, "segment", None)
+        if fn is not None and len(meta) == 1 and len(self.in_sbps) == 1:
+            ((shape, dtype, weak, sh),) = meta
+
+            def run1(args):  # one input, one output
+                if sharding_mod._runtime is not rt:
+                    return run_global(args)
+                out = Array(of(shape, dtype, sh, {0: fn(args[0]._value.shards[0])[0]}), weak)
+                out._sharding = sh
+                return [out]
+
+            return run1
+
+        def run(args):
+            if sharding_mod._runtime is not rt:  # the runtime was switched since
+                return run_global(args)
+            outs = []
+            for (shape, dtype, weak, sh), r in zip(meta, seg([a._value.shards[0] for a in args])):
+                out = Array(of(shape, dtype, sh, {0: r}), weak)
+                out._sharding = sh
+                outs.append(out)
+            return outs
+
+        return run
+
     def run_global(self, args):
         """Run on global Arrays already in `in_sbps`; returns global Arrays."""
         rt = runtime()
-        meta = self._out_meta
-        if meta is None:
-            pl = self.placement
-            meta = self._out_meta = [
-                (tuple(v.aval.shape), np.dtype(v.aval.dtype), v.aval.weak_type, Sharding(pl, s))
-                for v, s in zip(self.program.outvars, self.out_sbps)
-            ]
-            one = pl.size == 1 and not hasattr(rt, "world") and plain_runner(self.local_program(0))
-            self._one = (rt, one) if one else None
+        meta = self._out_meta or self._init_meta(rt)
         one = self._one
         if one is not None and one[0] is rt:  # one simulated device, no collectives
             out_shards = [{0: r} for r in one[1]([a._value.shards[0] for a in args])]
@@ -424,7 +462,9 @@ def _make_runner(prog):
     take = [pos[v] for v in ins]
     if list(prog.outvars) == list(outs):
         if take == list(range(len(prog.invars))):
-            return lambda args: list(fn(*args))
+            run = lambda args: list(fn(*args))  # noqa: E731
+            run.segment = fn  # outputs = fn(*inputs) (global_runner calls it directly)
+            return run
         return lambda args: list(fn(*[args[k] for k in take]))
     # outputs that are inputs or literals too
     where = [
