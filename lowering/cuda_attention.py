@@ -23,7 +23,7 @@ These are SIMT FMA kernels (no tensor-core mma yet): correct and HBM-lean, not p
 import numpy as np
 from fflow.lowering.cuda_kernels import KernelSource
 from fflow.lowering.cuda_render import renderer_for
-from fflow.primitives.attention import BIG_NEG
+from fflow.primitives.attention import BIG_NEG, attention_bwd_p, attention_p
 
 TPR = 4  # lanes per tile row
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
@@ -291,7 +291,7 @@ def attention_bwd_kernel(eqn):
 
 def supported(eqn):
     """Whether a fused kernel exists for this attention equation (else it runs on the host)."""
-    if eqn.primitive.name not in KERNELS:
+    if eqn.primitive not in KERNELS:
         return False
     q, _, v = eqn.inputs[:3]
     acc = 8 if np.dtype(q.aval.dtype) == np.float64 else 4
@@ -302,4 +302,4 @@ def supported(eqn):
     return all(d > 0 for d in q.aval.shape + v.aval.shape)
 
 
-KERNELS = {"dot_product_attention": attention_fwd_kernel, "attention_bwd": attention_bwd_kernel}
+KERNELS = {attention_p: attention_fwd_kernel, attention_bwd_p: attention_bwd_kernel}

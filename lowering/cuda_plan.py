@@ -8,6 +8,7 @@ from fflow.lowering import cuda_blockreduce, cuda_scan, cuda_sort, cuda_transpos
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
+from fflow.primitives.reduction import reduce_max_p, reduce_min_p, reduce_sum_p
 from fflow.primitives.shape import broadcast_in_dim_p
 from fflow.primitives.unary import copy_p
 
@@ -16,7 +17,7 @@ from fflow.core import Eqn, Literal, Program, ShapedArray, Var
 
 WIDE_LIMIT = 2**30  # 32-bit indices below (grid-stride loop counters stay under 2^31)
 FULL_REDUCE_MIN = 8192
-_COL_FUSIBLE = ("reduce_sum", "reduce_max", "reduce_min")
+_COL_FUSIBLE = (reduce_sum_p, reduce_max_p, reduce_min_p)
 RECOMPUTE_LIMIT = 16  # renders of an inlined value per output element before it is stored
 
 
@@ -234,7 +235,7 @@ class Plan:
             elif kind == "device sort":  # long lines: bitonic passes over global memory
                 pending.append(KernelStep(cuda_sort.sort_kernels(e, self.wide), note=kind))
             elif kind == "attention":
-                kern = ca.KERNELS[e.primitive.name](e)
+                kern = ca.KERNELS[e.primitive](e)
                 pending.append(KernelStep([kern], note=f"fused {e.primitive.name}"))
             else:
                 pending.append(HostStep(e))
@@ -335,7 +336,7 @@ class Plan:
             kerns = cuda_blockreduce.kernels(e, self.inline, self.wide)
             return KernelStep(kerns, note="block per output")
         step = self._strided(e)
-        if axes == tuple(range(len(axes))) and e.primitive.name in _COL_FUSIBLE:
+        if axes == tuple(range(len(axes))) and e.primitive in _COL_FUSIBLE:
             return _ColCand(e, step)
         return step
 

@@ -19,6 +19,9 @@ from fflow.lowering.cuda_kernels import (
     size_of,
 )
 from fflow.lowering.cuda_render import renderer_for, storage_ctype
+from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, squeeze_p
+from fflow.primitives.unary import copy_p, stop_gradient_p
 
 from fflow.core import Literal, ShapedArray, Var
 
@@ -482,7 +485,7 @@ def _row_kernel(
 
 
 # ops that pass a row value through unchanged (to the broadcast over the row)
-_ROW_VIEWS = ("broadcast_in_dim", "reshape", "squeeze", "stop_gradient", "copy", "sbp_constraint")
+_ROW_VIEWS = (broadcast_in_dim_p, reshape_p, squeeze_p, stop_gradient_p, copy_p, sbp_constraint_p)
 
 
 def _passes(reductions, online, inline):
@@ -553,7 +556,7 @@ def _shift_of(r, m, inline):
         pe = inline.get(r)
         if pe is None:
             return None
-        if pe.primitive.name in _ROW_VIEWS:
+        if pe.primitive in _ROW_VIEWS:
             r = pe.inputs[0]
             continue
         if mode != "max" or pe.primitive.name != "select_n" or len(pe.inputs) != 3:
@@ -564,7 +567,7 @@ def _shift_of(r, m, inline):
             return None
         while type(zero) is not Literal and zero in inline:
             ze = inline[zero]
-            if ze.primitive.name not in _ROW_VIEWS:
+            if ze.primitive not in _ROW_VIEWS:
                 return None
             zero = ze.inputs[0]
         if type(zero) is not Literal or np.asarray(zero.value) != 0:
