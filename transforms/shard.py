@@ -40,6 +40,7 @@ from fflow.transforms.autodiff import (
 )
 from fflow.transforms.program_transforms import close
 from fflow.transforms.program_transforms import partial_eval_program as pe_program
+from fflow.transforms.remat import checkpoint_p
 from fflow.transforms.shard_exec import ShardedProgram
 from fflow.transforms.shard_memory import fit_budget
 from fflow.transforms.shard_rules import freeze
@@ -667,7 +668,7 @@ def _shard_call_partial_eval(trace, args, params):
     known = [not (isinstance(a, StagingTracer) and a._trace is trace) for a in args]
     key = ("pe", tuple(known))
     hit = _derived(sp).get(key)
-    if hit is None and any(e.primitive.name == "checkpoint" for e in sp.program.eqns):
+    if hit is None and any(e.primitive is checkpoint_p for e in sp.program.eqns):
         hit = _split_with_remat(sp, known)
         _derived(sp)[key] = hit
     if hit is None:
