@@ -14,6 +14,14 @@ import hashlib
 
 import numpy as np
 from fflow.lowering.cuda_render import PREAMBLE, Renderer, renderer_for, storage_ctype
+from fflow.primitives.cumulative import cummax_p, cummin_p, cumprod_p, cumsum_p
+from fflow.primitives.indexing import (
+    scatter_add_p,
+    scatter_max_p,
+    scatter_min_p,
+    scatter_mul_p,
+    scatter_p,
+)
 
 from fflow.core import Literal
 
@@ -60,10 +68,10 @@ REDUCTIONS = {
     "argmax",
     "argmin",
 }
-CUMULATIVE = {"cumsum": "reduce_sum", "cumprod": "reduce_prod", "cummax": "reduce_max",
-              "cummin": "reduce_min"}  # fmt: skip
-SCATTERS = {"scatter": "set", "scatter_add": "add", "scatter_mul": "mul", "scatter_min": "min",
-            "scatter_max": "max"}  # fmt: skip
+CUMULATIVE = {cumsum_p: "reduce_sum", cumprod_p: "reduce_prod", cummax_p: "reduce_max",
+              cummin_p: "reduce_min"}  # fmt: skip
+SCATTERS = {scatter_p: "set", scatter_add_p: "add", scatter_mul_p: "mul", scatter_min_p: "min",
+            scatter_max_p: "max"}  # fmt: skip
 
 
 def size_of(shape):

@@ -103,7 +103,10 @@ class _ColCand:
 def _renders_inputs(eqn):
     name = eqn.primitive.name
     return (
-        ck.is_fusible(eqn) or name in ck.REDUCTIONS or name in ck.CUMULATIVE or name in ck.SCATTERS
+        ck.is_fusible(eqn)
+        or name in ck.REDUCTIONS
+        or eqn.primitive in ck.CUMULATIVE
+        or eqn.primitive in ck.SCATTERS
     )
 
 
@@ -133,9 +136,9 @@ def _kind(eqn):
         return "fuse"
     if name in ck.REDUCTIONS and eqn.params["axes"] and ck.size_of(eqn.outputs[0].aval.shape):
         return "reduce"
-    if name in ck.CUMULATIVE and ck.size_of(eqn.inputs[0].aval.shape):
+    if eqn.primitive in ck.CUMULATIVE and ck.size_of(eqn.inputs[0].aval.shape):
         return "scan"
-    if name in ck.SCATTERS:
+    if eqn.primitive in ck.SCATTERS:
         return "scatter"
     if name == "dot_general":
         return "blas"

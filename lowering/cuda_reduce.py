@@ -744,7 +744,7 @@ def cumulative_kernel(eqn, inline, wide=False):
     length = shape[axis]
     lines_shape = shape[:axis] + shape[axis + 1 :]
     nlines = size_of(lines_shape)
-    red = Reduction(CUMULATIVE[eqn.primitive.name], src.aval.dtype, src.aval.dtype)
+    red = Reduction(CUMULATIVE[eqn.primitive], src.aval.dtype, src.aval.dtype)
     block = 32
     while block < min(length, 1024):
         block *= 2

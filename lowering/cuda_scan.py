@@ -68,7 +68,7 @@ def scan_kernels(eqn, inline, wide=False):
     lines_shape = shape[:axis] + shape[axis + 1 :]
     nlines = size_of(lines_shape)
     nchunks = -(-length // CHUNK)
-    red = Reduction(CUMULATIVE[eqn.primitive.name], src.aval.dtype, src.aval.dtype)
+    red = Reduction(CUMULATIVE[eqn.primitive], src.aval.dtype, src.aval.dtype)
     partial = Var(ShapedArray((nlines, nchunks), ACC_DTYPES[red.acc]))
     prefix = Var(ShapedArray((nlines, nchunks), ACC_DTYPES[red.acc]))
 

@@ -24,7 +24,7 @@ def scatter_kernel(eqn, inline, out_var, wide=False):
     """Apply the updates of a scatter to `out_var` (already holding the operand)."""
     x, indices, updates = eqn.inputs
     axes = eqn.params["axes"]
-    mode = SCATTERS[eqn.primitive.name]
+    mode = SCATTERS[eqn.primitive]
     k = KernelSource("scat", inline, wide)
     dtype = np.dtype(x.aval.dtype)
     r = renderer_for(dtype)

@@ -380,7 +380,7 @@ def test_cumulative():
 
 def test_scatters():
     def make(data):
-        name = data.draw(st.sampled_from(sorted(cuda_kernels.SCATTERS)))
+        name = data.draw(st.sampled_from(sorted(p.name for p in cuda_kernels.SCATTERS)))
         shape = data.draw(shapes(1, 3, 6))
         nd = len(shape)
         dtype = data.draw(
@@ -576,7 +576,7 @@ TESTED_HERE = (
        "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
     | {p.name for p in cuda_attention.KERNELS}
     | SOLVER
-    | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | set(cuda_kernels.SCATTERS)
+    | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | {p.name for p in cuda_kernels.SCATTERS}
 )  # fmt: skip
 
 
@@ -585,8 +585,8 @@ def test_every_primitive_has_a_cuda_lowering():
         cuda_kernels.ELEMENTWISE
         | cuda_kernels.INDEX_OPS
         | cuda_kernels.REDUCTIONS
-        | set(cuda_kernels.CUMULATIVE)
-        | set(cuda_kernels.SCATTERS)
+        | {p.name for p in cuda_kernels.CUMULATIVE}
+        | {p.name for p in cuda_kernels.SCATTERS}
         | {"dot_general", "sort"}
         | {p.name for p in cuda_attention.KERNELS}  # tested in tests/test_cuda_attention.py
         | SOLVER
