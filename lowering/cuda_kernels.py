@@ -22,6 +22,16 @@ from fflow.primitives.indexing import (
     scatter_mul_p,
     scatter_p,
 )
+from fflow.primitives.reduction import (
+    argmax_p,
+    argmin_p,
+    reduce_and_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_or_p,
+    reduce_prod_p,
+    reduce_sum_p,
+)
 
 from fflow.core import Literal
 
@@ -59,14 +69,14 @@ INDEX_OPS = {
     "sbp_constraint",  # with_sbp's annotation: the identity on one device
 }
 REDUCTIONS = {
-    "reduce_sum",
-    "reduce_prod",
-    "reduce_max",
-    "reduce_min",
-    "reduce_or",
-    "reduce_and",
-    "argmax",
-    "argmin",
+    reduce_sum_p,
+    reduce_prod_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_or_p,
+    reduce_and_p,
+    argmax_p,
+    argmin_p,
 }
 CUMULATIVE = {cumsum_p: "reduce_sum", cumprod_p: "reduce_prod", cummax_p: "reduce_max",
               cummin_p: "reduce_min"}  # fmt: skip

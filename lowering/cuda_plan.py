@@ -101,10 +101,9 @@ class _ColCand:
 
 
 def _renders_inputs(eqn):
-    name = eqn.primitive.name
     return (
         ck.is_fusible(eqn)
-        or name in ck.REDUCTIONS
+        or eqn.primitive in ck.REDUCTIONS
         or eqn.primitive in ck.CUMULATIVE
         or eqn.primitive in ck.SCATTERS
     )
@@ -134,7 +133,11 @@ def _kind(eqn):
         return "host"
     if ck.is_fusible(eqn):
         return "fuse"
-    if name in ck.REDUCTIONS and eqn.params["axes"] and ck.size_of(eqn.outputs[0].aval.shape):
+    if (
+        eqn.primitive in ck.REDUCTIONS
+        and eqn.params["axes"]
+        and ck.size_of(eqn.outputs[0].aval.shape)
+    ):
         return "reduce"
     if eqn.primitive in ck.CUMULATIVE and ck.size_of(eqn.inputs[0].aval.shape):
         return "scan"
