@@ -5,7 +5,15 @@ fflow jit vs JAX jit vs PyTorch eager vs hand-written NumPy; and the first call
 import time
 
 import numpy as np
-from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
+from common import (
+    interleaved_times,
+    load_jax,
+    load_torch,
+    parse_args,
+    print_table,
+    settle,
+    wanted,
+)
 
 LR = 0.01
 
@@ -134,6 +142,28 @@ def thread_note():
     return f"fflow's calls per GEMM thread count: {counts or 'none'}; OpenBLAS kernels: {lib}."
 
 
+def cpu_and_preemption(fns, reps):
+    """Per framework: median CPU seconds of the process per step, and the share of calls
+    whose wall time exceeded 1.5x their CPU time (the OS ran something else meanwhile).
+
+    Beside busy processes the wall times are two clusters, steps that ran through and
+    steps that were descheduled for a time slice, so the median wall time jumps between
+    them from run to run; equal CPU per step says the frameworks did the same work.
+    """
+    cpu = {name: [] for name in fns}
+    late = {name: 0 for name in fns}
+    names = list(fns)
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            settle()
+            c0, t0 = time.process_time(), time.perf_counter()
+            fns[name]()
+            c, t = time.process_time() - c0, time.perf_counter() - t0
+            cpu[name].append(c)
+            late[name] += t > 1.5 * c
+    return {n: (float(np.median(cpu[n])), late[n] / reps) for n in names}
+
+
 def sgemm_limit(reps):
     """Best float32 GFLOP/s of a 512^3 GEMM here: one thread and fflow's pool, interleaved."""
     from fflow.lowering import cpu_gemm
@@ -225,6 +255,13 @@ def main():
             f"GEMM work of the step: {flops / 1e6:.0f} MFLOP; fflow achieves "
             f"{flops / step_times['fflow'] / 1e9:.0f} GFLOP/s{jax_rate}; sgemm limit "
             f"measured in the same run (512^3, GFLOP/s): {rates}. {thread_note()}"
+        )
+        pair = {n: f for n, f in step_times_fns.items() if n in ("fflow", "jax.jit")}
+        cpu = cpu_and_preemption(pair, reps)
+        note += (
+            " CPU time per step (process, median) and calls descheduled: "
+            + ", ".join(f"{n} {c * 1e3:.2f} ms, {late:.0%}" for n, (c, late) in cpu.items())
+            + "."
         )
     print_table(
         "MLP training step",
