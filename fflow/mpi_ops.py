@@ -167,7 +167,7 @@ def use_native(dtype):
     return _name(dtype) in _REDUCIBLE
 
 
-_INTS = ("int32", "int64", "uint32", "uint64", "int8", "uint8")
+_INTS = frozenset(("int32", "int64", "uint32", "uint64", "int8", "uint8"))
 # all-reduces of values from this size on, in both modes, are the ordered two-step path in
 # pieces of PIECE_BYTES (config mpi_large_bytes). Standalone mpi4py, 2 ranks, load 0.2,
 # float32 sums vs blocking Allreduce (same-launch medians): two-step in 4 MB pieces 2 MB
@@ -190,7 +190,10 @@ def exact_native(dtype, op, p):
     IEEE addition per element, and a + b == b + a bit for bit; only which NaN's payload
     survives a NaN + NaN may differ)."""
     name = _name(dtype)
-    return name in _INTS or (p == 2 and op == "sum" and name in ("float32", "float64"))
+    return name in _INTS or (p == 2 and op == "sum" and name in _F3264)
+
+
+_F3264 = frozenset(("float32", "float64"))
 
 
 def _alltoall_chunks(rt, comm, ranks, flat, sizes, rest, what):
@@ -235,10 +238,10 @@ def all_reduce(rt, comm, ranks, x, params, what):
     flat = x.reshape(-1)
     if x.nbytes >= _large[0] and x.size >= p:
         return _pieces_all_reduce(rt, comm, ranks, flat, op, what).reshape(x.shape)
-    if (not _det[0] and name in _REDUCIBLE and not (name in _HALF and op != "sum")) or (
-        exact_native(x.dtype, op, p)
+    if (name in _INTS or (p == 2 and op == "sum" and name in _F3264)) or (  # exact_native
+        not _det[0] and name in _REDUCIBLE and not (name in _HALF and op != "sum")
     ):
-        return _native_all_reduce(rt, comm, ranks, x, op, what)
+        return _native_all_reduce(rt, comm, ranks, x, op, what, name)
     if x.nbytes * p <= _small[0]:
         # small: one all-gather of the whole values, then the same ordered reduction
         # (latency, not bandwidth, is what a small all-reduce costs)
@@ -307,8 +310,8 @@ def _reduce_into_row(rows, me, op):
         acc = dst
 
 
-def _native_all_reduce(rt, comm, ranks, x, op, what):
-    if _name(x.dtype) in _HALF:
+def _native_all_reduce(rt, comm, ranks, x, op, what, name):
+    if name in _HALF:
         buf = x.astype(np.float32)
         req = comm.Iallreduce(_mpi().IN_PLACE, buf, op=_native_op(op))
         rt.wait([req], ranks, what)
