@@ -16,12 +16,16 @@ import numpy as np
 from fflow.lowering.cuda_render import PREAMBLE, Renderer, renderer_for, storage_ctype
 from fflow.primitives.cumulative import cummax_p, cummin_p, cumprod_p, cumsum_p
 from fflow.primitives.indexing import (
+    dynamic_slice_p,
+    dynamic_update_slice_p,
+    gather_p,
     scatter_add_p,
     scatter_max_p,
     scatter_min_p,
     scatter_mul_p,
     scatter_p,
 )
+from fflow.primitives.random_bits import random_bits_p, random_fold_in_p
 from fflow.primitives.reduction import (
     argmax_p,
     argmin_p,
@@ -31,6 +35,18 @@ from fflow.primitives.reduction import (
     reduce_or_p,
     reduce_prod_p,
     reduce_sum_p,
+)
+from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.primitives.shape import (
+    broadcast_in_dim_p,
+    concatenate_p,
+    iota_p,
+    pad_p,
+    reshape_p,
+    rev_p,
+    slice_p,
+    squeeze_p,
+    transpose_p,
 )
 
 from fflow.core import Literal
@@ -50,23 +66,6 @@ ELEMENTWISE = set(Renderer(np.float32).code_for_op) | {
     "convert_element_type",
     "bitcast_convert_type",
     "population_count",
-}
-INDEX_OPS = {
-    "broadcast_in_dim",
-    "reshape",
-    "squeeze",
-    "transpose",
-    "rev",
-    "slice",
-    "pad",
-    "concatenate",
-    "iota",
-    "dynamic_slice",
-    "dynamic_update_slice",
-    "gather",
-    "random_bits",
-    "random_fold_in",
-    "sbp_constraint",  # with_sbp's annotation: the identity on one device
 }
 REDUCTIONS = {
     reduce_sum_p,
@@ -91,7 +90,7 @@ def size_of(shape):
 def is_fusible(eqn):
     """Can this equation be rendered inline at an index (elementwise or index arithmetic)?"""
     name = eqn.primitive.name
-    if name not in ELEMENTWISE and name not in INDEX_OPS:
+    if name not in ELEMENTWISE and eqn.primitive not in INDEX_OPS:
         return False
     from fflow.lowering.cuda_render import supported_dtype
 
@@ -261,7 +260,7 @@ def render_eqn(b, eqn, idx, guard):
         in_r = renderer_for(ins[0].aval.dtype)
         args = [_at(b, x, idx, guard) for x in ins]
         return r.round(in_r.code_for_op[name](*args, **p))
-    return INDEX_RULES[name](b, eqn, idx, guard)
+    return INDEX_RULES[eqn.primitive](b, eqn, idx, guard)
 
 
 def _row_register(b, v):
@@ -273,7 +272,7 @@ def _row_register(b, v):
         if reg is not None:
             return reg
         eqn = b.k.inline.get(v)
-        if eqn is None or eqn.primitive.name not in ("broadcast_in_dim", "reshape"):
+        if eqn is None or eqn.primitive not in (broadcast_in_dim_p, reshape_p):
             return None
         v = eqn.inputs[0]
 
@@ -439,22 +438,23 @@ def _random_fold_in(b, eqn, idx, guard):
 
 
 INDEX_RULES = {
-    "broadcast_in_dim": _broadcast,
-    "reshape": _reshape,
-    "squeeze": _squeeze,
-    "transpose": _transpose,
-    "rev": _rev,
-    "slice": _slice,
-    "pad": _pad,
-    "concatenate": _concatenate,
-    "iota": _iota,
-    "dynamic_slice": _dynamic_slice,
-    "dynamic_update_slice": _dynamic_update_slice,
-    "gather": _gather,
-    "random_bits": _random_bits,
-    "random_fold_in": _random_fold_in,
-    "sbp_constraint": lambda b, eqn, idx, guard: _at(b, eqn.inputs[0], idx, guard),
+    broadcast_in_dim_p: _broadcast,
+    reshape_p: _reshape,
+    squeeze_p: _squeeze,
+    transpose_p: _transpose,
+    rev_p: _rev,
+    slice_p: _slice,
+    pad_p: _pad,
+    concatenate_p: _concatenate,
+    iota_p: _iota,
+    dynamic_slice_p: _dynamic_slice,
+    dynamic_update_slice_p: _dynamic_update_slice,
+    gather_p: _gather,
+    random_bits_p: _random_bits,
+    random_fold_in_p: _random_fold_in,
+    sbp_constraint_p: lambda b, eqn, idx, guard: _at(b, eqn.inputs[0], idx, guard),
 }
+INDEX_OPS = frozenset(INDEX_RULES)  # the primitives rendered as index arithmetic
 
 
 # -- kernels --------------------------------------------------------------------------------
@@ -574,7 +574,7 @@ def _pure_elementwise(outputs, inline, shape):
             if v.aval.ndim and v.aval.shape != shape:
                 return False
             continue
-        if eqn.primitive.name == "broadcast_in_dim" and type(eqn.inputs[0]) is Literal:
+        if eqn.primitive is broadcast_in_dim_p and type(eqn.inputs[0]) is Literal:
             continue  # a splat constant
         if eqn.primitive.name not in ELEMENTWISE:
             return False
