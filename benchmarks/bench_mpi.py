@@ -57,6 +57,13 @@ step is faster than the hand-written one; under load 4-13 both were 1.5-2.2x. 4 
 share 2 cores (2.7-4.7x: not a weak-scaling setup here). "Hidden" (blocked time
 without overlap minus with) was -1.4 to 0.8 ms at 2 ranks: one 4 MB bucket, which
 also progresses inside the planner's other blocking collectives.
+
+Session 5, later (all-reduces from 2 MB: the ordered two-step path in 4 MB pieces in
+both modes, mpi_ops.mpi_large_bytes), one run at load 1.3-1.8, det / native vs raw:
+2 ranks 64 KB 1.16 / 1.15x, 256 KB 1.09 / 1.08x, 1 MB 1.03x, 4 MB 0.78 / 0.79x, 16 MB
+1.06 / 1.03x (was 1.33-1.50x), 64 MB 0.29 / 0.28x; 4 ranks 64 KB 1.30 / 1.16x, 256 KB
+2.21 / 1.19x (the one-all-gather path), 1 MB 0.99 / 1.12x, 4 MB 0.74x, 16 MB 0.96 /
+0.83x, 64 MB 0.35 / 0.34x. DP MLP 2 ranks: fflow 1.23x of 1 process, hand DP 1.31x.
 """
 
 import json
