@@ -296,7 +296,7 @@ def supported(eqn):
     q, _, v = eqn.inputs[:3]
     acc = 8 if np.dtype(q.aval.dtype) == np.float64 else 4
     try:
-        _tile(q.aval.shape[3], v.aval.shape[3], acc, eqn.primitive.name == "attention_bwd")
+        _tile(q.aval.shape[3], v.aval.shape[3], acc, eqn.primitive is attention_bwd_p)
     except NotImplementedError:
         return False
     return all(d > 0 for d in q.aval.shape + v.aval.shape)

@@ -14,6 +14,9 @@ import hashlib
 
 import numpy as np
 from fflow.lowering.cuda_render import PREAMBLE, Renderer, renderer_for, storage_ctype
+from fflow.primitives.binary import div_p
+from fflow.primitives.compare import select_n_p
+from fflow.primitives.convert import bitcast_convert_type_p, convert_element_type_p
 from fflow.primitives.cumulative import cummax_p, cummin_p, cumprod_p, cumsum_p
 from fflow.primitives.indexing import (
     dynamic_slice_p,
@@ -230,7 +233,8 @@ def render_eqn(b, eqn, idx, guard):
     ins = eqn.inputs
     out = eqn.outputs[0].aval
     r = renderer_for(out.dtype)
-    if name == "select_n":
+    prim = eqn.primitive
+    if prim is select_n_p:
         which, *cases = ins
         w = _at(b, which, idx, guard)
         vals = [_at(b, c, idx, guard) for c in cases]
@@ -242,14 +246,14 @@ def render_eqn(b, eqn, idx, guard):
         for k in range(len(cases) - 2, -1, -1):
             expr = f"({w} <= {k} ? {vals[k]} : {expr})"
         return expr
-    if name == "convert_element_type":
+    if prim is convert_element_type_p:
         x = ins[0]
         return r.cast_from(_at(b, x, idx, guard), renderer_for(x.aval.dtype))
-    if name == "bitcast_convert_type":  # stored bits of one width reread as the other dtype
+    if prim is bitcast_convert_type_p:  # stored bits of one width reread as the other dtype
         src = renderer_for(ins[0].aval.dtype)
         bits = src.store(_at(b, ins[0], idx, guard))
         return r.load(f"fflow_bitcast<{r.ctype}>(({src.ctype})({bits}))")
-    if name == "div" and out.dtype in (np.float32, np.float64):
+    if prim is div_p and out.dtype in (np.float32, np.float64):
         # dividing by a per-row register (softmax's sum, a norm): multiply by its
         # reciprocal, computed once per row (<= 1.5 ulp from the quotient)
         reg = _row_register(b, ins[1])

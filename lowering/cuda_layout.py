@@ -11,18 +11,21 @@ and cuBLAS can stride over the result (cuda_gemm.dims: layout "N" or "T").
 
 import numpy as np
 from fflow.lowering import cuda_gemm, passes
+from fflow.primitives.convert import convert_element_type_p
+from fflow.primitives.dot import dot_general_p
+from fflow.primitives.shape import transpose_p
 
 from fflow.core import Var
 
 
 def fold_operand_transposes(program):
     program = fold_output_casts(fold_output_transposes(program))
-    transposes = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "transpose"}
+    transposes = {e.outputs[0]: e for e in program.eqns if e.primitive is transpose_p}
     if not transposes:
         return program
     eqns, changed = [], False
     for e in program.eqns:
-        if e.primitive.name == "dot_general":
+        if e.primitive is dot_general_p:
             for side in (0, 1):
                 t = transposes.get(e.inputs[side])
                 folded = _fold(e, side, t) if t is not None else None
@@ -63,10 +66,10 @@ def fold_output_transposes(program):
     for v in program.outvars:
         if type(v) is Var:
             uses[v] = uses.get(v, 0) + 1
-    dots = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "dot_general"}
+    dots = {e.outputs[0]: e for e in program.eqns if e.primitive is dot_general_p}
     swapped, dead = {}, set()
     for e in program.eqns:
-        if e.primitive.name != "transpose" or e.inputs[0] not in dots or uses.get(e.inputs[0]) != 1:
+        if e.primitive is not transpose_p or e.inputs[0] not in dots or uses.get(e.inputs[0]) != 1:
             continue
         dot = dots[e.inputs[0]]
         (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
@@ -105,11 +108,11 @@ def fold_output_casts(program):
     the cast does), so the fp32 product is never written and read back.
     """
     uses = _uses(program)
-    dots = {e.outputs[0]: e for e in program.eqns if e.primitive.name == "dot_general"}
+    dots = {e.outputs[0]: e for e in program.eqns if e.primitive is dot_general_p}
     folded, dead = {}, set()
     for e in program.eqns:
         x = e.inputs[0] if e.inputs else None
-        if e.primitive.name != "convert_element_type" or x not in dots or uses.get(x) != 1:
+        if e.primitive is not convert_element_type_p or x not in dots or uses.get(x) != 1:
             continue
         dot = dots[x]
         a, b = dot.inputs
