@@ -8,8 +8,12 @@ from fflow.lowering import cuda_blockreduce, cuda_scan, cuda_sort, cuda_transpos
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
+from fflow.primitives.control_flow import cond_p, while_p
+from fflow.primitives.dot import dot_general_p
 from fflow.primitives.reduction import reduce_max_p, reduce_min_p, reduce_sum_p
-from fflow.primitives.shape import broadcast_in_dim_p
+from fflow.primitives.scan import scan_p
+from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, squeeze_p
+from fflow.primitives.sort import sort_p
 from fflow.primitives.unary import copy_p
 
 from fflow.array import Array
@@ -67,7 +71,7 @@ class ControlStep:
         self.writes = list(eqn.outputs)
 
 
-CONTROL = ("cond", "while", "scan")
+CONTROL = (cond_p, while_p, scan_p)
 
 
 class SolverStep(HostStep):
@@ -124,8 +128,8 @@ def _supported(eqn):
 
 
 def _kind(eqn):
-    name = eqn.primitive.name
-    if name in CONTROL and all(
+    prim = eqn.primitive
+    if eqn.primitive in CONTROL and all(
         _supported_aval(v.aval) for v in list(eqn.inputs) + list(eqn.outputs)
     ):
         return "control"
@@ -143,13 +147,13 @@ def _kind(eqn):
         return "scan"
     if eqn.primitive in ck.SCATTERS:
         return "scatter"
-    if name == "dot_general":
+    if eqn.primitive is dot_general_p:
         return "blas"
     if ca.supported(eqn):
         return "attention"
-    if name == "sort" and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
+    if prim is sort_p and 0 < eqn.inputs[0].aval.shape[eqn.params["dimension"]] <= css.SORT_MAX:
         return "sort"
-    if name == "sort" and cuda_sort.supported(eqn):
+    if prim is sort_p and cuda_sort.supported(eqn):
         return "device sort"
     if "solver" in eqn.primitive.traits:  # primitives/linalg.py: cuSOLVER through CuPy (the
         return "solver"  # NumPy implementation dispatches to cupy.linalg), NumPy on the shim
@@ -205,8 +209,7 @@ class Plan:
             if kind == "fuse":
                 if out in self.inline:
                     continue
-                name = e.primitive.name
-                if name in ("reshape", "squeeze") and e.inputs[0] not in self.inline:
+                if e.primitive in (reshape_p, squeeze_p) and e.inputs[0] not in self.inline:
                     pending.append(AliasStep(out, e.inputs[0]))
                     continue
                 last = pending[-1] if pending else None
