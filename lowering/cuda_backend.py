@@ -35,6 +35,7 @@ from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
 )
 from fflow.lowering.cuda_render import PREAMBLE
 from fflow.lowering.cuda_runtime import CupyRuntime, ShimRuntime, _tuple  # noqa: F401
+from fflow.primitives.control_flow import cond_p, while_p
 from fflow.transforms.staging import trace_to_program
 
 from fflow import array as _array
@@ -174,12 +175,12 @@ class Executable:
             else env[v]
             for v in eqn.inputs
         ]
-        name = eqn.primitive.name
-        if name == "cond":
+        prim = eqn.primitive
+        if prim is cond_p:
             index = int(rt.to_host(args[0], eqn.inputs[0].aval))
             branch = p["branches"][min(max(index, 0), len(p["branches"]) - 1)]
             outs = self._sub(branch).run_raw(args[1:])
-        elif name == "while":
+        elif prim is while_p:
             nc, nb = p["cond_nconsts"], p["body_nconsts"]
             cconsts, bconsts, carry = args[:nc], args[nc : nc + nb], args[nc + nb :]
             cond, body = self._sub(p["cond_jaxpr"]), self._sub(p["body_jaxpr"])

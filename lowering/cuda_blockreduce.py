@@ -21,6 +21,7 @@ from fflow.lowering.cuda_reduce import (
     _block_allreduce,
     combine_partials_kernel,
 )
+from fflow.primitives.reduction import argmax_p, argmin_p
 
 from fflow.core import ShapedArray, Var
 
@@ -29,7 +30,7 @@ MIN_INNER = 32  # contiguous reduced elements (a warp's worth) for this layout t
 
 
 def wanted(eqn):
-    if eqn.primitive.name in ("argmax", "argmin"):
+    if eqn.primitive in (argmax_p, argmin_p):
         return False
     shape = eqn.inputs[0].aval.shape
     axes = set(eqn.params["axes"])
@@ -95,7 +96,7 @@ COLS, SLICES = 32, 8  # a block: 32 columns x 8 row slices
 
 def column_wanted(eqn):
     """A reduction over leading axes (bias / gamma / beta gradients) of a sum/max/min."""
-    if eqn.primitive.name in ("argmax", "argmin"):
+    if eqn.primitive in (argmax_p, argmin_p):
         return False
     axes = tuple(sorted(eqn.params["axes"]))
     return 0 < len(axes) < eqn.inputs[0].aval.ndim and axes == tuple(range(len(axes)))
