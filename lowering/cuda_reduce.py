@@ -19,9 +19,10 @@ from fflow.lowering.cuda_kernels import (
     size_of,
 )
 from fflow.lowering.cuda_render import renderer_for, storage_ctype
+from fflow.primitives.reduction import argmax_p, argmin_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, squeeze_p
-from fflow.primitives.unary import copy_p, stop_gradient_p
+from fflow.primitives.unary import copy_p, exp_p, stop_gradient_p
 
 from fflow.core import Literal, ShapedArray, Var
 
@@ -539,7 +540,7 @@ def _online_pairs(reductions, inline):
         ):
             continue
         e = inline.get(sm.inputs[0])
-        d = inline.get(e.inputs[0]) if e is not None and e.primitive.name == "exp" else None
+        d = inline.get(e.inputs[0]) if e is not None and e.primitive is exp_p else None
         if d is None or d.primitive.name != "sub" or d.inputs[0] is not a:
             continue
         mode = _shift_of(d.inputs[1], mx.outputs[0], inline)
@@ -624,7 +625,7 @@ def split_count(eqn):
     leave most of a GPU idle with one thread per output; slices run in parallel and
     a second small kernel combines them.
     """
-    if eqn.primitive.name in ("argmax", "argmin"):
+    if eqn.primitive in (argmax_p, argmin_p):
         return 1
     shape = eqn.inputs[0].aval.shape
     axes = eqn.params["axes"]

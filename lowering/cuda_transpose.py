@@ -19,6 +19,7 @@ from fflow.lowering.cuda_kernels import (
     size_of,
 )
 from fflow.lowering.cuda_render import renderer_for
+from fflow.primitives.shape import transpose_p
 
 from fflow.core import Var
 
@@ -38,7 +39,7 @@ def candidate(outputs, inline):
             continue
         seen.add(v)
         e = inline[v]
-        if e.primitive.name == "transpose" and e.inputs[0] not in inline:
+        if e.primitive is transpose_p and e.inputs[0] not in inline:
             perm = tuple(e.params["permutation"])
             if v.aval.shape == shape and perm[-1] != len(perm) - 1:
                 return e
