@@ -10,7 +10,13 @@ from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
 from fflow.primitives.control_flow import cond_p, while_p
 from fflow.primitives.dot import dot_general_p
-from fflow.primitives.reduction import reduce_max_p, reduce_min_p, reduce_sum_p
+from fflow.primitives.reduction import (
+    argmax_p,
+    argmin_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_sum_p,
+)
 from fflow.primitives.scan import scan_p
 from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, squeeze_p
 from fflow.primitives.sort import sort_p
@@ -331,7 +337,7 @@ class Plan:
         axes = tuple(sorted(e.params["axes"]))
         nd = x.aval.ndim
         if ck.size_of(e.outputs[0].aval.shape) == 1 and ck.size_of(x.aval.shape) >= FULL_REDUCE_MIN:
-            if e.primitive.name not in ("argmax", "argmin"):
+            if e.primitive not in (argmax_p, argmin_p):
                 red = cr.Reduction(e.primitive.name, x.aval.dtype, e.outputs[0].aval.dtype)
                 nblocks = min(1024, (ck.size_of(x.aval.shape) + 1023) // 1024)
                 acc_dtype = _acc_dtype(red.acc)
@@ -503,12 +509,12 @@ class Plan:
                     ok(x, f) if type(x) is Literal or x.aval.shape == shape else not reaches(x)
                     for x in e.inputs
                 )
-            elif name == "broadcast_in_dim":
+            elif e.primitive is broadcast_in_dim_p:
                 (x,) = e.inputs
                 bd = tuple(e.params["broadcast_dimensions"])
                 if x.aval.shape in (rows, rows + (1,)) and bd == tuple(range(x.aval.ndim)):
                     res = ok(x, "R")
-            elif name in ("reshape", "squeeze") and f == "R":
+            elif e.primitive in (reshape_p, squeeze_p) and f == "R":
                 (x,) = e.inputs
                 if x.aval.shape in (rows, rows + (1,)):
                     res = ok(x, "R")
