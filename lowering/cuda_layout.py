@@ -11,11 +11,10 @@ and cuBLAS can stride over the result (cuda_gemm.dims: layout "N" or "T").
 
 import numpy as np
 from fflow.lowering import cuda_gemm, passes
+from fflow.lowering.pad_sums import use_counts
 from fflow.primitives.convert import convert_element_type_p
 from fflow.primitives.dot import dot_general_p
 from fflow.primitives.shape import transpose_p
-
-from fflow.core import Var
 
 
 def fold_operand_transposes(program):
@@ -58,14 +57,7 @@ def fold_output_transposes(program):
     passes' 2-D rule does not apply and the transpose would be a kernel over the whole
     gradient. Swapping the operands writes the gradient in its layout directly.
     """
-    uses = {}
-    for e in program.eqns:
-        for x in e.inputs:
-            if type(x) is Var:
-                uses[x] = uses.get(x, 0) + 1
-    for v in program.outvars:
-        if type(v) is Var:
-            uses[v] = uses.get(v, 0) + 1
+    uses = use_counts(program)
     dots = {e.outputs[0]: e for e in program.eqns if e.primitive is dot_general_p}
     swapped, dead = {}, set()
     for e in program.eqns:
@@ -88,18 +80,6 @@ def fold_output_transposes(program):
     return program.replace(eqns=eqns)  # the swapped dot sits where the transpose was
 
 
-def _uses(program):
-    uses = {}
-    for e in program.eqns:
-        for x in e.inputs:
-            if type(x) is Var:
-                uses[x] = uses.get(x, 0) + 1
-    for v in program.outvars:
-        if type(v) is Var:
-            uses[v] = uses.get(v, 0) + 1
-    return uses
-
-
 def fold_output_casts(program):
     """`convert(dot(a, b) -> f32, bf16)` of 16-bit operands -> `dot(a, b) -> bf16`.
 
@@ -107,7 +87,7 @@ def fold_output_casts(program):
     writes the 16-bit result itself (fp32 accumulation, one rounding at the store, as
     the cast does), so the fp32 product is never written and read back.
     """
-    uses = _uses(program)
+    uses = use_counts(program)
     dots = {e.outputs[0]: e for e in program.eqns if e.primitive is dot_general_p}
     folded, dead = {}, set()
     for e in program.eqns:
