@@ -130,6 +130,7 @@ def with_sbp(x, sbp, placement=None):  # noqa: A002  (OneFlow's name)
 
 shard_call_p = Primitive("shard_call", multiple_results=True)
 shard_call_p.amp_class = "keep"  # its program is planned for these input dtypes
+shard_call_p.traits.add("sharded_call")  # shard_exec inlines a nested call on its placement
 
 
 @shard_call_p.def_abstract_eval

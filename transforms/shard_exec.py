@@ -321,7 +321,7 @@ def _local_shape(shape, nd, hierarchy, coords):
 
 
 def _body(eqn, pl):
-    if eqn.primitive.name == "shard_call":
+    if "sharded_call" in eqn.primitive.traits:
         inner = eqn.params["sharded"]
         return inner.program if inner.placement == pl else None
     if "call" not in eqn.primitive.traits:  # custom_jvp_call, custom_vjp_call, checkpoint
@@ -358,7 +358,7 @@ def inline_calls(program, pl):
             ins = [v if type(v) is Literal else m.get(v, v) for v in e.inputs]
             body = _body(e, pl)
             if body is not None:
-                nested = e.primitive.name == "shard_call"
+                nested = "sharded_call" in e.primitive.traits
                 if nested:
                     ins = constrain(ins, e.params["sharded"].in_sbps)
                 inner = dict(zip(body.invars, ins))
@@ -380,7 +380,7 @@ def inline_calls(program, pl):
     outvars = [v if type(v) is Literal else mapping.get(v, v) for v in program.outvars]
     constvars, consts = list(program.constvars), list(program.consts)
     for e in program.eqns:  # constants of inlined sharded calls
-        if e.primitive.name == "shard_call" and _body(e, pl) is not None:
+        if "sharded_call" in e.primitive.traits and _body(e, pl) is not None:
             inner = e.params["sharded"].program
             constvars += inner.constvars
             consts += inner.consts
