@@ -15,14 +15,24 @@ Three primitives, so that reverse mode needs no [T, S] tensor outside the kernel
   the three tangents; its transpose is
 * `attention_bwd`(q, k, v, [mask], out, lse, ct) -> (dq, dk, dv): the flash backward.
 
-Second derivatives are not provided (fflow.nn.dot_product_attention with a `bias` takes
-the composite path, which has them). On CUDA each of them is one fused kernel
-(lowering/cuda_attention.py); elsewhere the NumPy references below run.
+Second derivatives differentiate the same math written as a composite of primitives
+(`_composite`: the derivative of `attention_jvp`/`attention_bwd` is the JVP of the
+composite's JVP/VJP), so `hessian` of a program holding the fused primitive works. On
+CUDA each of the three is one fused kernel (lowering/cuda_attention.py); elsewhere the
+NumPy references below run.
 """
 
 import numpy as np
 from fflow.transforms import vmap as vm
-from fflow.transforms.autodiff import Zero, instantiate, jvp_rules, tangent_aval, transpose_rules
+from fflow.transforms.autodiff import (
+    Zero,
+    instantiate,
+    jvp_flat,
+    jvp_rules,
+    tangent_aval,
+    transpose_rules,
+    vjp_flat,
+)
 from fflow.transforms.shard_rules import Sig, def_sbp
 
 from fflow import dtypes
@@ -248,6 +258,79 @@ def _attention_jvp_transpose(ct, *args, scale, causal, has_mask):
 
 jvp_rules[attention_p] = _attention_jvp
 transpose_rules[attention_jvp_p] = _attention_jvp_transpose
+
+
+# -- second derivatives: the same math as a composite of primitives ------------------------
+def _composite(q, k, v, mask, *, scale, causal):
+    """The attention output from primitives ([B, T, N, Hv], v's dtype). The probabilities
+    are exp(logits - lse), not a division, so the attention rewrite never matches it."""
+    b, t, n, _ = _aval(q).shape
+    s = _aval(k).shape[1]
+    cd = np.dtype(_compute_dtype(_aval(q), _aval(k), _aval(v)))
+    out_dtype = _aval(v).dtype
+    q, k, v = (lax.convert_element_type(x, cd) for x in (q, _c_heads(k, n), _c_heads(v, n)))
+    shape = (b, n, t, s)
+    logits = lax.dot_general(q, k, (((3,), (3,)), ((0, 2), (0, 2))))  # [B, N, T, S]
+    logits = lax.mul(logits, lax.full(shape, scale, cd))
+    for valid in _c_valid(mask, causal, shape):
+        logits = lax.select_n(valid, lax.full(shape, BIG_NEG, cd), logits)
+    m = lax.stop_gradient(lax.reduce_max(logits, (3,)))
+    z = lax.reduce_sum(lax.exp(lax.sub(logits, lax.broadcast_in_dim(m, shape, (0, 1, 2)))), (3,))
+    lse = lax.add(m, lax.log(z))
+    p = lax.exp(lax.sub(logits, lax.broadcast_in_dim(lse, shape, (0, 1, 2))))
+    out = lax.dot_general(p, v, (((3,), (1,)), ((0, 1), (0, 2))))  # [B, N, T, Hv]
+    return lax.convert_element_type(lax.transpose(out, (0, 2, 1, 3)), out_dtype)
+
+
+def _c_jvp(q, k, v, mask, rest, **params):
+    _, (out_dot,) = jvp_flat(lambda q, k, v: [_composite(q, k, v, mask, **params)],
+                             [q, k, v], list(rest[2:]))  # fmt: skip
+    return [instantiate(out_dot)]
+
+
+def _c_bwd(q, k, v, mask, rest, **params):
+    _, vjp_fn, _ = vjp_flat(lambda q, k, v: [_composite(q, k, v, mask, **params)], [q, k, v])
+    return [instantiate(g) for g in vjp_fn([rest[2]])]
+
+
+def _second_order(prim, value):
+    """`prim`'s JVP rule: the JVP of `value`, its math as a composite of primitives."""
+
+    def rule(primals, tangents, *, scale, causal, has_mask):
+        q, k, v, mask, rest = _split(primals, has_mask)
+        dots = list(tangents[:3]) + list(tangents[3 + has_mask :])
+
+        def fun(q, k, v, *rest):
+            return value(q, k, v, mask, rest, scale=scale, causal=causal)
+
+        outs, outs_dot = jvp_flat(fun, [q, k, v, *rest], dots)
+        if prim.multiple_results:
+            return outs, outs_dot
+        return outs[0], outs_dot[0]
+
+    return rule
+
+
+jvp_rules[attention_jvp_p] = _second_order(attention_jvp_p, _c_jvp)
+jvp_rules[attention_bwd_p] = _second_order(attention_bwd_p, _c_bwd)
+
+
+def _c_heads(x, n):
+    b, s, kh, h = _aval(x).shape
+    if kh == n:
+        return x
+    x = lax.broadcast_in_dim(x, (b, s, kh, n // kh, h), (0, 1, 2, 4))
+    return lax.reshape(x, (b, s, n, h))
+
+
+def _c_valid(mask, causal, shape):
+    out = []
+    if mask is not None:
+        out.append(lax.broadcast_in_dim(mask, shape, (0, 1, 2, 3)))
+    if causal:
+        tri = np.tril(np.ones(shape[2:], bool))
+        out.append(lax.broadcast_in_dim(tri, shape, (2, 3)))
+    return out
 
 
 # -- batching rule (vmap): the mapped axis joins the batch axis B ---------------------------

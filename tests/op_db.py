@@ -263,10 +263,6 @@ ELSEWHERE = {
 NO_RULE = {
     "jvp": {
         "iota": "no operands, so it never sees a tangent (JVPTrace binds it on the parent)",
-        "attention_jvp": "second derivatives of fused attention are not provided (bias= takes "
-        "the composite path, which has them)",
-        "attention_bwd": "second derivatives of fused attention are not provided "
-        "(see attention_jvp)",
     },
     "transpose": {},
     "amp_class": {

@@ -187,8 +187,20 @@ class JVPTrace(core.Trace):
         return JVPTracer(self, primal, tangent)
 
 
+# fun, primals -> fun: rewrites a function's equations need before they are differentiated
+# (transforms/attention_rewrite.py: hand-written attention -> the fused primitive)
+before_differentiation = []
+
+
+def _prepare(fun, primals):
+    for hook in before_differentiation:
+        fun = hook(fun, primals)
+    return fun
+
+
 def jvp_flat(fun, primals, tangents):
     """Forward mode on flat lists: returns (primals_out, tangents_out) with Zeros."""
+    fun = _prepare(fun, primals)
     trace = JVPTrace()
     try:
         with set_current_trace(trace):
@@ -207,7 +219,7 @@ def jvp_flat(fun, primals, tangents):
 def linearize_flat(fun, primals):
     """Returns (primals_out, linear_program) where the program maps tangents in to
     tangents out; its consts are the residuals (known values)."""
-
+    fun = _prepare(fun, primals)
     lin = StagingTrace(partial_eval=True)
     jvp_trace = JVPTrace(parent=lin)
     try:

@@ -12,6 +12,7 @@ import time
 import warnings
 
 import numpy as np
+from fflow.transforms.attention_rewrite import rewrite_traced
 from fflow.transforms.staging import eval_program, run_at_root, trace_to_program
 
 from fflow import core
@@ -349,7 +350,8 @@ class Jitted:
 
         t0 = time.perf_counter()
         try:
-            program = trace_to_program(flat, in_avals, parent=core._state.trace)
+            parent = core._state.trace
+            program = rewrite_traced(lambda: trace_to_program(flat, in_avals, parent=parent))
         except Exception as e:
             _note_none_arguments(e, args if args is not None else dyn_args)
             raise
@@ -670,7 +672,7 @@ def make_jaxpr(fun, static_argnums=(), return_shape=False):
             out_store.set(out_tree)
             return [as_value(x) for x in out_leaves]
 
-        program = trace_to_program(flat, in_avals)
+        program = rewrite_traced(lambda: trace_to_program(flat, in_avals))
         if return_shape:
             shapes = tree_unflatten(out_store.value, [v.aval for v in program.outvars])
             return program, shapes

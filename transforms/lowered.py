@@ -11,6 +11,7 @@ Example:
 
 import numpy as np
 from fflow.lowering.passes import FusionGroup, step_inputs
+from fflow.transforms.attention_rewrite import rewrites_of
 
 from fflow.api_util import as_value
 from fflow.tree_util import tree_flatten, tree_unflatten
@@ -128,6 +129,7 @@ class Report:
         self.bytes_moved = _bytes_moved(self.steps)
         self.source = getattr(ex, "source", None)
         self.native_sources = list(getattr(ex, "native_sources", ()))
+        self.rewrites = rewrites_of(entry.program)  # hand-written attention -> fused
 
     def __str__(self):
         lines = [f"trace: {self.trace_time * 1e3:.2f} ms"]
@@ -136,6 +138,7 @@ class Report:
         for name, t in self.pass_times.items():
             count = self.pass_counts.get(name)
             lines.append(f"  pass {name:5s}: {t * 1e3:.3f} ms -> {count} equations")
+        lines.extend(f"attention: {line}" for line in self.rewrites)
         lines.append(f"equations: {self.eqns_before} traced, {self.eqns_after} after passes")
         lines.append(
             f"steps: {len(self.steps)} ({len(self.groups)} fused elementwise groups, "

@@ -1,0 +1,318 @@
+"""Hand-written attention rewritten to the fused primitive (transforms/attention_rewrite.py).
+
+Each spelling is checked three ways: its programs (jit, jit(grad)) hold
+`dot_product_attention`; its values and the gradients of q, k and v equal the same
+function with the rewrite off and a float64 NumPy reference. The cases the rewrite must
+leave alone (extra readers, a traced or non-uniform scale, a bias instead of a mask...)
+keep the hand-written equations and their values.
+"""
+
+import contextlib
+
+import numpy as np
+import pytest
+from fflow.transforms.attention_rewrite import rewrites_of
+
+import fflow
+import fflow.numpy as jnp
+from fflow import nn
+
+B, N, T, S, H = 2, 3, 5, 7, 8
+SCALE = H**-0.5
+
+
+@contextlib.contextmanager
+def rewrite(on):
+    old = fflow.config.attention_rewrite
+    fflow.config.update("attention_rewrite", on)
+    try:
+        yield
+    finally:
+        fflow.config.update("attention_rewrite", old)
+
+
+def reference(q, k, v, valid, scale, ct):
+    """float64 attention on [..., T, H] operands and the gradients of sum(out * ct)."""
+    q, k, v, ct = (np.asarray(x, np.float64) for x in (q, k, v, ct))
+    sw = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    s = q @ sw(k) * scale
+    valid = np.ones(s.shape, bool) if valid is None else np.broadcast_to(valid, s.shape)
+    s = np.where(valid, s, -1e30)  # a fully masked row averages every value
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = p @ v
+    dp = ct @ sw(v)
+    ds = np.where(valid, p * (dp - (dp * p).sum(-1, keepdims=True)), 0.0)
+    return out, ds @ k * scale, sw(ds) @ q * scale, sw(p) @ ct
+
+
+def programs(fn, args):
+    def loss(*a):
+        return sum(jnp.sum(x**2) for x in fflow.tree_util.tree_leaves(fn(*a)))
+
+    return (str(fflow.make_jaxpr(fn)(*args)),
+            str(fflow.make_jaxpr(fflow.grad(loss, argnums=(0, 1, 2)))(*args)))  # fmt: skip
+
+
+def results(fn, args, ct, wrap=lambda f: f):
+    """jit(f), jit(grad(f)) and grad(jit(f)) with fresh jit caches."""
+
+    def loss(*a):
+        return jnp.sum(wrap(fn)(*a) * ct)
+
+    out = np.asarray(fflow.jit(wrap(fn))(*args), np.float64)
+    g1 = fflow.jit(fflow.grad(loss, argnums=(0, 1, 2)))(*args)
+    g2 = fflow.grad(fflow.jit(loss), argnums=(0, 1, 2))(*args)
+    return out, [np.asarray(g, np.float64) for g in g1], [np.asarray(g, np.float64) for g in g2]
+
+
+def check(fn, args, to_ref, valid, scale, causal=None, tol=2e-5, wrap=lambda f: f):
+    """Rewritten (forward and backward), equal to the rewrite off and to float64."""
+    rng = np.random.default_rng(3)
+    fwd, bwd = programs(wrap(fn), args)
+    assert "dot_product_attention" in fwd and "softmax" not in fwd, fwd
+    assert "attention_bwd" in bwd and "exp" not in bwd, bwd
+    if causal is not None:
+        assert f"causal={causal}" in fwd
+    out_shape = fflow.eval_shape(wrap(fn), *args).shape
+    ct = rng.normal(size=out_shape).astype(np.float32)
+    with rewrite(True):
+        got = results(fn, args, ct, wrap)
+    with rewrite(False):
+        plain = results(fn, args, ct, wrap)
+    r_out, *r_grads = reference(*(to_ref(a) for a in args[:3]), valid, scale, to_ref(ct))
+    scale_of = lambda a: max(1.0, float(np.abs(a).max()))  # noqa: E731
+    np.testing.assert_allclose(to_ref(got[0]), r_out, atol=tol * scale_of(r_out))
+    np.testing.assert_allclose(got[0], plain[0], atol=tol * scale_of(r_out))
+    for gs, ps in ((got[1], plain[1]), (got[2], plain[2])):
+        for g, p, r in zip(gs, ps, r_grads):
+            np.testing.assert_allclose(to_ref(g), r, atol=tol * scale_of(r))
+            np.testing.assert_allclose(g, p, atol=tol * scale_of(r))
+
+
+def operands(shape, seed=0, kv_len=S):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=shape).astype(np.float32)
+    kv_shape = list(shape)
+    kv_shape[-2 if len(shape) != 4 or shape[1] == N else 1] = kv_len
+    k, v = (rng.normal(size=kv_shape).astype(np.float32) for _ in range(2))
+    return q, k, v
+
+
+ident = lambda a: np.asarray(a, np.float64)  # noqa: E731
+heads_first = lambda a: np.transpose(np.asarray(a, np.float64), (0, 2, 1, 3))  # noqa: E731
+tri = np.tril(np.ones((T, T), bool))
+
+
+# -- the spellings ---------------------------------------------------------------------------
+def test_matmul_swapaxes_divide_nn_softmax():
+    def f(q, k, v):
+        return nn.softmax(q @ jnp.swapaxes(k, -1, -2) / np.sqrt(H), axis=-1) @ v
+
+    check(f, operands((B, N, T, H)), ident, None, SCALE, causal=False)
+
+
+def test_einsum_scaled_q_hand_softmax_causal_minus_inf():
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q * H**-0.5, k)
+        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -jnp.inf)
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = e / jnp.sum(e, axis=-1, keepdims=True)
+        return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+
+    check(f, operands((B, N, T, H), 1, kv_len=T), ident, tri, SCALE, causal=True)
+
+
+def test_einsum_seq_major_padding_mask_as_argument():
+    # [B, T, N, H] operands; einsum puts v first in the second product (probs as rhs)
+    pad = np.ones((B, S), bool)
+    pad[0, 4:] = False
+    pad[1, :] = False  # every key padded: each row averages all values, as the primitive
+
+    def f(q, k, v, pad):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * SCALE
+        s = jnp.where(pad[:, None, None, :], s, -1e9)
+        return jnp.einsum("bhqk,bkhd->bqhd", nn.softmax(s, axis=-1), v)
+
+    q, k, v = operands((B, T, N, H), 2)
+    check(f, (q, k, v, pad), heads_first, pad[:, None, None, :], SCALE, causal=False)
+
+
+def test_no_head_axis_scaled_k_additive_constant_mask():
+    add = np.triu(np.full((T, T), -np.inf, np.float32), 1)
+
+    def f(q, k, v):
+        s = q @ jnp.transpose(k * SCALE, (0, 2, 1)) + add
+        return nn.softmax(s, axis=-1) @ v
+
+    check(f, operands((B, T, H), 3, kv_len=T), ident, tri, SCALE, causal=True)
+
+
+def test_two_dims_negated_runtime_mask_finfo_min():
+    blocked = np.random.default_rng(4).random((T, S)) > 0.6
+
+    def f(q, k, v, blocked):
+        s = (q @ k.T) * 0.3
+        return nn.softmax(jnp.where(blocked, jnp.finfo(jnp.float32).min, s), axis=-1) @ v
+
+    q, k, v = operands((T, H), 4)
+    check(f, (q, k, v, blocked), ident, ~blocked, 0.3, causal=False)
+
+
+def test_vmap_of_attention_adds_a_batch_axis():
+    def f(q, k, v):
+        return nn.softmax(q @ jnp.swapaxes(k, -1, -2) * SCALE, axis=-1) @ v
+
+    q, k, v = operands((B, N, T, H), 5)
+    q, k, v = (x.reshape(2, 1, N, *x.shape[2:]) for x in (q, k, v))
+    check(f, (q, k, v), ident, None, SCALE, wrap=fflow.vmap)
+
+
+def test_amp_bf16_causal():
+    def f(q, k, v):
+        s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(H)
+        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -1e9)
+        return nn.softmax(s, axis=-1) @ v
+
+    amp = lambda g: fflow.amp(g, "bf16")  # noqa: E731
+    check(f, operands((B, N, T, H), 6, kv_len=T), ident, tri, SCALE, causal=True, tol=4e-2,
+          wrap=amp)  # fmt: skip
+
+
+# -- what must stay as written ---------------------------------------------------------------
+def left_alone(fn, args, reason):
+    fwd, bwd = programs(fn, args)
+    assert "dot_product_attention" not in fwd and "attention_bwd" not in bwd, fwd
+    notes = rewrites_of(fflow.jit(fn).lower(*args).entry.program)
+    assert reason is None or any(reason in line for line in notes), notes
+    with rewrite(False):
+        plain = fflow.tree_util.tree_leaves(fflow.jit(fn)(*args))
+    for got, want in zip(fflow.tree_util.tree_leaves(fflow.jit(fn)(*args)), plain):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def probs(q, k, scale=SCALE):
+    return nn.softmax(q @ jnp.swapaxes(k, -1, -2) * scale, axis=-1)
+
+
+def test_probabilities_returned_too():
+    fwd, _ = programs(lambda q, k, v: (probs(q, k) @ v) * 1.0, operands((B, N, T, H)))
+    assert "dot_product_attention" in fwd
+    left_alone(lambda q, k, v: ((p := probs(q, k)) @ v, p), operands((B, N, T, H)),
+               "other readers")  # fmt: skip
+
+
+def test_dropout_between_softmax_and_v():
+    keep = np.random.default_rng(1).random((B, N, T, S)) > 0.1
+    left_alone(lambda q, k, v: (probs(q, k) * keep / 0.9) @ v, operands((B, N, T, H)), None)
+
+
+def test_scores_read_before_the_product_in_a_training_step():
+    def loss(q, k, v):
+        p = probs(q, k)
+        return jnp.sum(p**2) + jnp.sum(p @ v)
+
+    args = operands((B, N, T, H))
+    _, bwd = programs(lambda q, k, v: loss(q, k, v), args)
+    assert "attention_bwd" not in bwd
+    g = fflow.jit(fflow.grad(loss, argnums=(0, 1, 2)))(*args)
+    with rewrite(False):
+        g0 = fflow.jit(fflow.grad(loss, argnums=(0, 1, 2)))(*args)
+    for a, b in zip(g, g0):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_traced_scale():
+    def f(q, k, v, temperature):
+        return probs(q, k, 1.0 / temperature) @ v
+
+    left_alone(f, (*operands((B, N, T, H)), np.float32(2.0)), "traced or non-uniform")
+
+
+def test_per_head_scale():
+    per_head = np.linspace(0.1, 0.3, N, dtype=np.float32)[:, None, None]
+    left_alone(lambda q, k, v: probs(q, k, per_head) @ v, operands((B, N, T, H)),
+               "traced or non-uniform")  # fmt: skip
+
+
+def test_fill_that_is_not_a_mask():
+    mask = np.random.default_rng(2).random((T, S)) > 0.5
+    left_alone(lambda q, k, v: nn.softmax(jnp.where(mask, q @ jnp.swapaxes(k, -1, -2), 0.0))
+               @ v, operands((B, N, T, H)), "is not a mask")  # fmt: skip
+
+
+def test_fill_broadcast_along_rows():
+    fill = np.linspace(-1e9, -2e9, T, dtype=np.float32)[:, None]
+    mask = np.random.default_rng(2).random((T, S)) > 0.5
+    left_alone(lambda q, k, v: nn.softmax(jnp.where(mask, q @ jnp.swapaxes(k, -1, -2), fill))
+               @ v, operands((B, N, T, H)), "not a constant scalar")  # fmt: skip
+
+
+def test_additive_bias():
+    bias = np.random.default_rng(2).normal(size=(T, S)).astype(np.float32)
+    left_alone(lambda q, k, v: nn.softmax(q @ jnp.swapaxes(k, -1, -2) + bias) @ v,
+               operands((B, N, T, H)), "not a 0/-inf mask")  # fmt: skip
+
+
+def test_minus_inf_with_a_runtime_mask():
+    def f(q, k, v, m):
+        return nn.softmax(jnp.where(m, q @ jnp.swapaxes(k, -1, -2), -jnp.inf)) @ v
+
+    m = np.ones((T, S), bool)
+    left_alone(f, (*operands((B, N, T, H)), m), "not a constant")
+
+
+def test_constant_mask_with_an_empty_row():
+    m = np.ones((T, S), bool)
+    m[2] = False  # hand-written: NaN row; the primitive would give the mean
+    left_alone(lambda q, k, v: nn.softmax(jnp.where(m, q @ jnp.swapaxes(k, -1, -2), -jnp.inf))
+               @ v, operands((B, N, T, H)), "no key")  # fmt: skip
+
+
+def test_switch_and_explain():
+    def f(q, k, v):
+        return probs(q, k) @ v
+
+    args = operands((B, N, T, H))
+    with rewrite(False):
+        assert "dot_product_attention" not in str(fflow.make_jaxpr(f)(*args))
+    report = str(fflow.explain(f)(*args))
+    assert "attention: rewritten" in report and "test_attention_rewrite.py" in report, report
+
+
+def test_second_derivatives_keep_working():
+    def f(q, k, v):
+        return jnp.sum(jnp.tanh(probs(q, k) @ v))
+
+    q, k, v = (x[0, 0, :3, :2] for x in operands((B, N, T, H), 7))
+    h = fflow.jit(fflow.hessian(f))(q, k, v)
+    with rewrite(False):
+        h0 = fflow.jit(fflow.hessian(f))(q, k, v)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(h0), rtol=1e-5, atol=1e-6)
+    h1 = fflow.hessian(fflow.jit(f))(q, k, v)
+    np.testing.assert_allclose(np.asarray(h1), np.asarray(h0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_primitive_second_derivatives(causal):
+    # forward-over-reverse through attention_jvp/attention_bwd (grouped heads, a mask)
+    # against the composite path of nn.dot_product_attention (taken with a bias)
+    rng = np.random.default_rng(8)
+    q = rng.normal(size=(1, 4, 4, 3))
+    k, v = rng.normal(size=(2, 1, 4, 2, 3))
+    mask = rng.random((1, 1, 4, 4)) > 0.3
+    mask[..., 0] = True
+    dirs = [rng.normal(size=x.shape) for x in (q, k, v)]
+
+    def loss(fused):
+        def f(q, k, v):
+            bias = None if fused else jnp.zeros((4, 4))
+            out = nn.dot_product_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)
+            return jnp.sum(jnp.sin(out))
+
+        return f
+
+    got = fflow.jvp(fflow.grad(loss(True), argnums=(0, 1, 2)), (q, k, v), tuple(dirs))[1]
+    want = fflow.jvp(fflow.grad(loss(False), argnums=(0, 1, 2)), (q, k, v), tuple(dirs))[1]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-5)

@@ -1,0 +1,731 @@
+"""Hand-written attention -> the fused `dot_product_attention` primitive.
+
+`softmax(q @ kᵀ · scale + mask) @ v` spelled out with matmuls or einsums, a scale, a
+mask and a softmax (`fflow.nn.softmax`, or `exp(x - max) / sum` by hand) becomes one
+`dot_product_attention` equation (primitives/attention.py): one flash kernel per
+direction on CUDA (lowering/cuda_attention.py), batched GEMMs without a stored [T, S]
+residual on the CPU (lowering/cpu_attention.py).
+
+It happens before any transform differentiates the equations, in two places:
+
+* `jit` and `make_jaxpr` rewrite the program they trace (`rewrite_traced`), so the
+  executable of `jit(f)`, `grad(jit(f))` and `vmap(jit(f))` use the primitive;
+* `grad`/`vjp`/`jvp` of a function of abstract values (inside `jit` or `make_jaxpr`)
+  run it under a `RewriteTrace` (autodiff's `before_differentiation` hook), which
+  passes every equation through to the differentiating trace and replaces the final
+  `@ v` by the primitive, so `jit(grad(f))` differentiates the primitive (its flash
+  backward), not the softmax. The hand-written forward is then dead code (the pass
+  drops it).
+
+The rewrite happens only when the result is the same function:
+
+* scores `dot_general(q, k)` with one contracting axis (head dim), one free axis each
+  (queries, keys) and any batch axes (batch, heads, vmap's); the softmax over the keys
+  axis; `probs @ v` contracting that axis, with the same batch axes;
+* the scale: a product of constant scalars multiplying or dividing q, k or the scores
+  (a traced or non-uniform factor is a bias: not rewritten);
+* masks: `where(mask, s, fill)` with a constant scalar fill that is -inf or <= -1e4
+  after the scales that follow it (a fully masked row then averages every value, as
+  the primitive does), and additive constant masks with entries 0 or <= -1e4 / -inf.
+  With -inf or an additive mask, the masks must be constants with at least one key
+  per query (otherwise the hand-written softmax gives NaN rows where the primitive
+  gives the mean). A constant `tril` mask becomes `causal=True`;
+* dtype changes only between float dtypes (amp's roundings); q, k and v one dtype;
+* no other reader of the scores, the probabilities or the softmax's intermediates
+  (dropout on the probabilities, returning them, a second use): left alone. In a
+  program every reader is known; in the autodiff hook, readers before the `@ v`
+  (a reader after it sees the same values: the hand-written forward stays live for it).
+
+`fflow.config.update("attention_rewrite", False)` (env `FFLOW_ATTENTION_REWRITE=0`)
+turns it off. `fflow.explain(f)(*args)` lists what was rewritten (and what nearly
+matched, with the reason it was left alone); the logger "fflow.rewrite" logs the same
+at DEBUG level.
+
+Example:
+    >>> import numpy as np, fflow, fflow.numpy as jnp
+    >>> def attn(q, k, v):
+    ...     return fflow.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / np.sqrt(8.0)) @ v
+    >>> x = np.ones((2, 4, 8), np.float32)
+    >>> "dot_product_attention" in str(fflow.make_jaxpr(attn)(x, x, x))
+    True
+"""
+
+import logging
+import math
+import threading
+import weakref
+
+import numpy as np
+from fflow.lowering.effects import is_effectful
+from fflow.primitives.attention import attention_p
+from fflow.primitives.binary import add_p, div_p, mul_p, sub_p
+from fflow.primitives.compare import and_p, select_n_p
+from fflow.primitives.convert import convert_element_type_p
+from fflow.primitives.dot import dot_general_p
+from fflow.primitives.reduction import reduce_max_p, reduce_sum_p
+from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, transpose_p
+from fflow.primitives.unary import exp_p, not_p, stop_gradient_p
+from fflow.transforms import autodiff
+from fflow.transforms.staging import trace_to_program
+
+import fflow.errors as errors
+from fflow import core, dtypes
+from fflow import lax_ops as lax
+from fflow.array import Array
+from fflow.config import config
+from fflow.core import Literal, Var, aval_of_value, set_current_trace
+
+config.define("attention_rewrite", True)
+logger = logging.getLogger("fflow.rewrite")
+
+MASK_FILL = -1e4  # a fill at or below this (after the scales) is a mask, not a bias
+CONST_LIMIT = 1 << 22  # evaluate constant masks/scales up to this many elements
+_REWRITES = weakref.WeakKeyDictionary()  # program -> what was (not) rewritten in it
+_collecting = threading.local()
+
+
+def rewrites_of(program):
+    """What the rewrite did when `program` was traced: a list of lines (for explain)."""
+    return list(_REWRITES.get(program, ()))
+
+
+def _is_float(dt):
+    return dtypes.is_inexact(dt) and np.dtype(dt).kind != "c"
+
+
+class _Match:
+    """What one attention looks like: operands, layouts, scale and masks."""
+
+    def __init__(self):
+        self.need = []  # (value, reads) of every intermediate the rewrite replaces
+        self.scale = 1.0
+        self.masks = []  # (kind, value, negate, fill); kind "pred" (traced) or "const"
+
+
+class _Rewriter:
+    """Sees every bind in order; remembers what made each value and how often values
+    were read, and at a `dot_general` that can close an attention binds the fused
+    primitive on `target` instead (everything else is bound there unchanged)."""
+
+    def __init__(self, target, ctx):
+        self.target = target
+        self.ctx = ctx
+        self.made = {}  # id(value) -> (prim, args, params)
+        self.reads = {}  # id(value) -> reads so far
+        self.total = None  # id(value) -> reads in the whole program (the program pass)
+        self.keep = []  # the values whose ids key the tables stay alive
+        self.consts = {}
+        self.fired = []  # (ordinal, intermediates) of each rewrite
+
+    def bind(self, prim, args, params):
+        for a in args:
+            self.reads[id(a)] = self.reads.get(id(a), 0) + 1
+        out = None
+        if prim is dot_general_p and len(args) == 2:
+            out = self._rewrite(args, params)
+        if out is None:
+            with set_current_trace(self.target):
+                out = prim.bind(*args, **params)
+        outs = out if prim.multiple_results else [out]
+        for o in outs:
+            if not any(o is a for a in args):  # a view returning its input: no cycle
+                self.made[id(o)] = (prim, args, params)
+                self.keep.append(o)
+        return out
+
+    # -- looking back from a value ------------------------------------------------------
+    def _src(self, x, prim=None):
+        r = self.made.get(id(x))
+        if r is None or (prim is not None and r[0] is not prim):
+            return None
+        return r
+
+    def _read_count(self, x):
+        if self.total is not None and id(x) in self.total:
+            return self.total[id(x)]
+        return self.reads.get(id(x), 0)
+
+    def _const(self, x):
+        """x's value if it is computed from constants only (a NumPy array), else None."""
+        if isinstance(x, core.Tracer):
+            hit = self.consts.get(id(x))
+            if hit is not None:
+                return hit
+            r = self._src(x)
+            if r is None or aval_of_value(x).size > CONST_LIMIT:
+                return None
+            prim, args, params = r
+            if prim.multiple_results or "effect" in prim.traits:
+                return None
+            vals = [self._const(a) for a in args]
+            if any(v is None for v in vals):
+                return None
+            if prim is broadcast_in_dim_p:  # a view, not a copy, of a scalar fill
+                shape, dims = params["shape"], params["broadcast_dimensions"]
+                src = vals[0].reshape([vals[0].shape[dims.index(d)] if d in dims else 1
+                                       for d in range(len(shape))])  # fmt: skip
+                value = np.broadcast_to(src, shape)
+            else:
+                try:
+                    with np.errstate(all="ignore"):
+                        value = np.asarray(prim.impl(*vals, **params))
+                except Exception:
+                    return None
+            self.consts[id(x)] = value
+            return value
+        if isinstance(x, Array) and x._sharding is None and type(x._value) is np.ndarray:
+            return x._value
+        if isinstance(x, (np.ndarray, np.generic, bool, int, float)):
+            return np.asarray(x)
+        return None
+
+    def _uniform(self, x):
+        """The float value of a constant with all elements equal, else None."""
+        c = self._const(x)
+        if c is None or c.size == 0 or not _is_float(c.dtype):
+            return None
+        flat = c.reshape(-1)
+        first = flat[0]
+        if not (np.all(flat == first) or np.all(np.isnan(flat))):
+            return None
+        return float(first)
+
+    def _through(self, x, m, prims):
+        """Follow x back through single-reader `prims` (float casts only)."""
+        while True:
+            r = self._src(x)
+            if r is None or r[0] not in prims:
+                return x
+            if r[0] is convert_element_type_p and not _is_float(aval_of_value(r[1][0]).dtype):
+                return x
+            m.need.append((x, 1))
+            x = r[1][0]
+
+    def _row_stat(self, z, x, red, m):
+        """z = red(x, last axis) broadcast back to x's shape (keepdims, reshape,
+        stop_gradient, [..., None]); returns the reduced value or None."""
+        full = aval_of_value(x).shape
+        kept = (full[:-1], full[:-1] + (1,))
+        if aval_of_value(z).shape != full:
+            return None
+        while True:
+            r = self._src(z)
+            if r is None:
+                return None
+            prim, args, params = r
+            shape = aval_of_value(args[0]).shape
+            if prim is red:
+                ok = params.get("axes") == (len(full) - 1,) and shape == full
+                return (m.need.append((z, 1)), args[0])[1] if ok else None
+            if prim is broadcast_in_dim_p:
+                if shape not in kept or params["broadcast_dimensions"] != tuple(range(len(shape))):
+                    return None
+            elif prim not in (reshape_p, stop_gradient_p) or shape not in kept:
+                return None
+            m.need.append((z, 1))
+            z = args[0]
+
+    # -- the pattern --------------------------------------------------------------------
+    def _softmax_input(self, p, m):
+        """p = softmax(x, axis=-1) spelled out: x, else None."""
+        p = self._through(p, m, (convert_element_type_p,))
+        r = self._src(p, div_p)
+        if r is None:
+            return None
+        e, z = r[1]
+        m.need.append((p, 1))
+        r = self._src(e, exp_p)
+        if r is None or self._row_stat(z, e, reduce_sum_p, m) is not e:
+            return None
+        m.need.append((e, 2))
+        d = self._through(r[1][0], m, (convert_element_type_p,))
+        r = self._src(d, sub_p)
+        if r is None:
+            return None
+        x, mx = r[1]
+        if self._row_stat(mx, x, reduce_max_p, m) is not x:
+            return None
+        m.need += [(d, 1), (x, 2)]
+        return x
+
+    def _scores(self, x, m):
+        """Walk from the softmax's input back to the q·kᵀ dot_general, collecting the
+        scale and the masks: the dot's output, or a reason string."""
+        shape = aval_of_value(x).shape
+        after = 1.0  # product of the scales applied after the current point
+        first = True
+        while True:
+            r = self._src(x)
+            if r is None:
+                return "the scores are not a dot_general of q and k"
+            prim, args, params = r
+            if aval_of_value(x).shape != shape:
+                return "the scores change shape between the matmul and the softmax"
+            if not first:
+                m.need.append((x, 1))
+            first = False
+            if prim is dot_general_p:
+                m.scale *= after
+                return x
+            if prim is convert_element_type_p:
+                if not _is_float(aval_of_value(args[0]).dtype):
+                    return "the scores are cast from a non-float dtype"
+                x = args[0]
+            elif prim in (mul_p, div_p):
+                c = self._uniform(args[1])
+                other = args[0]
+                if c is None and prim is mul_p:
+                    c, other = self._uniform(args[0]), args[1]
+                if c is None:
+                    return "the scores are scaled by a traced or non-uniform factor"
+                after *= c if prim is mul_p else 1.0 / c
+                x = other
+            elif prim is select_n_p and len(args) == 3:
+                pred, a, b = args
+                if aval_of_value(pred).dtype != np.bool_:
+                    return "a select with a non-bool predicate"
+                fa, fb = self._uniform(a), self._uniform(b)
+                if fa is not None and fb is None:
+                    fill, negate, x = fa, False, b
+                elif fb is not None and fa is None:
+                    fill, negate, x = fb, True, a
+                else:
+                    return "a where() whose fill is not a constant scalar"
+                fill *= after
+                if not (fill == -math.inf or fill <= MASK_FILL):
+                    return f"a where() fill of {fill:g} is not a mask (-inf or <= {MASK_FILL:g})"
+                m.masks.append(("pred", pred, negate, fill))
+            elif prim is add_p:
+                a, b = args
+                ca, cb = self._const(a), self._const(b)
+                add, x = (ca, b) if ca is not None else (cb, a)
+                if add is None or not _is_float(add.dtype):
+                    return "an additive bias that is not a constant mask"
+                eff = add.astype(np.float64) * after
+                if not np.all((eff == 0) | (eff <= MASK_FILL)):
+                    return "an additive term that is not a 0/-inf mask (a bias)"
+                m.masks.append(("const", eff == 0, False, -math.inf))
+            else:
+                return f"{prim.name} between the matmul and the softmax"
+
+    def _peel(self, x, m):
+        """An operand of a dot: (source, axes, cast dtype or None) through transposes,
+        at most one float cast and (when `m` collects them) constant scalar scales."""
+        nd = aval_of_value(x).ndim
+        axes = list(range(nd))
+        cast = None
+        while True:
+            r = self._src(x)
+            if r is None:
+                break
+            prim, args, params = r
+            if prim is transpose_p:
+                perm = params["permutation"]
+                axes = [perm[a] for a in axes]
+                x = args[0]
+            elif prim is convert_element_type_p and cast is None:
+                if not _is_float(aval_of_value(args[0]).dtype):
+                    break
+                cast, x = aval_of_value(x).dtype, args[0]
+            elif prim in (mul_p, div_p) and m is not None:
+                c = self._uniform(args[1])
+                other = args[0]
+                if c is None and prim is mul_p:
+                    c, other = self._uniform(args[0]), args[1]
+                if c is None or aval_of_value(other).shape != aval_of_value(x).shape:
+                    break
+                m.scale *= c if prim is mul_p else 1.0 / c
+                x = other
+            else:
+                break
+        return x, axes, cast
+
+    def _match(self, args, params):
+        """A `_Match` for `dot_general(*args)` closing an attention, a reason string
+        when it nearly does, or None when it is no attention at all."""
+        (lc, rc), (lb, rb) = params["dimension_numbers"]
+        for side in (0, 1):
+            m = _Match()
+            p, v = args[side], args[1 - side]
+            pc, vc = (lc, rc) if side == 0 else (rc, lc)
+            pb, vb = (lb, rb) if side == 0 else (rb, lb)
+            x = self._softmax_input(p, m)
+            if x is None:
+                continue
+            nd = aval_of_value(x).ndim
+            nb = nd - 2
+            if nb < 0 or tuple(pc) != (nd - 1,) or sorted(pb) != list(range(nb)):
+                return "the probabilities are not contracted over the keys axis with v"
+            s = self._scores(x, m)
+            if isinstance(s, str):
+                return s
+            m.side, m.pb, m.vb, m.vc, m.v = side, tuple(pb), tuple(vb), vc[0], v
+            (qc, kc), (qb, kb) = self._src(s)[2]["dimension_numbers"]
+            q, k = self._src(s)[1]
+            if len(qc) != 1 or aval_of_value(q).ndim != nb + 2 or aval_of_value(k).ndim != nb + 2:
+                return "q·kᵀ contracts more than the head axis"
+            m.need.append((s, 1))
+            m.q = (q, tuple(qb), _free(q, qb, qc), qc[0])
+            m.k = (k, tuple(kb), _free(k, kb, kc), kc[0])
+            m.nb, m.b_sizes = nb, aval_of_value(x).shape[:nb]
+            return m
+        return None
+
+    # -- the rewrite --------------------------------------------------------------------
+    def _rewrite(self, args, params):
+        m = self._match(args, params)
+        if m is None:
+            return None
+        where = errors.user_source_info() or "?"
+        if isinstance(m, str):
+            self._note(f"{where}: attention left as written: {m}")
+            return None
+        extra = [(x, n) for x, n in m.need if self._read_count(x) != n]
+        if extra:
+            self._note(f"{where}: attention left as written: an intermediate "
+                       f"({aval_of_value(extra[0][0]).str_short()}) has other readers")  # fmt: skip
+            return None
+        ordinal = self.ctx.count
+        self.ctx.count += 1
+        if ordinal in self.ctx.excluded:
+            self._note(f"{where}: attention left as written: an intermediate has other "
+                       f"readers after the product")  # fmt: skip
+            return None
+        out_aval = dot_general_p.abstract_eval(*(aval_of_value(a) for a in args), **params)
+        with set_current_trace(self.target):
+            out = self._emit(m, out_aval)
+        if isinstance(out, str):
+            self._note(f"{where}: attention left as written: {out}")
+            return None
+        self.fired.append((ordinal, m.need))
+        self._note(f"{where}: softmax(q·kᵀ·{m.scale:.6g}{self._mask_text}) @ v -> "
+                   f"dot_product_attention {out_aval.str_short()}", done=True)  # fmt: skip
+        return out
+
+    def _note(self, text, done=False):
+        logger.debug(text)
+        self.ctx.log.append(("rewritten " if done else "") + text)
+
+    def late_readers(self, outs):
+        """Ordinals of rewrites whose intermediates were read after the product (or are
+        outputs): the autodiff hook cannot know those readers when it rewrites."""
+        out_ids = {id(o) for o in outs}
+        late = set()
+        for n, need in self.fired:
+            if any(self.reads.get(id(x), 0) != k or id(x) in out_ids for x, k in need):
+                late.add(n)
+        return late
+
+    def _operand(self, peeled, batch, free, contract):
+        """q/k/v in the primitive's [B, T, N, H] layout (one transpose, one reshape)."""
+        src, axes, cast = peeled
+        if cast is not None:
+            src = lax.convert_element_type(src, cast)
+        order = [axes[a] for a in batch]
+        order = (order[:-1] + [axes[free]] + order[-1:] if len(batch) >= 2
+                 else order + [axes[free]]) + [axes[contract]]  # fmt: skip
+        y = lax.transpose(src, order)
+        sizes = aval_of_value(y).shape
+        nb = len(batch)
+        if nb >= 2:
+            new = (math.prod(sizes[: nb - 1]), *sizes[nb - 1 :])
+        else:
+            new = ((sizes[0] if nb else 1), sizes[nb], 1, sizes[nb + 1])
+        return lax.reshape(y, new)
+
+    def _emit(self, m, out_aval):
+        nb = m.nb
+        (q, qb, qf, qc), (k, kb, kf, kc) = m.q, m.k
+        qp, kp = self._peel(q, m), self._peel(k, m)  # scales of q and k join m.scale
+        vb = tuple(m.vb[m.pb.index(j)] for j in range(nb))  # v's batch axes, scores' order
+        vf = _free(m.v, m.vb, (m.vc,))
+        vp = self._peel(m.v, None)
+        kinds = {aval_of_value(p[0]).dtype if p[2] is None else p[2] for p in (qp, kp, vp)}
+        if len(kinds) != 1 or not _is_float(kinds.pop()):
+            return "q, k and v have different dtypes"
+        if min(qf, kf, vf) < 0:
+            return "q, k or v has more than one free axis"
+        q, k, v = (self._operand(qp, qb, qf, qc), self._operand(kp, kb, kf, kc),
+                   self._operand(vp, vb, m.vc, vf))  # fmt: skip
+        t, s = aval_of_value(q).shape[1], aval_of_value(k).shape[1]
+        if aval_of_value(k).shape[:3] != aval_of_value(v).shape[:3]:
+            return "k and v do not line up"
+        mask, causal = self._mask(m, t, s)
+        if isinstance(mask, str):
+            return mask
+        extra = () if mask is None else (mask,)
+        out, _ = attention_p.bind(q, k, v, *extra, scale=float(m.scale), causal=causal,
+                                  has_mask=mask is not None)  # fmt: skip
+        # back to dot_general's layout: batch axes in pb's order, then T, Hv (or Hv, T)
+        hv = aval_of_value(out).shape[3]
+        if nb >= 2:
+            out = lax.reshape(out, (*m.b_sizes[:-1], t, m.b_sizes[-1], hv))
+            to_score = list(range(nb - 1)) + [nb, nb - 1, nb + 1]
+        else:
+            out = lax.reshape(out, (*m.b_sizes, t, hv))
+            to_score = list(range(nb + 2))
+        tail = [nb, nb + 1] if m.side == 0 else [nb + 1, nb]
+        out = lax.transpose(out, [to_score[a] for a in list(m.pb) + tail])
+        if aval_of_value(out).dtype != out_aval.dtype:
+            out = lax.convert_element_type(out, out_aval.dtype)
+        if aval_of_value(out).shape != out_aval.shape:
+            raise AssertionError("attention rewrite: output layout")  # a bug, not the user's
+        return out
+
+    def _mask(self, m, t, s):
+        """The primitive's mask [B|1, N|1, T|1, S] and causal flag (or a reason)."""
+        self._mask_text = ""
+        if not m.masks:
+            return None, False
+        strict = any(kind == "const" or fill == -math.inf for kind, _, _, fill in m.masks)
+        parts = []
+        for kind, value, negate, _ in m.masks:
+            c = value if kind == "const" else self._const(value)
+            if c is None and strict:
+                return ("a -inf or additive mask that is not a constant (a fully masked row "
+                        "is NaN by hand, the mean in the primitive)"), False  # fmt: skip
+            if c is not None:
+                parts.append(~c if negate else c)
+            else:
+                value = self._shrink(value)
+                parts.append(not_p.bind(value) if negate else value)
+        consts = [p for p in parts if isinstance(p, np.ndarray)]
+        traced = [p for p in parts if not isinstance(p, np.ndarray)]
+        valid = None
+        if consts:
+            valid = consts[0]
+            for p in consts[1:]:
+                valid = valid & p
+            if strict and not np.all(valid.any(axis=-1)):
+                return "a constant mask leaves a query with no key", False
+            valid = _shrink_const(valid)
+            if not traced and all(n == 1 for n in valid.shape[:-2]):
+                tri = np.tril(np.ones((t, s), bool))
+                if np.array_equal(np.broadcast_to(valid.reshape(valid.shape[-2:]), (t, s)), tri):
+                    self._mask_text = " + causal mask"
+                    return None, True
+        mask = valid
+        for p in traced:
+            mask = p if mask is None else and_p.bind(*_same_shape(mask, p))
+        self._mask_text = " + mask"
+        return self._mask_layout(mask, m, s), False
+
+    def _shrink(self, pred):
+        """A traced mask without its broadcast to the scores' shape (when it is one)."""
+        r = self._src(pred, broadcast_in_dim_p)
+        if r is None:
+            return pred
+        (m0,), params = r[1], r[2]
+        dims, shape = params["broadcast_dimensions"], params["shape"]
+        if list(dims) != sorted(dims):
+            return pred
+        m0_shape = aval_of_value(m0).shape
+        return lax.reshape(m0, [m0_shape[dims.index(d)] if d in dims else 1
+                                for d in range(len(shape))])  # fmt: skip
+
+    def _mask_layout(self, mask, m, s):
+        nb = m.nb
+        shape = aval_of_value(mask).shape
+        if nb >= 3:
+            if any(n != 1 for n in shape[: nb - 1]):  # merged batch axes: broadcast first
+                shape = (*m.b_sizes[: nb - 1], *shape[nb - 1 :])
+                mask = lax.broadcast_in_dim(mask, shape, tuple(range(len(shape))))
+            mask = lax.reshape(mask, (math.prod(shape[: nb - 1]), *shape[nb - 1 :]))
+        elif nb < 2:
+            mask = lax.reshape(mask, (1,) * (2 - nb) + shape)
+        shape = aval_of_value(mask).shape
+        if shape[3] != s:
+            mask = lax.broadcast_in_dim(mask, shape[:3] + (s,), (0, 1, 2, 3))
+        return mask
+
+
+def _free(x, batch, contract):
+    free = [a for a in range(aval_of_value(x).ndim) if a not in batch and a not in contract]
+    return free[0] if len(free) == 1 else -1
+
+
+def _same_shape(a, b):
+    sa, sb = aval_of_value(a).shape, aval_of_value(b).shape
+    shape = tuple(max(x, y) for x, y in zip(sa, sb))
+    dims = tuple(range(len(shape)))
+    return lax.broadcast_in_dim(a, shape, dims), lax.broadcast_in_dim(b, shape, dims)
+
+
+def _shrink_const(valid):
+    """A constant mask with the axes it does not vary along kept at size 1."""
+    for axis in range(valid.ndim):
+        first = np.take(valid, [0], axis=axis)
+        if valid.shape[axis] > 1 and np.array_equal(np.broadcast_to(first, valid.shape), valid):
+            valid = first
+    return np.ascontiguousarray(valid)
+
+
+# -- where it runs --------------------------------------------------------------------------
+
+
+class RewriteTrace(core.Trace):
+    """Passes every equation to its parent unchanged, except an attention's final
+    `@ v`, which becomes the fused primitive (bound on the parent)."""
+
+    def __init__(self, parent, ctx):
+        super().__init__(parent)
+        self.rewriter = _Rewriter(parent, ctx)
+
+    def process_primitive(self, prim, args, params):
+        return self.rewriter.bind(prim, args, params)
+
+
+class _Context:
+    """One jit/make_jaxpr trace: its notes, the rewrites made by the autodiff hook (in
+    order), those to skip on a retrace, and those found to have late readers."""
+
+    def __init__(self, excluded=()):
+        self.log = []
+        self.count = 0
+        self.excluded = set(excluded)
+        self.late = set()
+
+
+def _current_context():
+    stack = getattr(_collecting, "stack", None)
+    return stack[-1] if stack else _Context()
+
+
+def _before_differentiation(fun, primals):
+    """autodiff's hook: differentiate `fun` with hand-written attention rewritten, when
+    its inputs are abstract (traced by jit/make_jaxpr) and no outer derivative would
+    differentiate the fused primitive's derivatives again."""
+    if not config.attention_rewrite or not any(
+        isinstance(p, core.Tracer) and p.concrete_value() is None for p in primals
+    ):
+        return fun
+
+    def rewritten(*args):
+        parent = core.current_trace()
+        t = parent.parent
+        while t is not None:  # grad of grad: keep the composite (twice differentiable)
+            if isinstance(t, autodiff.JVPTrace):
+                return fun(*args)
+            t = t.parent
+        ctx = _current_context()
+        trace = RewriteTrace(parent, ctx)
+        try:
+            with set_current_trace(trace):
+                outs = fun(*args)
+        finally:
+            trace.finish()
+        ctx.late |= trace.rewriter.late_readers(outs)
+        return outs
+
+    return rewritten
+
+
+autodiff.before_differentiation.append(_before_differentiation)
+
+
+def _candidates(program):
+    """Whether some dot_general reads (through casts) a div of an exp: worth a pass."""
+    made = {}
+    for e in program.eqns:
+        for o in e.outputs:
+            made[o] = e
+    for e in program.eqns:
+        if e.primitive is not dot_general_p:
+            continue
+        for x in e.inputs:
+            src = made.get(x)
+            while src is not None and src.primitive is convert_element_type_p:
+                src = made.get(src.inputs[0])
+            if src is not None and src.primitive is div_p:
+                num = made.get(src.inputs[0])
+                if num is not None and num.primitive is exp_p:
+                    return True
+    return False
+
+
+def rewrite_program(program):
+    """`program` with its hand-written attentions rewritten, and the notes (a new
+    program only when something was rewritten)."""
+    if not config.attention_rewrite or not _candidates(program):
+        return program, []
+    counts = {}
+    for e in program.eqns:
+        for v in e.inputs:
+            if type(v) is Var:
+                counts[v] = counts.get(v, 0) + 1
+    for v in program.outvars:
+        if type(v) is Var:
+            counts[v] = counts.get(v, 0) + 1
+    ctx = _Context()
+    box = []
+
+    def run(*args):
+        rw = _Rewriter(core.current_trace(), ctx)
+        rw.total = {}
+        box.append(rw)
+        env = dict(zip(program.constvars, program.consts))
+        env.update(zip(program.invars, args))
+
+        def read(v):
+            if type(v) is not Literal:
+                return env[v]
+            return Array(np.asarray(v.value), True) if v.aval.weak_type else v.value
+
+        for eqn in program.eqns:
+            prev, errors.forced_source_info = errors.forced_source_info, eqn.source_info
+            try:
+                outs = rw.bind(eqn.primitive, [read(v) for v in eqn.inputs], eqn.params)
+            finally:
+                errors.forced_source_info = prev
+            outs = outs if eqn.primitive.multiple_results else [outs]
+            for v, x in zip(eqn.outputs, outs):
+                env[v] = x
+                rw.total[id(x)] = counts.get(v, 0)
+        return [read(v) for v in program.outvars]
+
+    new = trace_to_program(run, program.in_avals, parent=core.current_trace())
+    if not box[0].fired:
+        return program, ctx.log
+    return _dce(new), ctx.log
+
+
+def _dce(program):
+    live = {v for v in program.outvars if type(v) is Var}
+    kept = []
+    for eqn in reversed(program.eqns):
+        if is_effectful(eqn) or any(v in live for v in eqn.outputs):
+            kept.append(eqn)
+            live.update(v for v in eqn.inputs if type(v) is Var)
+    kept.reverse()
+    used = [(v, c) for v, c in zip(program.constvars, program.consts) if v in live]
+    return program.replace(eqns=kept, constvars=[v for v, _ in used], consts=[c for _, c in used])
+
+
+def rewrite_traced(trace):
+    """jit's and make_jaxpr's entry: run `trace()` (-> Program) with the autodiff hook
+    on, then rewrite the program; the notes go to `rewrites_of`. When the hook rewrote
+    an attention whose intermediates turned out to be read later, trace once more
+    without that rewrite (the hook sees readers only up to the product)."""
+    if not config.attention_rewrite:
+        return trace()
+    stack = _collecting.__dict__.setdefault("stack", [])
+    ctx = _Context()
+    for _ in range(2):
+        stack.append(ctx)
+        try:
+            program = trace()
+        finally:
+            stack.pop()
+        if not ctx.late - ctx.excluded:
+            break
+        ctx = _Context(ctx.excluded | ctx.late)
+    program, more = rewrite_program(program)
+    log = ctx.log + more
+    if any(line.startswith("rewritten") for line in log):
+        program = _dce(program)
+    if log:
+        _REWRITES[program] = log
+    return program
+
+
+__all__ = ["rewrite_program", "rewrite_traced", "rewrites_of", "RewriteTrace"]
