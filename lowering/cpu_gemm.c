@@ -11,6 +11,13 @@
  *
  * fflow_parallel runs a native elementwise loop the same way (axis 3): chunks of its
  * index range, `fn(args, out_chunk, s, e)` writing outputs s..e-1 to out_chunk.
+ *
+ * Epilogues: a 2-D GEMM may carry `epi(args, r0, r1, c0, c1)`, a native loop of the
+ * program (lowering/cpu_epilogue.py) that post-processes rows r0..r1, columns c0..c1
+ * of C (bias add, activation, ReLU mask, column sums, SGD update) into its outputs.
+ * It runs once per chunk, by the thread that computed the chunk, right after the
+ * chunk is in C (still in cache): the caller's chunks after their GEMM, a worker's in
+ * `publish` after the copy out of scratch, only when that copy is the one that wins.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,6 +39,8 @@ typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, 
 static void *g_sgemm, *g_dgemm;
 static int g_ilp64;
 
+typedef void (*epi_t)(const long *, long, long, long, long);
+
 typedef struct job {
   int isz, ta, tb;                 /* item size; 111 no transpose, 112 transpose */
   long M, N, K, lda, ldb, ldc;
@@ -45,6 +54,8 @@ typedef struct job {
   void (*fn)(long *, char *, long, long); /* axis 3: the loop over one chunk */
   long *args;                      /* axis 3: its pointers (owned by the job) */
   long unit;                       /* axis 3: output bytes per index */
+  epi_t epi;                       /* axis 1, 2, 4 (per GEMM): the epilogue, or NULL */
+  long *epi_args;                  /* its pointers (owned by the job) */
   int n;
   long bounds[MAXCH + 1];
   int next, left, refs, max_workers, joined, error;
@@ -114,6 +125,18 @@ static void run_chunk(const job_t *j, int k, char *dst) {
   }
 }
 
+/* The epilogue of chunk k, on its region of C (C holds the chunk's product). */
+static void epilogue(const job_t *j, int k) {
+  if (j->axis == 4) {
+    const job_t *g = &j->list[k];
+    if (g->epi) g->epi(g->epi_args, 0, g->M, 0, g->N);
+  } else if (j->epi) {
+    long s = j->bounds[k], e = j->bounds[k + 1];
+    if (j->axis == 1) j->epi(j->epi_args, s, e, 0, j->N);
+    else j->epi(j->epi_args, 0, j->M, s, e);
+  }
+}
+
 static void publish(job_t *j, int k, const char *scratch) {
   pthread_mutex_lock(&j->lock);
   if (!j->finished[k]) {
@@ -140,6 +163,7 @@ static void publish(job_t *j, int k, const char *scratch) {
         long w = (e - s) * isz;
         for (long r = 0; r < j->M; r++) memcpy(j->C + (r * j->ldc + s) * isz, scratch + r * w, w);
       }
+      epilogue(j, k); /* only the copy that wins runs it: once per chunk */
     }
     j->finished[k] = 1;
     if (--j->left == 0) pthread_cond_broadcast(&j->cond);
@@ -155,6 +179,9 @@ static void release(job_t *j) {
     pthread_mutex_destroy(&j->lock);
     pthread_cond_destroy(&j->cond);
     free(j->args);
+    free(j->epi_args);
+    if (j->list)
+      for (int k = 0; k < j->n; k++) free(j->list[k].epi_args);
     free(j->list);
     free(j);
   }
@@ -240,6 +267,7 @@ static void lead(job_t *j) {
     int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_SEQ_CST);
     if (k >= j->n) break;
     run_chunk(j, k, NULL);
+    epilogue(j, k);
     mine++;
     publish(j, k, NULL);
   }
@@ -266,16 +294,30 @@ static void lead(job_t *j) {
   pthread_mutex_unlock(&g_lock);
 }
 
-/* C = A @ B on up to `threads` threads. Returns the job handle (for fflow_gemm_busy),
- * or 0 with *error set. */
+static long *copy_args(long n, const long *args) {
+  long *copy = malloc((n > 0 ? n : 1) * sizeof(long));
+  if (copy && n > 0) memcpy(copy, args, n * sizeof(long));
+  return copy;
+}
+
+/* C = A @ B on up to `threads` threads, then the epilogue `epi` (or NULL; its `nepi`
+ * pointers `epi_args` are copied) per chunk; `cols` cuts C by columns only (an
+ * epilogue that sums columns needs whole columns). Returns the job handle (for
+ * fflow_gemm_busy), or 0 with *error set. */
 long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
                 const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
-                long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error) {
+                long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error,
+                void *epi, long nepi, const long *epi_args, int cols) {
   job_t *j = calloc(1, sizeof(job_t));
-  if (!j) {
+  long *args = epi ? copy_args(nepi, epi_args) : NULL;
+  if (!j || (epi && !args)) {
+    free(j);
+    free(args);
     *error = 1;
     return 0;
   }
+  j->epi = (epi_t)epi;
+  j->epi_args = args;
   j->isz = isz; j->ta = ta; j->tb = tb;
   j->M = M; j->N = N; j->K = K; j->lda = lda; j->ldb = ldb; j->ldc = ldc;
   j->A = A; j->B = B; j->C = C;
@@ -284,7 +326,7 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   long nb = nb0 * nb1, extent, align = 16;
   int parts = threads > 1 ? 2 * threads : 1; /* one thread: one call, no wake-up */
   if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
-  else if (N >= M) { j->axis = 2; extent = N; }
+  else if (N >= M || cols) { j->axis = 2; extent = N; }
   else { j->axis = 1; extent = M; }
   if (parts > MAXCH) parts = MAXCH;
   long step = (extent + parts - 1) / parts;
@@ -347,7 +389,8 @@ long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, l
 
 /* Several independent GEMMs as the chunks of one job: each runs whole on one thread
  * (no re-packing of cut operands, one wake-up), the caller backing up late ones as
- * for chunks. desc: 12 longs per GEMM (isz, ta, tb, M, N, K, A, lda, B, ldb, C, ldc).
+ * for chunks. desc: 15 longs per GEMM (isz, ta, tb, M, N, K, A, lda, B, ldb, C, ldc,
+ * epilogue or 0, its pointer count, its pointers).
  * Returns the job handle, or 0 with *error set. */
 long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
   job_t *j = calloc(1, sizeof(job_t));
@@ -359,8 +402,19 @@ long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
     return 0;
   }
   for (int k = 0; k < count; k++) {
-    const long *d = desc + 12 * k;
+    const long *d = desc + 15 * k;
     job_t *g = &list[k];
+    if (d[12]) { /* its epilogue: function, pointer count, pointers */
+      g->epi = (epi_t)d[12];
+      g->epi_args = copy_args(d[13], (const long *)d[14]);
+      if (!g->epi_args) { /* out of memory: no job */
+        for (int q = 0; q <= k; q++) free(list[q].epi_args);
+        free(list);
+        free(j);
+        *error = 1;
+        return 0;
+      }
+    }
     g->isz = (int)d[0]; g->ta = (int)d[1]; g->tb = (int)d[2];
     g->M = d[3]; g->N = d[4]; g->K = d[5];
     g->A = (const char *)d[6]; g->lda = d[7];

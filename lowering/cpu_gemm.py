@@ -139,6 +139,7 @@ def _load():
         + [ctypes.c_void_p, ctypes.c_long]
         + [ctypes.c_long] * 8
         + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
     )
     lib.fflow_parallel.restype = ctypes.c_long
     lib.fflow_parallel.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
@@ -188,12 +189,15 @@ def _collect():
     _pending[:] = keep
 
 
-def matmul(a, b, out, n_threads):
+def matmul(a, b, out, n_threads, epi=None, ptrs=()):
     """out[...] = a @ b, on `n_threads` threads of the C pool (NumPy matmul semantics
-    for equal batch dims; out C-contiguous)."""
+    for equal batch dims; out C-contiguous). `epi` (a 2-D product's
+    `cpu_epilogue.Epilogue`, its pointers `ptrs`) then runs on each chunk of `out` on
+    the thread that computed it, or over all of `out` after the product."""
     lib = _lib if _lib is not None else _load()
     if n_threads <= 1 and not _own[0]:
-        return np.matmul(a, b, out=out)
+        np.matmul(a, b, out=out)
+        return out if epi is None else _epilogue(epi, ptrs, out)
     batch = out.shape[:-2]
     ok = (
         lib
@@ -212,8 +216,10 @@ def matmul(a, b, out, n_threads):
         ok = la is not None and lb is not None and m * n * k > 0
     if not ok:
         if n_threads <= 1:
-            return np.matmul(a, b, out=out)
-        return threads.matmul(a, b, out, n_threads)
+            np.matmul(a, b, out=out)
+        else:
+            threads.matmul(a, b, out, n_threads)
+        return out if epi is None else _epilogue(epi, ptrs, out)
     nb = (1, 1) if not batch else ((1,) + batch if len(batch) == 1 else batch)
     sa = (0, 0) if not batch else ((0,) + a.strides[:1] if len(batch) == 1 else a.strides[:2])
     sb = (0, 0) if not batch else ((0,) + b.strides[:1] if len(batch) == 1 else b.strides[:2])
@@ -244,6 +250,7 @@ def matmul(a, b, out, n_threads):
         sc[1],
         n_threads,
         ctypes.byref(error),
+        *_epi_args(epi, ptrs),
     )
     if job == 0:
         raise MemoryError("fflow GEMM pool: out of memory")
@@ -254,6 +261,18 @@ def matmul(a, b, out, n_threads):
     if error.value:
         raise MemoryError("fflow GEMM pool: out of memory for a chunk")
     return out
+
+
+def _epilogue(epi, ptrs, out):
+    epi.run(ptrs)
+    return out
+
+
+def _epi_args(epi, ptrs):
+    """fflow_gemm's epilogue arguments: function, pointer count, pointers, columns only."""
+    if epi is None:
+        return None, 0, None, 0
+    return epi.addr, len(ptrs), (ctypes.c_long * len(ptrs))(*ptrs), int(epi.cols)
 
 
 def _desc(a, b, out):
@@ -277,19 +296,24 @@ def _desc(a, b, out):
     )
 
 
-def matmul2(a1, b1, out1, a2, b2, out2, n_threads):
+def matmul2(a1, b1, out1, a2, b2, out2, n_threads, epi1=None, ptrs1=(), epi2=None, ptrs2=()):
     """out1[...] = a1 @ b1 and out2[...] = a2 @ b2, two independent products: on two or
     more threads each runs whole on its own thread (one job of the C pool: no cut
-    operands to re-pack, one wake-up); else, or for layouts the pool cannot take, one
-    after the other through `matmul`."""
+    operands to re-pack, one wake-up), then its epilogue (as in `matmul`); else, or
+    for layouts the pool cannot take, one after the other through `matmul`."""
     lib = _lib if _lib is not None else _load()
     d1 = d2 = None
     if n_threads > 1 and lib and _pid == os.getpid():
         d1, d2 = _desc(a1, b1, out1), _desc(a2, b2, out2)
     if d1 is None or d2 is None:
-        matmul(a1, b1, out1, n_threads)
-        return matmul(a2, b2, out2, n_threads)
-    desc = (ctypes.c_long * 24)(*d1, *d2)
+        matmul(a1, b1, out1, n_threads, epi1, ptrs1)
+        return matmul(a2, b2, out2, n_threads, epi2, ptrs2)
+    e1, e2 = _epi_args(epi1, ptrs1), _epi_args(epi2, ptrs2)
+    a1p = ctypes.cast(e1[2], ctypes.c_void_p).value if e1[2] is not None else 0
+    a2p = ctypes.cast(e2[2], ctypes.c_void_p).value if e2[2] is not None else 0
+    d1 += (e1[0] or 0, e1[1], a1p)
+    d2 += (e2[0] or 0, e2[1], a2p)
+    desc = (ctypes.c_long * 30)(*d1, *d2)
     error = ctypes.c_int(0)
     if _pending:
         _collect()

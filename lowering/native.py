@@ -466,7 +466,11 @@ def build_library(ctx):
     lib = load_library(program_source(ctx.native_pending))
     if lib is None:
         return False
+    for epi in ctx.epilogues:  # GEMM epilogues (lowering/cpu_epilogue.py)
+        epi.bind(lib)
     for fname, kernel, source, nptr in ctx.native_pending:
+        if kernel is None:  # an epilogue, bound above
+            continue
         fn = getattr(lib, fname)
         if source is None:  # called from C by the thread pool: its address
             ctx.globals[kernel] = ctypes.cast(fn, ctypes.c_void_p).value

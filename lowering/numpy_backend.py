@@ -133,6 +133,7 @@ class _Ctx:
         self.native_ok = True
         self.skip = set()  # ids of steps another step's kernel already computed
         self.gemm_pool = False  # a GEMM runs on fflow's pool: the step times itself
+        self.epilogues = []  # GEMM epilogues (lowering/cpu_epilogue.py)
 
     def name(self, v):
         if type(v) is Literal:
@@ -567,6 +568,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     fn.report = report
     fn.liveness = live
     fn.native_sources = ctx.native_sources
+    fn.epilogues = ctx.epilogues  # the fused GEMM epilogues, one per product
     return fn
 
 

@@ -10,7 +10,7 @@ A row is `emit(ctx, eqn, step_index)`; `ctx` is the rendering state of
 import functools
 
 import numpy as np
-from fflow.lowering import cpu_attention, cpu_casts, cpu_gemm
+from fflow.lowering import cpu_attention, cpu_casts, cpu_epilogue, cpu_gemm
 from fflow.lowering.schedule import FusionGroup
 from fflow.primitives.attention import attention_bwd_p, attention_p
 from fflow.primitives.control_flow import cond_p, while_p
@@ -161,6 +161,8 @@ def _dot_plan(ctx, eqn):
         "flops": 2 * m * n * k * int(np.prod(bshape, dtype=np.int64)),
         "empty": m * n * k == 0,
         "post": post,
+        # a plain M x N product in the output's layout: it may take an epilogue
+        "plain": not bshape and not swapped and not low,
     }
 
 
@@ -169,7 +171,8 @@ def _partner(ctx, eqn, i):
     this one: the two run side by side on the pool (the weight and input gradients of
     one layer). It moves up past the views, which it does not read."""
     between = {eqn.outputs[0]}
-    for nxt in ctx.steps[i + 1 : i + 4]:
+    for j in range(i + 1, min(i + 4, len(ctx.steps))):
+        nxt = ctx.steps[j]
         if type(nxt) is FusionGroup or id(nxt) in ctx.skip:
             return None
         if nxt.primitive is dot_general_p:
@@ -184,14 +187,25 @@ def _partner(ctx, eqn, i):
     plan = _dot_plan(ctx, nxt)
     if plan is None or plan["empty"] or plan["flops"] < threads.SMALL_GEMM_FLOPS:
         return None
-    return nxt, plan
+    return nxt, plan, j
+
+
+def _epilogue(ctx, eqn, i, plan, at=None):
+    """The epilogue of a plain product (lowering/cpu_epilogue.py): (Epilogue's global,
+    pointers, lines after the product), or None."""
+    if not plan["plain"] or plan["empty"]:
+        return None
+    m, n = plan["mshape"]
+    found = cpu_epilogue.find(ctx, eqn, i, m, n, at)
+    return None if found is None else cpu_epilogue.emit(ctx, found, i, plan["name"])
 
 
 def emit_dot(ctx, eqn, i):
     """dot_general as one matmul over views: transposes become BLAS flags, batch dims
     stay as matmul's batch dims (any layout NumPy's BLAS path accepts, no copies);
     large products run on fflow's GEMM pool (lowering/cpu_gemm.py) into a fresh buffer,
-    two independent 2-D ones in a row side by side (`cpu_gemm.matmul2`)."""
+    two independent 2-D ones in a row side by side (`cpu_gemm.matmul2`); the
+    elementwise steps after a product run as its epilogue (lowering/cpu_epilogue.py)."""
     plan = _dot_plan(ctx, eqn)
     if plan is None:
         return emit_fallback(ctx, eqn, i)
@@ -203,24 +217,41 @@ def emit_dot(ctx, eqn, i):
         ctx.gemm_pool = True
         ctx.emit(f"{name} = np.empty({mshape}, {dt})")
         pair = _partner(ctx, eqn, i) if eqn.params["dimension_numbers"][1] == ((), ()) else None
+        epi = _epilogue(ctx, eqn, i, plan)
+        e1 = f", {epi[0]}, {epi[1]}" if epi else ""
+        after = epi[2] if epi else []
         if pair is None:
-            ctx.emit(f"_mm({a}, {b}, {name}, _nt)")
+            ctx.emit(f"_mm({a}, {b}, {name}, _nt{e1})")
         else:
-            nxt, p2 = pair
+            nxt, p2, j = pair
             ctx.globals["_mm2"] = cpu_gemm.matmul2
             ctx.emit(f"{p2['name']} = np.empty({p2['mshape']}, {p2['dt']})")
-            ctx.emit(f"_mm2({a}, {b}, {name}, {p2['a']}, {p2['b']}, {p2['name']}, _nt)")
+            epi2 = _epilogue(ctx, nxt, j, p2, at=i)
+            if epi2:
+                e1 = (e1 or ", None, ()") + f", {epi2[0]}, {epi2[1]}"
+            ctx.emit(f"_mm2({a}, {b}, {name}, {p2['a']}, {p2['b']}, {p2['name']}, _nt{e1})")
             post = post + p2["post"]
+            after = after + (epi2[2] if epi2 else [])
             ctx.skip.add(id(nxt))
             ctx.fresh.add(nxt.outputs[0])
     elif flops >= cpu_gemm.OWN_KERNEL_MIN_FLOPS and not plan["empty"] and cpu_gemm.own_kernels():
         # one thread, on this CPU's kernels (NumPy's are pinned to another core type)
         ctx.globals["_mm"] = cpu_gemm.matmul
         ctx.emit(f"{name} = np.empty({mshape}, {dt})")
-        ctx.emit(f"_mm({a}, {b}, {name}, 1)")
+        epi = _epilogue(ctx, eqn, i, plan)
+        after = epi[2] if epi else []
+        ctx.emit(f"_mm({a}, {b}, {name}, 1" + (f", {epi[0]}, {epi[1]})" if epi else ")"))
     else:
-        ctx.emit(f"{name} = np.matmul({a}, {b})")
-    for line in post:
+        epi = _epilogue(ctx, eqn, i, plan) if not plan["empty"] else None
+        if epi is None:
+            ctx.emit(f"{name} = np.matmul({a}, {b})")
+            after = []
+        else:
+            ctx.emit(f"{name} = np.empty({mshape}, {dt})")
+            ctx.emit(f"np.matmul({a}, {b}, out={name})")
+            ctx.emit(f"{epi[0]}.run({epi[1]})")
+            after = epi[2]
+    for line in post + after:
         ctx.emit(line)
     ctx.fresh.add(eqn.outputs[0])
 
