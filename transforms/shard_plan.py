@@ -446,39 +446,66 @@ def _add_cand(prob, k, sig):
 def _forward(prob, partial_penalty=0.0):
     """Cost-to-come: per var the cheapest way to produce it in each SBP (relative to its
     best), and per equation and candidate the cost of running it with its inputs
-    received that way. Returns (rel, receive, eqn_cost)."""
-    n_eqns = len(prob.cands)
-    rel = [None if c is None else {c: 0.0} for c in prob.init]  # var -> {code: above best}
-    best_in = {}
+    received that way. Returns (rel, receive, eqn_cost).
 
-    order = {}  # var -> its (regret, code) pairs, cheapest first
+    A transformer's layers repeat the same equations on vars of the same shapes, and
+    the relative costs of the residual stream settle after a layer or two; so the
+    work is keyed by what it depends on: an equation's candidate list and, per
+    operand, its price class (`akid`) and its interned cost table. A repeated
+    equation reuses the costs (exactly the same numbers) instead of recomputing."""
+    n_eqns = len(prob.cands)
+    tables = {}  # content -> the one dict with it (so id() names a cost table)
+
+    def canon(d):
+        key = tuple(sorted(d.items()))
+        return tables.setdefault(key, d)
+
+    rel = [None if c is None else canon({c: 0.0}) for c in prob.init]
+    best_in = {}
+    order = {}  # id(table) -> its (regret, code) pairs, cheapest first
     bt_get = prob._bt.get
+    akid = prob.akid
 
     def receive(i, want):
-        key = (i, want)
+        r = rel[i]
+        key = (akid[i] + want, id(r))
         c = best_in.get(key)
         if c is None:
-            pairs = order.get(i)
+            pairs = order.get(id(r))
             if pairs is None:
-                pairs = order[i] = sorted((r, s) for s, r in rel[i].items())
+                pairs = order[id(r)] = sorted((x, s) for s, x in r.items())
             c = INF
-            base = prob.akid[i] + want
-            for r, s in pairs:
-                if r >= c:
+            base = akid[i] + want
+            for x, s in pairs:
+                if x >= c:
                     break  # conversions cost >= 0: no later label can win
                 if s == want:
-                    t = r
+                    t = x
                 else:  # prob.bt, its cache read inline (the planner's hottest call)
                     t = bt_get(base + s * _KEY)
-                    t = r + (prob.bt(i, s, want) if t is None else t)
+                    t = x + (prob.bt(i, s, want) if t is None else t)
                 if t < c:
                     c = t
             best_in[key] = c
         return c
 
+    memo = {}
     eqn_cost = []
     for k in range(n_eqns):
         ins = prob.eqn_ins[k]
+        outs_ids = prob.eqn_outs[k]
+        key = (
+            id(prob.cin[k]),
+            id(prob.comp[k]),
+            tuple([(akid[i], id(rel[i])) for i in ins]),
+            tuple([akid[i] for i in outs_ids]),
+        )
+        hit = memo.get(key)
+        if hit is not None:
+            eqn_cost.append(hit[0])
+            for i, r in zip(outs_ids, hit[1]):
+                rel[i] = r
+            continue
         costs = []
         for want, comp in zip(prob.cin[k], prob.comp[k]):
             c = comp
@@ -486,7 +513,7 @@ def _forward(prob, partial_penalty=0.0):
                 c += receive(i, w)
             costs.append(c)
         eqn_cost.append(costs)
-        for j, i in enumerate(prob.eqn_outs[k]):
+        for j, i in enumerate(outs_ids):
             per = {}
             for outs, c in zip(prob.cout[k], costs):
                 o = outs[j]
@@ -498,7 +525,8 @@ def _forward(prob, partial_penalty=0.0):
                     if f != o:
                         per[o] += partial_penalty * prob.bt(i, o, f)
             low = min(per.values())
-            rel[i] = {o: c - low for o, c in per.items()}
+            rel[i] = canon({o: c - low for o, c in per.items()})
+        memo[key] = (costs, [rel[i] for i in outs_ids])
     return rel, receive, eqn_cost
 
 
@@ -508,14 +536,23 @@ def _viterbi(prob, fwd):
     n_eqns = len(prob.cands)
     sig_idx = [0] * n_eqns
     wanted = [() for _ in prob.avals]
+    memo = {}  # a repeated equation (same costs, same wants downstream) decides alike
     for k in reversed(range(n_eqns)):
         outs_ids = prob.eqn_outs[k]
-        best, best_c = 0, INF
-        for s, (outs, c) in enumerate(zip(prob.cout[k], eqn_cost[k])):
-            for i, o in zip(outs_ids, outs):
-                c += prob.var_cost(i, o, wanted[i])
-            if c < best_c:
-                best, best_c = s, c
+        key = (
+            id(prob.cout[k]),
+            id(eqn_cost[k]),
+            tuple([(prob.akid[i], wanted[i], tuple(prob.out_reqs[i])) for i in outs_ids]),
+        )
+        best = memo.get(key)
+        if best is None:
+            best, best_c = 0, INF
+            for s, (outs, c) in enumerate(zip(prob.cout[k], eqn_cost[k])):
+                for i, o in zip(outs_ids, outs):
+                    c += prob.var_cost(i, o, wanted[i])
+                if c < best_c:
+                    best, best_c = s, c
+            memo[key] = best
         sig_idx[k] = best
         for i, w in zip(prob.eqn_ins[k], prob.cin[k][best]):
             if w not in wanted[i]:
@@ -536,45 +573,74 @@ def _lookahead(prob, fwd):
         for req in r:
             for lab in togo[i]:
                 togo[i][lab] += prob.bt(i, lab, prob.out_want(i, req, lab))
+    tables = {}  # content -> the one dict with it (so id() names a cost-to-go table)
+    memo = {}  # as in _forward: a repeated equation sends the same messages
+    akids = prob.akid
     for k in reversed(range(n_eqns)):
         outs_ids = prob.eqn_outs[k]
         for i in outs_ids:  # all consumers of k's outputs are done: normalise
             if togo[i]:
                 low = min(togo[i].values())
-                togo[i] = {lab: c - low for lab, c in togo[i].items()}
+                d = {lab: c - low for lab, c in togo[i].items()}
+                togo[i] = tables.setdefault(tuple(sorted(d.items())), d)
         ins = prob.eqn_ins[k]
-        base = []
-        for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
-            c = prob.comp[k][s]
-            for i, o in zip(outs_ids, outs):
-                c += togo[i].get(o, 0.0)
-            recv = [receive(i, w) for i, w in zip(ins, want)]
-            base.append((c + sum(recv), recv))
-        for j, i in enumerate(ins):
-            if not togo[i]:
-                continue
-            by_want = {}  # the cheapest candidate per SBP it wants operand j in
-            for s, want in enumerate(prob.cin[k]):
-                c, recv = base[s]
-                c -= recv[j]
-                if c < by_want.get(want[j], INF):
-                    by_want[want[j]] = c
-            t = togo[i]
-            wants = sorted((c, w) for w, c in by_want.items())
-            akid = prob.akid[i]
-            for lab in t:
-                m = INF
-                row = akid + lab * _KEY
-                for c, w in wants:
-                    if c >= m:
-                        break  # conversions cost >= 0: no later candidate can win
-                    if w != lab:  # prob.bt, its cache read inline
-                        x = bt_get(row + w)
-                        c += prob.bt(i, lab, w) if x is None else x
-                    if c < m:
-                        m = c
-                t[lab] += m
+        key = (
+            id(prob.cin[k]),
+            id(prob.comp[k]),
+            tuple([id(togo[i]) for i in outs_ids]),
+            tuple([(akids[i], id(rel[i])) for i in ins]),
+        )
+        msgs = memo.get(key)
+        if msgs is None:
+            msgs = memo[key] = _messages(prob, k, togo, receive, bt_get)
+        for i, msg in zip(ins, msgs):
+            if msg:  # (an input's table is its own until its producer normalises it)
+                t = togo[i]
+                for lab, m in msg:
+                    t[lab] += m
     return _greedy(prob, togo)
+
+
+def _messages(prob, k, togo, receive, bt_get):
+    """Per operand of equation k, [(label, cheapest cost of the rest of k and downstream
+    if the operand arrives in that label)] (None for an operand nothing asks about)."""
+    ins = prob.eqn_ins[k]
+    outs_ids = prob.eqn_outs[k]
+    base = []
+    for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
+        c = prob.comp[k][s]
+        for i, o in zip(outs_ids, outs):
+            c += togo[i].get(o, 0.0)
+        recv = [receive(i, w) for i, w in zip(ins, want)]
+        base.append((c + sum(recv), recv))
+    msgs = []
+    for j, i in enumerate(ins):
+        if not togo[i]:
+            msgs.append(None)
+            continue
+        by_want = {}  # the cheapest candidate per SBP it wants operand j in
+        for s, want in enumerate(prob.cin[k]):
+            c, recv = base[s]
+            c -= recv[j]
+            if c < by_want.get(want[j], INF):
+                by_want[want[j]] = c
+        wants = sorted((c, w) for w, c in by_want.items())
+        akid = prob.akid[i]
+        msg = []
+        for lab in togo[i]:
+            m = INF
+            row = akid + lab * _KEY
+            for c, w in wants:
+                if c >= m:
+                    break  # conversions cost >= 0: no later candidate can win
+                if w != lab:  # prob.bt, its cache read inline
+                    x = bt_get(row + w)
+                    c += prob.bt(i, lab, w) if x is None else x
+                if c < m:
+                    m = c
+            msg.append((lab, m))
+        msgs.append(msg)
+    return msgs
 
 
 # ----------------------------------------------------------------------------
@@ -585,24 +651,36 @@ def _greedy(prob, togo=None):
     """Each equation in order takes its cheapest signature given what its inputs have;
     with `togo` (cost still to pay per output label) the choice also looks ahead."""
     have = list(prob.init)
-    boxed = set()
+    boxed = [() for _ in prob.avals]  # var -> the SBPs it is already converted to
     sig_idx = []
+    memo = {}  # a repeated equation (same operands' state, same togo) decides alike
     for k in range(len(prob.cands)):
         ins = prob.eqn_ins[k]
-        best, best_c = 0, INF
-        for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
-            c = prob.comp[k][s]
-            for i, w in zip(ins, want):
-                if (i, w) not in boxed:
-                    c += prob.bt(i, have[i], w)
-            if togo is not None:
-                for i, o in zip(prob.eqn_outs[k], outs):
-                    c += togo[i].get(o, 0.0)
-            if c < best_c:
-                best, best_c = s, c
+        outs_ids = prob.eqn_outs[k]
+        key = (
+            id(prob.cin[k]),
+            id(prob.comp[k]),
+            tuple([(prob.akid[i], have[i], boxed[i]) for i in ins]),
+            None if togo is None else tuple([id(togo[i]) for i in outs_ids]),
+        )
+        best = memo.get(key)
+        if best is None:
+            best, best_c = 0, INF
+            for s, (want, outs) in enumerate(zip(prob.cin[k], prob.cout[k])):
+                c = prob.comp[k][s]
+                for i, w in zip(ins, want):
+                    if w not in boxed[i]:
+                        c += prob.bt(i, have[i], w)
+                if togo is not None:
+                    for i, o in zip(outs_ids, outs):
+                        c += togo[i].get(o, 0.0)
+                if c < best_c:
+                    best, best_c = s, c
+            memo[key] = best
         sig_idx.append(best)
         for i, w in zip(ins, prob.cin[k][best]):
-            boxed.add((i, w))
+            if w not in boxed[i]:
+                boxed[i] += (w,)
         for i, o in zip(prob.eqn_outs[k], prob.cout[k][best]):
             have[i] = o
     return sig_idx
@@ -705,6 +783,19 @@ class _State:
                 d += prob.var_cost(i, b, self.wants[i]) - self._cur(i)
         return d
 
+    def touched(self, k):
+        """The conversion seconds of the vars equation k reads and writes (each once)."""
+        prob = self.prob
+        t = 0.0
+        seen = ()
+        for i in prob.eqn_ins[k]:
+            if i not in seen:
+                seen += (i,)
+                t += self._cur(i)
+        for i in prob.eqn_outs[k]:
+            t += self._cur(i)
+        return t
+
     def apply(self, k, s):
         prob = self.prob
         old = self.sig[k]
@@ -744,11 +835,22 @@ def _sweep(st, todo):
     """Each equation in turn takes its best signature given the rest; neighbours of a
     change are looked at again, until nothing improves."""
     prob = st.prob
+    by_comp = {}  # id(comp list) -> candidate indices, cheapest compute first
     for _ in range(REFINE_ROUNDS):
         changed = set()
         for k in todo:
             best, best_d = None, -1e-15
-            for s in range(len(prob.cands[k])):
+            comp = prob.comp[k]
+            order = by_comp.get(id(comp))
+            if order is None:
+                order = by_comp[id(comp)] = sorted(range(len(comp)), key=comp.__getitem__)
+            # a change can at best remove every conversion of the vars it touches
+            # (each var's cost stays >= 0): delta >= comp[s] - comp[old] - held; the
+            # candidates are in compute order, so the first that cannot win ends the scan
+            held = comp[st.sig[k]] + st.touched(k)
+            for s in order:
+                if comp[s] - held >= best_d:
+                    break
                 if s == st.sig[k]:
                     continue
                 d = st.delta(k, s)
