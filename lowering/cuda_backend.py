@@ -8,9 +8,9 @@ consumers render it at the index they need) or *materialized* by a step:
   (multi-output, one per shape), reductions with their producers fused in, row
   kernels where last-axis reductions and the elementwise work on the same rows
   merge (softmax, log_softmax, layernorm...), scans and scatters;
-* `BlasStep`: dot_general as one batched GEMM (cuBLAS through CuPy's matmul; the
-  elementwise "epilogue" that consumes it — bias, activation — is the next fused
-  kernel);
+* `BlasStep`: dot_general as one batched GEMM (cuBLAS through CuPy's matmul);
+* `LtStep`: a GEMM whose bias add and relu / gelu (tanh) run in cuBLASLt's epilogue
+  (cuda_cublaslt.py); without cuBLASLt, the plain GEMM and a fused epilogue kernel;
 * `AliasStep`: reshape of a materialized buffer (no copy);
 * `HostStep`: a primitive without a CUDA lowering (sort, control flow,
   collectives) runs its NumPy implementation on host copies.
@@ -22,7 +22,7 @@ source and the plan (grid, block, bytes read and written per kernel).
 """
 
 import numpy as np
-from fflow.lowering import cuda_gemm, cuda_graphs, cuda_layout, passes
+from fflow.lowering import cuda_cublaslt, cuda_gemm, cuda_graphs, cuda_layout, passes
 from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     CONTROL,
     AliasStep,
@@ -30,6 +30,7 @@ from fflow.lowering.cuda_plan import (  # noqa: F401  (re-exported)
     ControlStep,
     HostStep,
     KernelStep,
+    LtStep,
     Plan,
     SolverStep,
 )
@@ -53,12 +54,13 @@ class Executable:
     def __init__(self, program, runtime, verify_nvrtc=False, donate=()):
         self.program = program
         self.runtime = runtime
-        self.plan = Plan(program)
+        self.plan = Plan(program, epilogues=cuda_cublaslt.enabled())
         self.donate = _donatable(self.plan, program, donate)
         if verify_nvrtc:
             from fflow.lowering import nvrtc
 
-            sources = [k.source for k in _unique(self.plan.kernels)]
+            kernels = self.plan.kernels + self.plan.fallback_kernels
+            sources = [k.source for k in _unique(kernels)]
             if sources:  # one NVRTC run for the whole program (the preamble is guarded)
                 nvrtc.compile_cubin("\n".join(sources))
         self.consts = None
@@ -131,6 +133,8 @@ class Executable:
             elif t is BlasStep:
                 lhs, rhs = (_read(env, v, rt) for v in step.eqn.inputs)
                 env[step.eqn.outputs[0]] = rt.matmul(step.eqn, lhs, rhs)
+            elif t is LtStep:
+                self._lt(step, env)
             elif t is AliasStep:
                 env[step.out] = rt.reshape(env[step.src], step.out.aval.shape)
             elif t is ControlStep:
@@ -150,6 +154,26 @@ class Executable:
             else:
                 outs.append(env[v])
         return outs
+
+    def _lt(self, step, env):
+        """GEMM + epilogue in one cuBLASLt call, or the GEMM and the fallback kernel."""
+        rt = self.runtime
+        lhs, rhs = (_read(env, v, rt) for v in step.eqn.inputs)
+        bias = env[step.epi.bias] if step.epi.bias is not None else None
+        outs = rt.lt_matmul(step, lhs, rhs, bias)
+        if outs is not None:
+            env.update(outs)
+            return
+        q = step.eqn.outputs[0]
+        env[q] = rt.matmul(step.eqn, lhs, rhs)
+        k = step.fallback
+        if k.name not in self.functions:
+            self.functions.update(rt.load([k]))
+        for kind, v in k.args:
+            if kind == "out" and v not in env:
+                env[v] = rt.empty(v.aval)
+        rt.launch(self.functions[k.name], k, [env[v] for _, v in k.args])
+        del env[q]
 
     def _solver(self, eqn, env):
         args = [_read(env, v, self.runtime) for v in eqn.inputs]
@@ -318,6 +342,14 @@ def plan_text(plan):
             lines.append(
                 f"{i:3d} {what}  ({', '.join(nm(v) for v in e.inputs)}) -> {nm(e.outputs[0])}"
             )
+        elif t is LtStep:
+            ins = [nm(v) for v in s.eqn.inputs]
+            if s.epi.bias is not None:
+                ins.append("bias " + nm(s.epi.bias))
+            lines.append(
+                f"{i:3d} {s.describe()}  ({', '.join(ins)}) -> "
+                f"({', '.join(nm(v) for v in s.writes)})  [{s.status}]"
+            )
         elif t is AliasStep:
             lines.append(f"{i:3d} view reshape {nm(s.src)} -> {nm(s.out)}")
         elif t is SolverStep:
@@ -340,8 +372,8 @@ def plan_text(plan):
             "second call; "
             "every later call is one graph launch (cuda_graphs.py)"
         )
-    for k in _unique(plan.kernels):
-        lines.append(f"\n// ---- {k.name} ----")
+    for k in _unique(plan.kernels + plan.fallback_kernels):
+        lines.append(f"\n// ---- {k.name} ----" + " (fallback)" * (k not in plan.kernels))
         lines.append(k.source[len(PREAMBLE) :] if k.source.startswith(PREAMBLE) else k.source)
     return "\n".join(lines)
 
@@ -351,7 +383,8 @@ def _optimize(program):
         program, _ = passes.optimize(program)
     except ImportError:  # pragma: no cover - passes ship with fflow
         pass
-    return cuda_layout.fold_operand_transposes(program)  # cuBLAS reads them as OP_T
+    program = cuda_layout.fold_operand_transposes(program)  # cuBLAS reads them as OP_T
+    return cuda_layout.relu_masks_from_outputs(program)  # relu(GEMM) fuses into cuBLASLt
 
 
 compile_count = 0  # programs compiled by this backend (tests check it was used)

@@ -31,7 +31,7 @@ Example (on a GPU):
 
 import os
 
-from fflow.lowering.cuda_plan import AliasStep, BlasStep, KernelStep
+from fflow.lowering.cuda_plan import AliasStep, BlasStep, KernelStep, LtStep
 
 from fflow.core import Var
 
@@ -42,7 +42,10 @@ def enabled():
 
 def launches(plan):
     """Kernel launches and GEMMs of one call of `plan`."""
-    return sum(len(s.kernels) if type(s) is KernelStep else type(s) is BlasStep for s in plan.steps)
+    return sum(
+        len(s.kernels) if type(s) is KernelStep else type(s) in (BlasStep, LtStep)
+        for s in plan.steps
+    )
 
 
 def worthwhile(plan):
@@ -59,7 +62,7 @@ def capturable(plan):
         return False  # literal outputs are made on the host
     for step in plan.steps:
         t = type(step)
-        if t is BlasStep:
+        if t in (BlasStep, LtStep):
             if any(type(v) is not Var for v in step.eqn.inputs):
                 return False  # a literal operand would be copied from the host
         elif t not in (KernelStep, AliasStep):

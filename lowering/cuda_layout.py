@@ -9,12 +9,19 @@ that leaves the output unchanged (the operand's free dimensions keep their order
 and cuBLAS can stride over the result (cuda_gemm.dims: layout "N" or "T").
 """
 
+import math
+
 import numpy as np
 from fflow.lowering import cuda_gemm, passes
 from fflow.lowering.pad_sums import use_counts
+from fflow.primitives.binary import add_p, max_p, mul_p
+from fflow.primitives.compare import le_p, select_n_p
 from fflow.primitives.convert import convert_element_type_p
 from fflow.primitives.dot import dot_general_p
-from fflow.primitives.shape import transpose_p
+from fflow.primitives.shape import broadcast_in_dim_p, transpose_p
+from fflow.primitives.unary import integer_pow_p, tanh_p
+
+from fflow.core import Eqn, Var
 
 
 def fold_operand_transposes(program):
@@ -107,4 +114,268 @@ def fold_output_casts(program):
     if not folded:
         return program
     eqns = [folded.get(id(e), e) for e in program.eqns if id(e) not in dead]
+    return program.replace(eqns=eqns)
+
+
+# -- GEMM epilogues for cuBLASLt ----------------------------------------------------------------
+#
+# `act(dot(a, b) + bias)` with the bias broadcast along the output's last axis and act one of
+# relu / gelu (tanh approximation) is one cublasLtMatmul with CUBLASLT_EPILOGUE_{BIAS,
+# RELU_BIAS, GELU_BIAS} (cuda_cublaslt.py). The activation is fused only when fflow's
+# definition is the function cuBLASLt computes: relu = where(x <= 0, 0, x) or max(x, 0), and
+# gelu's tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) with those constants. The erf
+# gelu (`approximate=False`) has no cuBLASLt epilogue: only its bias is fused.
+
+EPILOGUE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class Epilogue:
+    """A GEMM (`dot`) whose `bias` add and `act` run in cuBLASLt's epilogue.
+
+    `out` is the value the Lt call writes (the activation's result, or the bias sum);
+    `inner` the equations it replaces (rendered by the fallback kernel); `aux` the
+    pre-activation value when the program reads it elsewhere (GELU_AUX_BIAS writes it
+    too, as an [m, n] matrix beside D), else None.
+    """
+
+    def __init__(self, dot, bias, act, out, inner, aux=None):
+        self.dot, self.bias, self.act, self.out = dot, bias, act, out
+        self.inner, self.aux = inner, aux
+
+    @property
+    def name(self):
+        """cuBLASLt's name of the epilogue: BIAS, RELU_BIAS, GELU_AUX_BIAS, RELU, GELU."""
+        act = {"relu": "RELU", "gelu": "GELU"}.get(self.act)
+        if act and self.aux is not None:
+            act += "_AUX"
+        parts = [p for p in (act, "BIAS" if self.bias is not None else None) if p]
+        return "_".join(parts)
+
+    @property
+    def label(self):
+        """How the plan names it: GEMM+bias+gelu."""
+        return "GEMM" + "+bias" * (self.bias is not None) + (f"+{self.act}" if self.act else "")
+
+
+def match_epilogues(program, consumers, outset, const_value):
+    """The epilogues cuBLASLt can run: {id(dot eqn): Epilogue}.
+
+    `consumers` maps a Var to the equations reading it, `outset` holds the program's
+    outputs, `const_value(v)` is v's value when v is a splat constant (else None).
+    """
+    prod = {o: e for e in program.eqns for o in e.outputs}
+    order = {id(e): i for i, e in enumerate(program.eqns)}
+    found = {}
+
+    def only_use(v, e):  # v is read by e alone (once) and is no program output
+        return v not in outset and [id(c) for c in consumers.get(v, ())] == [id(e)]
+
+    for dot in program.eqns:
+        if dot.primitive is not dot_general_p or not _lt_types(dot):
+            continue
+        q = dot.outputs[0]
+        uses = consumers.get(q, ())
+        if not uses or q in outset or q.aval.ndim < 1 or not q.aval.shape[-1]:
+            continue
+        add, bias, inner, s = uses[0], None, [], q
+        if add.primitive is add_p and add.inputs.count(q) == 1 and only_use(q, add):
+            other = add.inputs[1 - add.inputs.index(q)]
+            bc = prod.get(other)
+            if (
+                bc is not None
+                and bc.primitive is broadcast_in_dim_p
+                and tuple(bc.params["broadcast_dimensions"]) == (q.aval.ndim - 1,)
+                and type(bc.inputs[0]) is Var
+                and bc.inputs[0].aval.shape == q.aval.shape[-1:]
+                and np.dtype(bc.inputs[0].aval.dtype) == np.dtype(q.aval.dtype)
+                and const_value(bc.inputs[0]) is None
+                and (bc.inputs[0] not in prod or order[id(prod[bc.inputs[0]])] < order[id(dot)])
+            ):
+                bias, inner, s = bc.inputs[0], [add], add.outputs[0]
+        act = _activation(s, consumers, outset, prod, const_value)
+        if act is not None:
+            name, out, act_eqns = act
+            readers = {id(c) for c in consumers.get(s, ())} - {id(e) for e in act_eqns}
+            aux = None
+            if readers or s in outset:  # the pre-activation is read elsewhere (a backward)
+                n = s.aval.shape[-1]
+                if name != "gelu" or n % 8 or bias is None:
+                    act = None  # cuBLASLt keeps no copy of it: fuse the bias only
+                else:
+                    aux = s  # GELU_AUX_BIAS writes it beside the output
+            if act is not None:
+                found[id(dot)] = Epilogue(dot, bias, name, out, inner + act_eqns, aux)
+                continue
+        if bias is not None:
+            found[id(dot)] = Epilogue(dot, bias, None, s, inner)
+    return found
+
+
+def _lt_types(dot):
+    a, b = (np.dtype(v.aval.dtype).name for v in dot.inputs)
+    out = np.dtype(dot.outputs[0].aval.dtype).name
+    if any(type(v) is not Var for v in dot.inputs) or a != b or a not in EPILOGUE_DTYPES:
+        return False
+    return out in (a, "float32")
+
+
+def _activation(s, consumers, outset, prod, const_value):
+    """(name, output, equations) when the only function of `s` its readers compute is
+    relu or gelu (tanh form), else None."""
+    for e in consumers.get(s, ()):
+        if e.primitive is max_p and _is(e.inputs, s, 0.0, const_value):
+            return "relu", e.outputs[0], [e]
+        if e.primitive is le_p and e.inputs[0] is s and const_value(e.inputs[1]) == 0:
+            t = e.outputs[0]
+            for sel in consumers.get(t, ()):
+                p, f, tr = (sel.inputs + [None])[:3] if sel.primitive is select_n_p else [None] * 3
+                if p is t and f is s and tr is not None and const_value(tr) == 0:
+                    if t not in outset and len(consumers.get(t, ())) == 1:
+                        return "relu", sel.outputs[0], [e, sel]
+    for e in consumers.get(s, ()):
+        got = _gelu_tanh(e, s, consumers, outset, prod, const_value)
+        if got is not None:
+            return got
+    return None
+
+
+def _is(pair, s, c, const_value):
+    a, b = pair
+    return (a is s and const_value(b) == c) or (b is s and const_value(a) == c)
+
+
+_EPS = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
+
+
+def _close(v, c, const_value):
+    x = const_value(v)
+    if x is None:
+        return False
+    eps = _EPS.get(np.dtype(v.aval.dtype).name, 0.0)  # the constant rounded to v's type
+    return abs(float(x) - c) <= eps * abs(c)
+
+
+def _gelu_tanh(first, s, consumers, outset, prod, const_value):
+    """Match fflow's / JAX's tanh gelu of `s`, whose equations start at `first` (a reader
+    of s): (name, output, equations) or None."""
+    chain, e = [first], first
+    for _ in range(12):  # walk to the candidate output: a mul at the end of the chain
+        outs = consumers.get(e.outputs[0], ())
+        if len(outs) != 1 or e.outputs[0] in outset:
+            break
+        e = outs[0]
+        chain.append(e)
+        if e.primitive is mul_p:
+            used = _gelu_at(e.outputs[0], s, consumers, outset, prod, const_value)
+            eqns = {id(x): x for x in (used or []) + [e]}
+            if used is not None and all(id(x) in eqns for x in chain):
+                return "gelu", e.outputs[0], list(eqns.values())
+    return None
+
+
+def _gelu_at(out, s, consumers, outset, prod, const_value):
+    """The equations of `out` = s · 0.5 · (1 + tanh(√(2/π) · (s + 0.044715 · s³))), with
+    products and sums compared as multisets of factors / terms; None if it is not."""
+    used = []
+
+    def private(v):
+        return _private(v, consumers, outset)
+
+    def factors(v, top=False):
+        p = prod.get(v)
+        if v is not s and p is not None and (top or private(v)):
+            if p.primitive is mul_p:
+                used.append(p)
+                return factors(p.inputs[0]) + factors(p.inputs[1])
+            if p.primitive is integer_pow_p and p.params["y"] > 0:
+                used.append(p)
+                return factors(p.inputs[0]) * p.params["y"]
+        return [v]
+
+    def terms(v):
+        p = prod.get(v)
+        if v is not s and p is not None and p.primitive is add_p and private(v):
+            used.append(p)
+            return terms(p.inputs[0]) + terms(p.inputs[1])
+        return [v]
+
+    def pick(xs, c):
+        hit = [x for x in xs if _close(x, c, const_value)]
+        return hit, [x for x in xs if all(x is not h for h in hit)]
+
+    f = factors(out, top=True)
+    halves, rest = pick([x for x in f if x is not s], 0.5)
+    if f.count(s) != 1 or len(halves) != 1 or len(rest) != 1:
+        return None
+    one, rest = pick(terms(rest[0]), 1.0)  # 1 + tanh(...)
+    if len(one) != 1 or len(rest) != 1 or not private(rest[0]):
+        return None
+    th = prod.get(rest[0])
+    if th is None or th.primitive is not tanh_p:
+        return None
+    used.append(th)
+    k, inner = pick(factors(th.inputs[0]), math.sqrt(2 / math.pi))
+    if len(k) != 1 or len(inner) != 1:
+        return None
+    t2 = terms(inner[0])  # s + 0.044715 · s³
+    if len(t2) != 2 or sum(x is s for x in t2) != 1:
+        return None
+    c2, cube = pick(factors(t2[1] if t2[0] is s else t2[0]), 0.044715)
+    if len(c2) != 1 or len(cube) != 3 or any(x is not s for x in cube):
+        return None
+    return used
+
+
+def _private(v, consumers, outset):
+    return v not in outset and len(consumers.get(v, ())) == 1
+
+
+def relu_masks_from_outputs(program):
+    """A backward that reads relu's mask `s <= c` of a GEMM's (+bias) result reads
+    `relu(s) <= c` instead, relu(s) = where(s <= c, c, s) (the same predicate, NaN
+    included: relu keeps NaN and NaN <= c is false), so `s` is read by the relu alone
+    and the GEMM's epilogue can compute it without writing `s` (reverse mode keeps the
+    forward's mask for the backward's select)."""
+    prod = {o: e for e in program.eqns for o in e.outputs}
+    uses = {}
+    for e in program.eqns:
+        for v in e.inputs:
+            if type(v) is Var:
+                uses.setdefault(v, []).append(e)
+    outset = {v for v in program.outvars if type(v) is Var}
+    swap, extra = {}, {}
+    for sel in program.eqns:
+        if sel.primitive is not select_n_p or len(sel.inputs) != 3:
+            continue
+        t, s, zero = sel.inputs
+        le = prod.get(t)
+        if le is None or le.primitive is not le_p or le.inputs[0] is not s or t in outset:
+            continue
+        src = prod.get(s)
+        if src is None or not (
+            src.primitive is dot_general_p
+            or src.primitive is add_p and any(
+                prod.get(x) is not None and prod[x].primitive is dot_general_p for x in src.inputs
+            )
+        ):  # fmt: skip
+            continue
+        if le.inputs[1] is not zero or type(zero) is Var and zero in prod:
+            continue  # the same constant (or literal) c on both sides: where(s <= c, c, s)
+        others = [e for e in uses.get(t, ()) if e is not sel]
+        if not others:
+            continue
+        u = sel.outputs[0]
+        t2 = Var(t.aval)
+        extra[id(sel)] = Eqn(le_p, [u, zero], dict(le.params), [t2])
+        for e in others:
+            swap.setdefault(id(e), {})[t] = t2
+    if not extra:
+        return program
+    eqns = []
+    for e in program.eqns:
+        new = swap.get(id(e))
+        ins = [new.get(v, v) if type(v) is Var else v for v in e.inputs] if new else e.inputs
+        eqns.append(e.replace(inputs=ins) if new else e)
+        if id(e) in extra:
+            eqns.append(extra[id(e)])
     return program.replace(eqns=eqns)

@@ -4,7 +4,14 @@ fallbacks) that compute them. See cuda_backend.py for the overview."""
 
 import numpy as np
 from fflow.lowering import cuda_attention as ca
-from fflow.lowering import cuda_blockreduce, cuda_scan, cuda_sort, cuda_transpose
+from fflow.lowering import (
+    cuda_blockreduce,
+    cuda_gemm,
+    cuda_layout,
+    cuda_scan,
+    cuda_sort,
+    cuda_transpose,
+)
 from fflow.lowering import cuda_kernels as ck
 from fflow.lowering import cuda_reduce as cr
 from fflow.lowering import cuda_scatter_sort as css
@@ -53,6 +60,41 @@ class BlasStep:
         self.eqn = eqn
         self.reads = [v for v in eqn.inputs if type(v) is Var]
         self.writes = list(eqn.outputs)
+
+
+class LtStep:
+    """A GEMM with its bias / activation in cuBLASLt's epilogue (cuda_layout.Epilogue).
+
+    `fallback` is the fused elementwise kernel that computes the same values from the
+    plain GEMM's output when cuBLASLt is missing or refuses the layout; `taken` says
+    which path the last run took ("cuBLASLt" or "fallback: why").
+    """
+
+    def __init__(self, epi, fallback):
+        self.epi, self.eqn, self.fallback = epi, epi.dot, fallback
+        self.writes = [epi.out] + ([epi.aux] if epi.aux is not None else [])
+        q = epi.dot.outputs[0]
+        reads = [v for v in epi.dot.inputs if type(v) is Var]
+        reads += [v for kind, v in fallback.args if kind == "in" and v is not q]
+        self.reads = list(dict.fromkeys(reads))
+        self.taken = None
+
+    def describe(self):
+        e = self.epi
+        what = (
+            cuda_gemm.describe(e.dot)
+            .split(" ", 1)[1]
+            .replace(np.dtype(e.dot.outputs[0].aval.dtype).name, np.dtype(e.out.aval.dtype).name)
+        )
+        return f"{e.label} (cuBLASLt epilogue {e.name}) {what}"
+
+    @property
+    def status(self):
+        if self.taken is None:
+            return f"cuBLASLt on a GPU, else GEMM + kernel {self.fallback.name}"
+        if self.taken == "cuBLASLt":
+            return "taken: cuBLASLt"
+        return f"taken: GEMM + kernel {self.fallback.name} ({self.taken})"
 
 
 class AliasStep:
@@ -167,9 +209,10 @@ def _kind(eqn):
 
 
 class Plan:
-    """The launch plan of one program."""
+    """The launch plan of one program. `epilogues`: match GEMM + bias / activation
+    chains for cuBLASLt (LtStep); off, they are the GEMM's next fused kernel."""
 
-    def __init__(self, program):
+    def __init__(self, program, epilogues=True):
         self.program = program
         self.steps = []
         eqns = program.eqns
@@ -193,6 +236,13 @@ class Plan:
                 # a broadcast scalar: a literal in the kernels, no buffer
                 self.inline[v] = splat
                 materialized.discard(v)
+        prod = {o: e for e in eqns for o in e.outputs}
+        self.epilogues = (
+            cuda_layout.match_epilogues(program, consumers, outset, self._const_value(prod))
+            if epilogues
+            else {}
+        )
+        inside = {id(x) for epi in self.epilogues.values() for x in epi.inner}
         for e in eqns:
             if kinds[id(e)] == "fuse":
                 out = e.outputs[0]
@@ -208,12 +258,18 @@ class Plan:
             else:
                 materialized.update(e.outputs)
         materialized |= self._recompute_limit(eqns)
+        for epi in self.epilogues.values():  # values the Lt step reads or writes in memory
+            for v in (epi.bias, epi.out, epi.aux):
+                if v is not None and v in self.inline:
+                    del self.inline[v]
+                    materialized.add(v)
+        self.fallback_kernels = []
         pending = []  # _EwGroup / _RowGroup / finished steps, in order
         for e in eqns:
             kind = kinds[id(e)]
             out = e.outputs[0] if e.outputs else None
             if kind == "fuse":
-                if out in self.inline:
+                if out in self.inline or id(e) in inside:
                     continue
                 if e.primitive in (reshape_p, squeeze_p) and e.inputs[0] not in self.inline:
                     pending.append(AliasStep(out, e.inputs[0]))
@@ -239,6 +295,8 @@ class Plan:
                 )
                 scat = css.scatter_kernel(e, self._inl(), out, self.wide)
                 pending.append(KernelStep([copy, scat], note=e.primitive.name))
+            elif kind == "blas" and id(e) in self.epilogues:
+                pending.append(self._lt_step(self.epilogues[id(e)]))
             elif kind == "blas":
                 pending.append(BlasStep(e))
             elif kind == "control":
@@ -283,6 +341,29 @@ class Plan:
                 g.row_outputs = keep
                 self.steps[i] = self._row_step(g)
         self.kernels = [k for s in self.steps if type(s) is KernelStep for k in s.kernels]
+
+    def _lt_step(self, epi):
+        outs = [epi.out] + ([epi.aux] if epi.aux is not None else [])
+        inline = {**self.inline, **{o: x for x in epi.inner for o in x.outputs}}
+        kern = ck.elementwise_kernel(outs, inline, self.wide)
+        self.fallback_kernels.append(kern)
+        return LtStep(epi, kern)
+
+    def _const_value(self, prod):
+        def value(v):
+            if type(v) is Literal:
+                x = v.value
+            else:
+                e = self.inline.get(v) or prod.get(v)
+                if e is None or e.primitive is not broadcast_in_dim_p:
+                    return None
+                if type(e.inputs[0]) is not Literal:
+                    return None
+                x = e.inputs[0].value
+            x = np.asarray(x)
+            return float(x.astype(np.float64).reshape(())) if x.size == 1 else None
+
+        return value
 
     def _row_step(self, g):
         inline = {**self.inline, **{v: self._producer(v) for v in g.elem_outputs + g.row_outputs}}

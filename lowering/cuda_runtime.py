@@ -61,6 +61,11 @@ class ShimRuntime:
     def matmul(self, eqn, lhs, rhs):
         return self.to_runtime(eqn.primitive.impl(lhs, rhs, **eqn.params), eqn.outputs[0].aval)
 
+    def lt_matmul(self, step, lhs, rhs, bias):
+        """No cuBLASLt on the host: the plan runs the GEMM and its epilogue kernel."""
+        step.taken = "no cuBLASLt on the host shim"
+        return None
+
     def solver(self, eqn, args):
         outs = eqn.primitive.impl(*args, **eqn.params)
         return list(outs) if eqn.primitive.multiple_results else [outs]
@@ -162,6 +167,19 @@ class CupyRuntime:
         out = cp.matmul(a[0], b[0]) if nb == 1 else cp.matmul(a, b)  # (batched) GEMM
         out = out.reshape(out_aval.shape)
         return self._store(out, out_aval.dtype)
+
+    def lt_matmul(self, step, lhs, rhs, bias):
+        """GEMM + bias / activation in one cublasLtMatmul ({Var: array}), or None (with
+        `step.taken` saying why) when cuBLASLt is missing or refuses the layout."""
+        from fflow.lowering import cuda_cublaslt
+
+        try:
+            outs = cuda_cublaslt.matmul(self.cp, step.epi, lhs, rhs, bias, self.empty)
+        except cuda_cublaslt.LtUnavailable as e:
+            step.taken = str(e)
+            return None
+        step.taken = "cuBLASLt"
+        return outs
 
     def solver(self, eqn, args):
         """cuSOLVER through CuPy: NumPy's linalg functions dispatch on CuPy arrays."""

@@ -63,6 +63,7 @@ class Stream:
     def __init__(self, null=False, non_blocking=False):
         self.null = null
         self.capturing = False
+        self.ptr = 0 if null else id(self)  # the cudaStream_t handed to cuBLASLt
 
     def __enter__(self):
         return self
@@ -256,6 +257,9 @@ def install(device_count=1):
     # CuPy keeps a 0-d array 0-d (NumPy makes it 1-d)
     mod.ascontiguousarray = lambda a: _wrap(np.ascontiguousarray(a).reshape(np.shape(a)))
     sys.modules["cupy"] = mod
+    import fake_cublaslt  # cuBLASLt, loaded through cuda_cublaslt's ctypes calls
+
+    fake_cublaslt.install()
     compile_cubin = nvrtc.compile_cubin
 
     def recording(source, *args, **kwargs):
