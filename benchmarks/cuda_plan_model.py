@@ -47,6 +47,23 @@ def model(fn, *args):
     return len(plan.kernels), gemms, traffic / 1e6
 
 
+def hand_attention(q, k, v):
+    """Causal attention on [b, heads, seq, d] written out (rewritten to the fused primitive
+    unless FFLOW_ATTENTION_REWRITE=0: compare the two)."""
+    t = q.shape[2]
+    s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
+    return nn.softmax(s, axis=-1) @ v
+
+
+def hand_block_loss(p, x, heads):
+    fused, gc.attention = gc.attention, hand_attention
+    try:
+        return gc.block_loss(p, x, heads)
+    finally:
+        gc.attention = fused
+
+
 def stencils(x):
     for _ in range(10):
         x = (x[:-2] + x[1:-1] + x[2:]) / 3
@@ -78,6 +95,10 @@ def main():
         "MLP step 784-512-512-10 b128": (fflow.value_and_grad(gc.mlp_loss), [params, xm, ym]),
         "transformer block step bf16 amp b8 s512 d1024": (
             fflow.value_and_grad(fflow.amp(lambda p, x: gc.block_loss(p, x, 16), "bf16")),
+            [bp, b8],
+        ),
+        "same, attention written by hand": (
+            fflow.value_and_grad(fflow.amp(lambda p, x: hand_block_loss(p, x, 16), "bf16")),
             [bp, b8],
         ),
     }  # fmt: skip

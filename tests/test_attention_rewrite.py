@@ -316,3 +316,33 @@ def test_fused_primitive_second_derivatives(causal):
     want = fflow.jvp(fflow.grad(loss(False), argnums=(0, 1, 2)), (q, k, v), tuple(dirs))[1]
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-5)
+
+
+def test_cuda_launch_plan_of_a_hand_written_training_step():
+    # seq-major operands made head-major by hand (as after a projection): the rewrite's
+    # layout cancels those transposes and their backward ones; one kernel per direction
+    from fflow.lowering import cuda_backend
+
+    b, n, t, h = 2, 4, 64, 16
+
+    def attn(q, k, v):
+        q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q, k, v))
+        s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(h)
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
+        return jnp.transpose(nn.softmax(s, axis=-1) @ v, (0, 2, 1, 3))
+
+    def fwd_bwd(q, k, v, ct):
+        return fflow.vjp(attn, q, k, v)[1](ct)
+
+    q = np.ones((b, t, n, h), np.float32)
+    for on in (True, False):
+        with rewrite(on):
+            prog = cuda_backend._optimize(fflow.make_jaxpr(fwd_bwd)(q, q, q, q))
+        text = cuda_backend.plan_text(cuda_backend.Plan(prog))
+        launches = [ln for ln in text.splitlines() if ln[:3].strip().isdigit()]
+        if on:
+            assert len(launches) == 2, text
+            assert "attn_fwd" in launches[0] and "attn_bwd" in launches[1], text
+            assert f"[{b},{n},{t},{t}]" not in text  # no scores tensor in HBM
+        else:
+            assert len(launches) > 2 and f"f32[{b},{n},{t},{t}]" in text

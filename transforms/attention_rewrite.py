@@ -152,7 +152,7 @@ class _Rewriter:
             if hit is not None:
                 return hit
             r = self._src(x)
-            if r is None or aval_of_value(x).size > CONST_LIMIT:
+            if r is None:
                 return None
             prim, args, params = r
             if prim.multiple_results or "effect" in prim.traits:
@@ -160,7 +160,18 @@ class _Rewriter:
             vals = [self._const(a) for a in args]
             if any(v is None for v in vals):
                 return None
-            if prim is broadcast_in_dim_p:  # a view, not a copy, of a scalar fill
+            big = aval_of_value(x).size > CONST_LIMIT
+            if big and len(vals) == 1 and "elementwise" in prim.traits:
+                # a cast of a broadcast fill: computed on its one distinct element
+                small = vals[0][tuple(slice(0, 1) if st == 0 else slice(None)
+                                      for st in vals[0].strides)]  # fmt: skip
+                if small.size > CONST_LIMIT:
+                    return None
+                with np.errstate(all="ignore"):
+                    value = np.broadcast_to(np.asarray(prim.impl(small, **params)), vals[0].shape)
+            elif big and prim is not broadcast_in_dim_p:
+                return None
+            elif prim is broadcast_in_dim_p:  # a view, not a copy, of a scalar fill
                 shape, dims = params["shape"], params["broadcast_dimensions"]
                 src = vals[0].reshape([vals[0].shape[dims.index(d)] if d in dims else 1
                                        for d in range(len(shape))])  # fmt: skip
@@ -184,7 +195,7 @@ class _Rewriter:
         c = self._const(x)
         if c is None or c.size == 0 or not _is_float(c.dtype):
             return None
-        flat = c.reshape(-1)
+        flat = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides)].reshape(-1)
         first = flat[0]
         if not (np.all(flat == first) or np.all(np.isnan(flat))):
             return None
@@ -355,7 +366,7 @@ class _Rewriter:
             nd = aval_of_value(x).ndim
             nb = nd - 2
             if nb < 0 or tuple(pc) != (nd - 1,) or sorted(pb) != list(range(nb)):
-                return "the probabilities are not contracted over the keys axis with v"
+                continue  # e.g. the hand-written backward's probsᵀ @ ct
             s = self._scores(x, m)
             if isinstance(s, str):
                 return s
@@ -485,6 +496,7 @@ class _Rewriter:
                 return ("a -inf or additive mask that is not a constant (a fully masked row "
                         "is NaN by hand, the mean in the primitive)"), False  # fmt: skip
             if c is not None:
+                c = _shrink_const(c)
                 parts.append(~c if negate else c)
             else:
                 value = self._shrink(value)
@@ -553,6 +565,7 @@ def _same_shape(a, b):
 
 def _shrink_const(valid):
     """A constant mask with the axes it does not vary along kept at size 1."""
+    valid = valid[tuple(slice(0, 1) if st == 0 else slice(None) for st in valid.strides)]
     for axis in range(valid.ndim):
         first = np.take(valid, [0], axis=axis)
         if valid.shape[axis] > 1 and np.array_equal(np.broadcast_to(first, valid.shape), valid):
@@ -701,6 +714,35 @@ def _dce(program):
     return program.replace(eqns=kept, constvars=[v for v, _ in used], consts=[c for _, c in used])
 
 
+def _fold_transposes(program):
+    """transpose(transpose(x)) -> one transpose, or x itself: the primitive's [B, T, N, H]
+    layout undoes the usual head-major transposes around a hand-written attention (and
+    their transposes in the backward pass)."""
+    made = {}  # var -> (source, permutation) of a transpose
+    rename = {}
+    eqns = []
+
+    def name(v):
+        return rename.get(v, v) if type(v) is Var else v
+
+    for e in program.eqns:
+        ins = [name(v) for v in e.inputs]
+        if e.primitive is transpose_p and type(ins[0]) is Var and ins[0] in made:
+            src, inner = made[ins[0]]
+            perm = tuple(inner[i] for i in e.params["permutation"])
+            if perm == tuple(range(len(perm))):
+                rename[e.outputs[0]] = src
+                continue
+            ins, e = [src], e.replace(params={"permutation": perm})
+        if ins != e.inputs:
+            e = e.replace(inputs=ins)
+        if e.primitive is transpose_p:
+            made[e.outputs[0]] = (e.inputs[0], e.params["permutation"])
+        eqns.append(e)
+    outvars = [name(v) for v in program.outvars]
+    return _dce(program.replace(eqns=eqns, outvars=outvars))
+
+
 def rewrite_traced(trace):
     """jit's and make_jaxpr's entry: run `trace()` (-> Program) with the autodiff hook
     on, then rewrite the program; the notes go to `rewrites_of`. When the hook rewrote
@@ -722,7 +764,7 @@ def rewrite_traced(trace):
     program, more = rewrite_program(program)
     log = ctx.log + more
     if any(line.startswith("rewritten") for line in log):
-        program = _dce(program)
+        program = _fold_transposes(program)
     if log:
         _REWRITES[program] = log
     return program
