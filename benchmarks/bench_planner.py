@@ -223,16 +223,19 @@ def memory_table(grid, prof):
     """Batch annotation only, then budgets below that plan's peak: 10% below the
     data-parallel peak (the planner stores the optimizer state split: ZeRO-1, its
     gradients reduce-scatter into it: ZeRO-2), then 5% below that plan's peak
-    (parameters split too: FSDP-like). The hand ZeRO-2 / FSDP reference moves every
-    gradient once by reduce-scatter and every parameter once by all-gather, 2 (p-1)
-    bytes per parameter byte summed over devices (as data parallelism's all-reduce),
-    plus the loss's all-reduce."""
+    (parameters split too; FSDP when it must: each parameter all-gathered before its
+    forward use and again before its backward use, the gathered copy freed after).
+    Hand references, bytes summed over devices, plus the loss's all-reduce: ZeRO-2
+    reduce-scatters every gradient and all-gathers every updated parameter once,
+    2 (p-1) bytes per parameter byte (as data parallelism's all-reduce); FSDP
+    (ZeRO-3) all-gathers every parameter for the forward and again for the
+    backward and reduce-scatters every gradient, 3 (p-1) per parameter byte."""
     from fflow.sharding import S
 
     print(f"\n## shard planner: batch annotation only, under a memory budget ({prof.name})\n")
     print(
         "| workload | devices | DP peak | DP bytes | budget | plan peak | plan bytes "
-        "| hand ZeRO-2/FSDP bytes | ratio | storage |"
+        "| hand bytes (ZeRO-2, then FSDP) | ratio | storage |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     rungs = ("as given", "optimizer state split", "parameters split too")
@@ -250,9 +253,10 @@ def memory_table(grid, prof):
                 dp = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof).plan(*args)
                 peak = peak_memory(dp.plan.problem, dp.plan.sig_index)[0]
                 param_bytes = sum(a.nbytes for layer in params for a in layer.values())
-                hand = 2 * (p - 1) * (param_bytes + 4)
+                loss_ar = 2 * (p - 1) * 4
                 budget = int(0.9 * peak)
-                for _ in range(2):
+                zero2, fsdp = 2 * (p - 1) * param_bytes, 3 * (p - 1) * param_bytes
+                for hand in (zero2 + loss_ar, fsdp + loss_ar):
                     f = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof, memory_limit=budget)
                     try:
                         sp = f.plan(*args)
@@ -260,6 +264,7 @@ def memory_table(grid, prof):
                             f"{sp.peak_memory / 1e6:.2f} MB | {sp.bytes / 1e6:.2f} MB "
                             f"| {hand / 1e6:.2f} MB | {sp.bytes / hand:.2f} "
                             f"| {rungs[sp.storage_rung]}"
+                            + (", gathered per use (FSDP)" if sp.gathered_per_use else "")
                         )
                     except ValueError:
                         sp, got = None, f"no plan fits | - | {hand / 1e6:.2f} MB | - | -"

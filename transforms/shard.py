@@ -42,6 +42,7 @@ from fflow.transforms.program_transforms import close
 from fflow.transforms.program_transforms import partial_eval_program as pe_program
 from fflow.transforms.remat import checkpoint_p
 from fflow.transforms.shard_exec import ShardedProgram
+from fflow.transforms.shard_fsdp import gather_per_use
 from fflow.transforms.shard_memory import fit_budget
 from fflow.transforms.shard_rules import freeze
 from fflow.transforms.shard_unroll import has_unrollable, unroll_scans
@@ -250,10 +251,11 @@ class Sharded:
                 program = unroll_scans(program)
         out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
 
-        def make(ins, outs):
-            return ShardedProgram(
-                program, self.placement, lifted_sbps + ins, outs, plan_options=self.plan_options
-            )
+        def make(ins, outs, per_use=(), memory_weight=0.0):
+            k = len(lifted_sbps)  # (input leaves come after the lifted values)
+            prog = gather_per_use(program, {k + i: ins[i] for i in per_use})
+            opts = dict(self.plan_options, memory_weight=memory_weight)
+            return ShardedProgram(prog, self.placement, lifted_sbps + ins, outs, plan_options=opts)
 
         sources = _sources(lifted) + elsewhere
         if any(s is not None and s[0] != self.placement for s in sources) or any(

@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 from fflow.primitives.collectives import all_reduce_p, collective_phases
 from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.transforms import shard_fsdp
 from fflow.transforms.shard_boxing import apply_boxing, plan_boxing
 from fflow.transforms.shard_buckets import plan_buckets, schedule
 from fflow.transforms.shard_plan import fixed_plan, plan_program
@@ -137,6 +138,13 @@ class ShardedProgram:
 
     __repr__ = __str__
 
+    def eager_conversions(self):
+        """{var: SBP} converted right after it is computed (transforms/shard_fsdp.py)."""
+        prob, idx = self.plan.problem, self.plan.sig_index
+        eager = shard_fsdp.eager_conversions(prob, idx, prob.labels_of(idx))
+        ids = {i: v for v, i in prob.vid.items()}
+        return {ids[i]: prob.nd_of(c) for i, c in eager.items()}
+
     # -- per-device programs ----------------------------------------------------
     def local_program(self, flat):
         prog = self._locals.get(flat)
@@ -159,6 +167,7 @@ class ShardedProgram:
         coords = pl.coords(flat)
         prog = self.exec_program
         plan = self.plan
+        eager = self.eager_conversions()
 
         def device_fn(*xs):
             env = {}
@@ -188,6 +197,7 @@ class ShardedProgram:
 
             for eqn, sig in zip(prog.eqns, plan.eqn_sigs):
                 ins = [read(v, want) for v, want in zip(eqn.inputs, sig.ins)]
+                early = [v for v in eqn.outputs if v in eager]
                 if eqn.primitive is sbp_constraint_p:
                     outs = ins
                 else:
@@ -209,6 +219,8 @@ class ShardedProgram:
                     outs = out if eqn.primitive.multiple_results else [out]
                 for v, o in zip(eqn.outputs, outs):
                     env[v] = o
+                for v in early:  # a shrinking conversion, right away (shard_fsdp.py)
+                    read(v, eager[v])
             return [read(v, want) for v, want in zip(prog.outvars, self.out_sbps)]
 
         with core.set_current_trace(_root()):
@@ -408,11 +420,16 @@ def device_steps(prog, args):
     one device runs as fast as the unsharded jitted program.
     """
     stages = _stages(prog)
+    drops = _drops(prog, stages)
     env = {v: np.asarray(c) for v, c in zip(prog.constvars, prog.consts)}
     for v, a in zip(prog.invars, args):
         env[v] = a
     handles = {}
-    for kind, item, ins, outs in stages:
+    for n, (kind, item, ins, outs) in enumerate(stages):
+        for v in drops[n]:  # read for the last time by the stage before: free it
+            del env[v]
+        if live_probe is not None:
+            live_probe(env)
         if kind == "collective":
             x = _read(env, item.inputs[0])
             env[item.outputs[0]] = yield (item.primitive, x, item.params)  # host or device
@@ -431,6 +448,39 @@ def device_steps(prog, args):
             for v, r in zip(outs, results):
                 env[v] = r
     return [_read(env, v) for v in prog.outvars]
+
+
+# a test's hook: called with each device's live values before every stage
+live_probe = None
+_drop_cache = weakref.WeakKeyDictionary()
+
+
+def _drops(prog, stages):
+    """Per stage, the vars whose last reader is the stage before it (not outputs): the
+    device frees them there, so a gathered parameter lives only until its last use."""
+    hit = _drop_cache.get(prog)
+    if hit is not None:
+        return hit
+    last = {}
+    for n, (kind, item, ins, _) in enumerate(stages):
+        if kind == "segment":
+            reads = ins
+        elif kind == "collective":
+            reads = item.inputs[:1]
+        elif kind == "start":
+            reads = [e.inputs[0] for e in item.members]
+        else:
+            reads = ()
+        for v in reads:
+            if type(v) is not Literal:
+                last[v] = n
+    for v in prog.outvars:
+        last.pop(v, None)
+    drops = [[] for _ in range(len(stages) + 1)]
+    for v, n in last.items():
+        drops[n + 1].append(v)
+    _drop_cache[prog] = drops
+    return drops
 
 
 def run_plain(prog, args):

@@ -16,7 +16,7 @@ matching output (same shape and dtype, in order) stored the same way so the next
 step gets what this one returned. The fastest plan that fits wins.
 """
 
-import math
+from fflow.transforms.shard_fsdp import eager_conversions, is_alias, local_bytes
 
 from fflow.errors import user_error
 
@@ -24,58 +24,90 @@ from fflow.errors import user_error
 # codes, and shard.py says how a state array is split)
 
 
-def _local_bytes(aval, nd, hierarchy):
-    n = math.prod(aval.shape) if aval.shape else 1
-    pieces = 1
-    for h, s in zip(hierarchy, nd):
-        if s.is_split() and aval.shape:
-            pieces *= min(h, aval.shape[s.axis]) or 1
-    return -(-n // pieces) * aval.dtype.itemsize
+_local_bytes = local_bytes  # (shard_print.py's name for it)
 
 
 def peak_memory(prob, sig_idx):
     """(peak bytes on one device, index of the equation where it is reached)."""
     n = len(prob.cands)
-    h = prob.h
-    have = prob.labels_of(sig_idx)
     delta = [0] * (n + 2)  # bytes that become live at step t (freed after their last)
-
-    def live(a, b, nbytes):
-        delta[a] += nbytes
-        delta[b + 1] -= nbytes
-
-    last = {}
-    wants = {}
-    for k in range(n):
-        for i, w in zip(prob.eqn_ins[k], prob.cin[k][sig_idx[k]]):
-            last[i] = k
-            if w != have[i]:
-                lo, hi = wants.get((i, w), (k, k))
-                wants[(i, w)] = (min(lo, k), max(hi, k))
-    outs = set(prob.out_ids)
-    defined = {}
-    for k in range(n):
-        for i in prob.eqn_outs[k]:
-            defined[i] = k
-    for i, aval in enumerate(prob.avals):
-        if have[i] is None:
-            continue
-        nbytes = _local_bytes(aval, prob.nd_of(have[i]), h)
-        if i in defined:
-            end = n if i in outs else last.get(i, defined[i])
-            live(defined[i], end, nbytes)
-        elif i < prob.n_inputs:
-            live(0, n, nbytes)  # inputs, constants: held for the whole call
-        elif i in last:
-            live(last[i], last[i], nbytes)  # a literal, where it is read
-    for (i, w), (lo, hi) in wants.items():
-        live(lo, hi, _local_bytes(prob.avals[i], prob.nd_of(w), h))
+    for lo, hi, nbytes, _ in buffers(prob, sig_idx):
+        delta[lo] += nbytes
+        delta[hi + 1] -= nbytes
     peak, at, cur = 0, 0, 0
     for t in range(n + 1):
         cur += delta[t]
         if cur > peak:
             peak, at = cur, t
     return peak, at
+
+
+def live_at(prob, sig_idx, t):
+    """The buffers live on one device at equation t, largest first: (bytes, var id,
+    N-D SBP it is held in, first and last equation)."""
+    out = [
+        (nbytes, key if type(key) is int else key[0], prob.nd_of(code), lo, hi)
+        for lo, hi, nbytes, (key, code) in buffers(prob, sig_idx)
+        if lo <= t <= hi
+    ]
+    return sorted(out, key=lambda b: -b[0])
+
+
+def buffers(prob, sig_idx):
+    """Every buffer one device holds under a plan: (first equation, last equation, bytes,
+    (var id or (var id, code) of a converted copy, code))."""
+    n = len(prob.cands)
+    h = prob.h
+    have = prob.labels_of(sig_idx)
+    out = []
+
+    def live(a, b, nbytes, key, code):
+        out.append((a, b, nbytes, (key, code)))
+
+    def size(i, code):
+        return local_bytes(prob.avals[i], prob.nd_of(code), h)
+
+    eager = eager_conversions(prob, sig_idx, have)  # converted as soon as computed
+    defined = {i: k for k in range(n) for i in prob.eqn_outs[k]}
+    # buffers: a var (int id) as held, or a converted copy (var id, code) between its
+    # first and last reader; an SBP constraint's output is the buffer it reads
+    span = {}
+    root = {}
+
+    def touch(key, k):
+        lo, hi = span.get(key, (k, k))
+        span[key] = (min(lo, k), max(hi, k))
+
+    for k in range(n):
+        for i, w in zip(prob.eqn_ins[k], prob.cin[k][sig_idx[k]]):
+            if w == have[i]:
+                touch(root.get(i, i), k)
+                continue
+            if i in eager:
+                touch((i, w), defined[i])
+            else:
+                touch(root.get(i, i), k)  # read by the conversion
+            touch((i, w), k)
+        if is_alias(prob, k):
+            (o,) = prob.eqn_outs[k]
+            i, w = prob.eqn_ins[k][0], prob.cin[k][sig_idx[k]][0]
+            root[o] = root.get(i, i) if w == have[i] else (i, w)
+    for i in prob.out_ids:
+        touch(root.get(i, i), n)
+    for i in range(len(prob.avals)):
+        if have[i] is None or i in root:
+            continue
+        if i in defined:
+            end = defined[i] if i in eager else span.get(i, (0, defined[i]))[1]
+            live(defined[i], max(end, defined[i]), size(i, have[i]), i, have[i])
+        elif i < prob.n_inputs:
+            live(0, n, size(i, have[i]), i, have[i])  # inputs, constants: all call long
+        elif i in span:
+            live(*span[i], size(i, have[i]), i, have[i])  # a literal, where it is read
+    for key, (lo, hi) in span.items():
+        if type(key) is tuple:
+            live(lo, hi, size(*key), key, key[1])
+    return out
 
 
 def storage_ladder(arg_of_leaf, free, _unused=None):
@@ -90,44 +122,76 @@ def storage_ladder(arg_of_leaf, free, _unused=None):
     return rungs
 
 
+# memory weights tried, in seconds per byte held per device relative to the plan's step
+# time per byte of all values held whole (transforms/shard_fsdp.py `weigh_memory`)
+MEMORY_FACTORS = (1.0, 8.0)
+
+
 def fit_budget(
     make, split_of, in_sbps, out_specs, in_avals, out_avals, free_out, arg_of_leaf, limit, pl
 ):
     """The fastest ShardedProgram over the storage ladder whose peak fits `limit`.
 
-    `make(in_sbps, out_specs)` plans one; `split_of(shape, hierarchy)` is how a state array
-    is stored split (None: it cannot be); `arg_of_leaf[i]` is the positional argument of
-    input leaf i, None where the user gave its SBP; `free_out[j]`: output j unannotated.
+    `make(in_sbps, out_specs, per_use)` plans one (`per_use`: the input leaves to gather
+    per use, transforms/shard_fsdp.py); `split_of(shape, hierarchy)` is how a state
+    array is stored split (None: it cannot be); `arg_of_leaf[i]` is the positional
+    argument of input leaf i, None where the user gave its SBP; `free_out[j]`: output
+    j unannotated. When no rung fits, the last one is planned again with the leaves
+    it split beyond the first split rung (the parameters) gathered per use (FSDP):
+    more communication, so only when the budget forces it.
     """
     h = tuple(pl.hierarchy)
     free = [i for i, a in enumerate(arg_of_leaf) if a is not None]
+    ladder = storage_ladder(arg_of_leaf, free, None)
     tried = []
-    for rung in storage_ladder(arg_of_leaf, free, None):
+
+    def attempt(rung, per_use=(), weight=0.0):
         ins, outs = list(in_sbps), list(out_specs)
         by_aval = {}
         for j, a in enumerate(out_avals):
             if free_out[j]:
                 by_aval.setdefault((a.shape, a.dtype), []).append(j)
+        split = set()
         for i in sorted(rung):
             nd = split_of(in_avals[i].shape, h)
             if nd is None:
                 continue
+            split.add(i)
             ins[i] = nd
             js = by_aval.get((in_avals[i].shape, in_avals[i].dtype))
             if js:
                 outs[js.pop(0)] = nd  # the next step gets this state as it came in
-        sp = make(ins, outs)
+        sp = make(ins, outs, sorted(split & set(per_use)), weight)
         sp.peak_memory = peak_memory(sp.plan.problem, sp.plan.sig_index)[0]
         sp.memory_limit = limit
-        sp.storage_rung = len(tried)
+        sp.storage_rung = ladder.index(rung)  # (the rung of the storage ladder)
+        sp.gathered_per_use = bool(per_use)
         tried.append(sp)
+        return sp
+
+    for rung in ladder:
+        attempt(rung)
     fits = [sp for sp in tried if sp.peak_memory <= limit]
+    if not fits and len(ladder) > 1:
+        first = ladder[1] if len(ladder) > 2 else set()
+        per_use = ladder[-1] - first
+        sp = attempt(ladder[-1], per_use)
+        # still too big: the time-optimal plan holds too much (activations replicated,
+        # partial sums at full size); steer the search by memory, harder each time
+        prob = sp.plan.problem
+        held = sum(local_bytes(prob.avals[i], (), h) for outs in prob.eqn_outs for i in outs)
+        for factor in MEMORY_FACTORS:
+            if sp.peak_memory <= limit:
+                break
+            sp = attempt(ladder[-1], per_use, factor * sp.plan.time / max(held, 1))
+        fits = [sp for sp in tried if sp.peak_memory <= limit]
     if not fits:
         low = min(sp.peak_memory for sp in tried)
         raise user_error(
             ValueError,
             f"shard: no plan fits memory_limit={limit} bytes per device; the smallest "
-            f"needs {low} bytes (with every unannotated state argument stored split). "
-            "Fix: raise memory_limit, use more devices, or annotate more inputs as split.",
+            f"needs {low} bytes (with every unannotated state argument stored split, "
+            "parameters gathered per use). Fix: raise memory_limit, use more devices, or "
+            "annotate more inputs as split.",
         )
     return min(fits, key=lambda sp: sp.plan.time)

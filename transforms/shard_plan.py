@@ -37,6 +37,7 @@ from fflow.transforms.shard_cost import (
     hidden_time,
     is_bucketed_reduce,
 )
+from fflow.transforms.shard_fsdp import weigh_memory
 from fflow.transforms.shard_plan_control import (
     cond_signatures,
     scan_signatures,
@@ -102,6 +103,8 @@ class Plan:
         ]
         self.profile = prob.profile
         self.compute_time = sum(prob.comp[k][s] for k, s in enumerate(sig_idx))
+        if prob.pen is not None:  # (the memory weight steered the search; not time)
+            self.compute_time -= sum(prob.pen[k][s] for k, s in enumerate(sig_idx))
         self.comm_time = 0.0
         self.bytes = 0
         self.hidden_time = 0.0  # communication overlapping compute (not in comm_time)
@@ -119,7 +122,9 @@ class Plan:
 class _Problem:
     """The program as integers: var ids, per-equation candidate codes and costs."""
 
-    def __init__(self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile):
+    def __init__(
+        self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile, mem_w=0.0
+    ):
         self.program = program
         self.h = tuple(pl.hierarchy)
         self.nd = len(self.h)
@@ -223,6 +228,7 @@ class _Problem:
         self._bt = {}
         self._reduce = {}
         self._fin = {}
+        self.pen = weigh_memory(self, mem_w) if mem_w else None
 
     def _overlap(self):
         """Per gradient (a value crossing into the optimizer tail), the seconds of its
@@ -376,10 +382,12 @@ def plan_program(
     allow_partial_out=False,
     search=True,
     profile=None,
+    memory_weight=0.0,
 ):
     """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
-    handled one level up, transforms/shard_memory.py)."""
-    prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile)
+    handled one level up, transforms/shard_memory.py; `memory_weight`: seconds per byte
+    of equation output held per device, added to the search's costs, shard_fsdp.py)."""
+    prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight)
     found = _searched(prob, search)
     if prob.control and search:
         # the loops' split signatures change what is cheap around them; the search can

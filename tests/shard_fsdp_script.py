@@ -1,0 +1,135 @@
+"""Run by tests/test_shard_fsdp.py on simulated devices (imported) and under
+`python -m fflow.launch -n 2` / `-n 4` (as a script): an MLP Adam step with only the
+batch annotated (S(0)) and a memory budget below every plan that keeps the
+parameters whole or gathers each once (data parallelism, ZeRO-1/2, parameters split
+with one shared gather), so only FSDP fits: parameters and Adam state stored split,
+each weight all-gathered for its forward use and again for its backward use.
+Prints (rank 0) the plan's rung, peak and budget, its conversions, the loss and new
+parameters, and the same step in float64 NumPy (backward written out), as JSON."""
+
+import json
+
+import numpy as np
+
+import fflow
+import fflow.numpy as jnp
+from fflow.sharding import H200, B, S, runtime
+
+DIMS = (16, 96, 96, 96, 8)
+BATCH = 128
+LR, B1, B2, EPS = 1e-2, 0.9, 0.999, 1e-8
+
+
+def init(dims=DIMS, batch=None, seed=0):
+    batch = batch or BATCH
+    rng = np.random.default_rng(seed)
+    params = [
+        ((rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32), np.zeros(b, np.float32))
+        for a, b in zip(dims[:-1], dims[1:])
+    ]
+    opt = [
+        tuple(
+            (rng.normal(size=a.shape) * 0.01).astype(np.float32) ** k for a in wb
+        )  # m (k=1), v (k=2 > 0)
+        for wb in params
+        for k in (1, 2)
+    ]
+    x = rng.normal(size=(batch, dims[0])).astype(np.float32)
+    y = rng.normal(size=(batch, dims[-1])).astype(np.float32)
+    return params, opt, x, y
+
+
+def loss_fn(params, x, y):
+    h = x
+    for i, (w, b) in enumerate(params):
+        h = h @ w + b
+        if i < len(params) - 1:
+            h = jnp.tanh(h)
+    return jnp.mean((h - y) ** 2)
+
+
+def step(params, opt, x, y):
+    loss, grads = fflow.value_and_grad(loss_fn)(params, x, y)
+    new_p, new_o = [], []
+    for j, (wb, gwb) in enumerate(zip(params, grads)):
+        ms, vs = opt[2 * j], opt[2 * j + 1]
+        nm = tuple(B1 * m + (1 - B1) * g for m, g in zip(ms, gwb))
+        nv = tuple(B2 * v + (1 - B2) * g * g for v, g in zip(vs, gwb))
+        new_p.append(tuple(p - LR * m / (jnp.sqrt(v) + EPS) for p, m, v in zip(wb, nm, nv)))
+        new_o += [nm, nv]
+    return loss, new_p, new_o
+
+
+def numpy_step(params, opt, x, y):
+    """The same step in float64 NumPy, the backward pass written out."""
+    hs, pre = [x.astype(np.float64)], []
+    for i, (w, b) in enumerate(params):
+        z = hs[-1] @ w + b
+        pre.append(z)
+        hs.append(np.tanh(z) if i < len(params) - 1 else z)
+    diff = hs[-1] - y
+    loss = np.mean(diff**2)
+    g = 2.0 * diff / diff.size
+    grads = [None] * len(params)
+    for i in reversed(range(len(params))):
+        w, _ = params[i]
+        if i < len(params) - 1:
+            g = g * (1 - np.tanh(pre[i]) ** 2)
+        grads[i] = (hs[i].T @ g, g.sum(0))
+        g = g @ np.asarray(w, np.float64).T
+    new_p, new_o = [], []
+    for j, (wb, gwb) in enumerate(zip(params, grads)):
+        ms, vs = opt[2 * j], opt[2 * j + 1]
+        nm = [B1 * m + (1 - B1) * gg for m, gg in zip(ms, gwb)]
+        nv = [B2 * v + (1 - B2) * gg * gg for v, gg in zip(vs, gwb)]
+        new_p.append([p - LR * m / (np.sqrt(v) + EPS) for p, m, v in zip(wb, nm, nv)])
+        new_o += [nm, nv]
+    return loss, new_p, new_o
+
+
+def peaks_without_fsdp(pl, args):
+    """The liveness peaks of the plans that do not gather per use: parameters and state
+    as given (B), the Adam state split, and parameters split too (one gather each)."""
+    from fflow.transforms.shard_memory import peak_memory
+
+    split = S(0)
+    out = []
+    for p_sbp, o_sbp in ((B, B), (B, split), (split, split)):
+        sp = fflow.shard(step, pl, in_sbp=(p_sbp, o_sbp, S(0), S(0)), profile=H200).plan(*args)
+        out.append(peak_memory(sp.plan.problem, sp.plan.sig_index)[0])
+    return out
+
+
+def run(pl):
+    params, opt, x, y = init()
+    args = (params, opt, x, y)
+    budget = min(peaks_without_fsdp(pl, args)) - 1
+    fn = fflow.shard(step, pl, in_sbp=(None, None, S(0), S(0)), profile=H200, memory_limit=budget)
+    sp = fn.plan(*args)
+    conversions = [
+        (list(v.aval.shape), str(have), str(want), bp.collectives(), bp.bytes)
+        for _, v, have, want, bp in sp.boxings()
+        if bp.bytes
+    ]
+    loss, new_p, new_o = fn(*args)
+    ref_loss, ref_p, ref_o = numpy_step(params, opt, x, y)
+    return {
+        "devices": pl.size,
+        "budget": budget,
+        "peak": sp.peak_memory,
+        "rung": sp.storage_rung,
+        "per_use": sp.gathered_per_use,
+        "bytes": sp.bytes,
+        "conversions": conversions,
+        "loss": float(loss),
+        "ref_loss": float(ref_loss),
+        "got": [np.asarray(a).tolist() for t in new_p + new_o for a in t],
+        "ref": [np.asarray(a).tolist() for t in ref_p + ref_o for a in t],
+    }
+
+
+if __name__ == "__main__":
+    n = runtime().device_count()
+    result = run(fflow.placement("cpu", list(range(n))))
+    if runtime().rank == 0:
+        print("RESULT " + json.dumps(result))
