@@ -4,6 +4,9 @@ kernels, GEMMs and modelled HBM traffic per program, to compare two checkouts.
     python benchmarks/cuda_plan_model.py              # this checkout
     python benchmarks/cuda_plan_model.py OTHER_ROOT   # another checkout (git archive)
 
+`FFLOW_CUBLASLT=0` plans without cuBLASLt epilogues (bias / relu / gelu as the GEMM's
+next kernel), for a before/after on one checkout.
+
 "Modelled HBM" counts every kernel input once per pass over it (in row kernels: one
 per load site in a loop over the row; the register-cached row is one) plus its
 outputs; GEMMs are left out. It measures what the planner generates, not speed.
@@ -31,7 +34,8 @@ from fflow import nn  # noqa: E402
 
 
 def model(fn, *args):
-    plan = cuda_backend.Plan(cuda_backend._optimize(fflow.make_jaxpr(fn)(*args)))
+    prog = cuda_backend._optimize(fflow.make_jaxpr(fn)(*args))
+    plan = cuda_backend.Plan(prog, epilogues=os.environ.get("FFLOW_CUBLASLT", "1") != "0")
     traffic = 0
     for k in plan.kernels:
         body = k.source.split("void fflow_")[1]
@@ -43,8 +47,9 @@ def model(fn, *args):
                 name = f"in{ins.index((kind, v))}"
                 passes = max(1, len(re.findall(rf"\b{name}\[|\({name} \+ row", body)))
             traffic += nb * passes
-    gemms = sum(type(s).__name__ == "BlasStep" for s in plan.steps)
-    return len(plan.kernels), gemms, traffic / 1e6
+    gemms = sum(type(s).__name__ in ("BlasStep", "LtStep") for s in plan.steps)
+    lt = sum(type(s).__name__ == "LtStep" for s in plan.steps)  # GEMMs with an epilogue
+    return len(plan.kernels), gemms, lt, traffic / 1e6
 
 
 def hand_attention(q, k, v):
@@ -83,6 +88,7 @@ def main():
     params = gc.mlp_init(rng, [784, 512, 512, 10])
     xm, ym = gc.f32(rng, 128, 784), rng.integers(0, 10, 128).astype(np.int32)
     bp = gc.block_init(rng, 1024, 4096)
+    bf16 = np.dtype(jnp.bfloat16)
     cases = {
         "softmax [8192,4096] f32": (lambda x: nn.softmax(x, axis=-1), [x]),
         "softmax [64,50257] f32": (lambda x: nn.softmax(x, axis=-1), [gc.f32(rng, 64, 50257)]),
@@ -91,6 +97,11 @@ def main():
         "layernorm train grads b8 s512 d1024": (fflow.grad(ln_step, argnums=(0, 1, 2, 3)),
                                                 [b8, d, d, w]),
         "x @ w.T [4096,1024]x[1024,1024]": (lambda x, w: x @ w.T, [b8.reshape(4096, 1024), w]),
+        "GEMM+bias+gelu bf16 [4096,1024]x[1024,4096]": (
+            lambda x, w, b: nn.gelu(x @ w + b),
+            [b8.reshape(4096, 1024).astype(bf16), gc.f32(rng, 1024, 4096).astype(bf16),
+             gc.f32(rng, 4096).astype(bf16)],
+        ),
         "10 stencils [1M]": (stencils, [gc.f32(rng, 1 << 20)]),
         "MLP step 784-512-512-10 b128": (fflow.value_and_grad(gc.mlp_loss), [params, xm, ym]),
         "transformer block step bf16 amp b8 s512 d1024": (
@@ -103,8 +114,9 @@ def main():
         ),
     }  # fmt: skip
     for name, (fn, args) in cases.items():
-        k, g, mb = model(fn, *args)
-        print(f"{name:48s} kernels {k:3d}  gemms {g:2d}  modelled HBM {mb:9.1f} MB")
+        k, g, lt, mb = model(fn, *args)
+        print(f"{name:48s} kernels {k:3d}  gemms {g:2d} ({lt:2d} cuBLASLt epilogues)  "
+              f"modelled HBM {mb:9.1f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

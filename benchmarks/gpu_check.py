@@ -193,6 +193,7 @@ def sizes(full):
             attn=(8, 16, 512, 64),
             mlp=(128, 784, 512, 10),
             block=(8, 512, 1024, 16),
+            epilogue=(4096, 1024, 4096),  # x [m, k] @ w [k, n] + b, gelu: an MLP's fc1
             tall=(5_000_000, 8),
             scan=1 << 24,
             sort=1 << 20,
@@ -203,6 +204,7 @@ def sizes(full):
         attn=(1, 2, 8, 4),
         mlp=(8, 12, 16, 4),
         block=(2, 4, 16, 4),
+        epilogue=(24, 16, 32),
         tall=(70, 8),
         scan=9000,  # > cuda_scan.MIN_LENGTH: the chunked device scan
         sort=2500,
@@ -238,15 +240,17 @@ class Check:
         jf = fflow.jit(fn)
         dev_args = self.put(args)
         t0 = time.perf_counter()
+        del _LT_TAKEN[:]
         outs = jf(*dev_args)
         self.sync()
         first = time.perf_counter() - t0
+        lt = list(_LT_TAKEN)  # which GEMMs ran a cuBLASLt epilogue (or why not)
         got = [np.asarray(o, np.float64) for o in fflow.tree_util.tree_leaves(outs)]
         refs = [np.asarray(r, np.float64) for r in fflow.tree_util.tree_leaves(refs)]
         err = max(_rel_err(g, r) for g, r in zip(got, refs))
         ok = len(got) == len(refs) and err <= tol and all(np.isfinite(g).all() for g in got)
         row = dict(name=name, ok=bool(ok), max_rel_err=err, tol=tol, reference=reference,
-                   first_call_s=first)  # fmt: skip
+                   first_call_s=first, lt_epilogues=lt)  # fmt: skip
         reps = self.args.reps
         walls, enq = [], []
         for _ in range(reps):
@@ -271,6 +275,23 @@ class Check:
             fn()
         except Exception as e:  # noqa: BLE001 - a failing case is reported, the rest run
             self.results.append(dict(name=name, ok=False, error=f"{type(e).__name__}: {e}"))
+
+
+_LT_TAKEN = []  # (label, cuBLASLt epilogue, path taken) of each Lt step of a first call
+
+
+def _record_lt():
+    from fflow.lowering import cuda_runtime
+
+    for cls in (cuda_runtime.CupyRuntime, cuda_runtime.ShimRuntime):
+        orig = cls.lt_matmul
+
+        def lt_matmul(self, step, lhs, rhs, bias, orig=orig):
+            out = orig(self, step, lhs, rhs, bias)
+            _LT_TAKEN.append(f"{step.epi.label} {step.epi.name}: {step.taken}")
+            return out
+
+        cls.lt_matmul = lt_matmul
 
 
 def _rel_err(got, ref):
@@ -313,6 +334,7 @@ def _kernel_times(cp, jf, dev_args):
 
     rows = []
     launch, matmul = cuda_runtime.CupyRuntime.launch, cuda_runtime.CupyRuntime.matmul
+    lt_matmul = cuda_runtime.CupyRuntime.lt_matmul
 
     def timed(kind, call, nbytes, regs=None):
         a, b = cp.cuda.Event(), cp.cuda.Event()
@@ -334,11 +356,18 @@ def _kernel_times(cp, jf, dev_args):
         return timed("gemm " + str(eqn.outputs[0].aval), lambda: matmul(self, eqn, lhs, rhs),
                      nbytes)  # fmt: skip
 
+    def t_lt(self, step, lhs, rhs, bias):
+        nbytes = int(lhs.nbytes + rhs.nbytes)
+        return timed(f"{step.epi.label} (cuBLASLt {step.epi.name}) {step.epi.out.aval}",
+                     lambda: lt_matmul(self, step, lhs, rhs, bias), nbytes)  # fmt: skip
+
     cuda_runtime.CupyRuntime.launch, cuda_runtime.CupyRuntime.matmul = t_launch, t_matmul
+    cuda_runtime.CupyRuntime.lt_matmul = t_lt
     try:
         jf(*dev_args)
     finally:
         cuda_runtime.CupyRuntime.launch, cuda_runtime.CupyRuntime.matmul = launch, matmul
+        cuda_runtime.CupyRuntime.lt_matmul = lt_matmul
     return rows
 
 
@@ -412,6 +441,23 @@ def run_cases(c):
         c.program("transformer block step bf16 amp", fn, [params, x], ref, 6e-2,
                   reference="fflow f32 on the host")  # fmt: skip
 
+    def epilogue():
+        # GEMM + bias + gelu (tanh) in bf16: one cuBLASLt call (GELU_BIAS) against the
+        # GEMM + fused epilogue kernel (FFLOW_CUBLASLT=0 while that one compiles)
+        m, k, n = sz["epilogue"]
+        x, w = f32(rng, m, k).astype(bf16), (f32(rng, k, n) / np.sqrt(k)).astype(bf16)
+        b = f32(rng, n).astype(bf16)
+        z = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
+        ref = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+        c.program("GEMM+bias+gelu bf16 (cuBLASLt)", lambda x, w, b: nn.gelu(x @ w + b),
+                  [x, w, b], [ref], 1.6e-2)  # fmt: skip
+        os.environ["FFLOW_CUBLASLT"] = "0"
+        try:
+            c.program("GEMM+bias+gelu bf16 (GEMM+kernel)", lambda x, w, b: nn.gelu(x @ w + b),
+                      [x, w, b], [ref], 1.6e-2)  # fmt: skip
+        finally:
+            del os.environ["FFLOW_CUBLASLT"]
+
     def tall():
         from fflow.lowering import cuda_kernels
 
@@ -441,6 +487,7 @@ def run_cases(c):
     c.case("tall row reduction", tall)
     c.case("rows bf16", lambda: rows(bf16, 1.6e-2))
     c.case("MLP step", mlp)
+    c.case("GEMM+bias+gelu epilogue", epilogue)
     c.case("attention", attention_case)
     c.case("cumsum", cumsum)
     c.case("sort", sort)
@@ -532,6 +579,9 @@ def table(report):
     if ceil:
         lines.append(f"copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
                      f"TF32 GEMM {ceil['tf32_gemm_flops'] / 1e12:.0f} TFLOP/s")  # fmt: skip
+    for r in report["results"]:
+        for lt in r.get("lt_epilogues") or ():
+            lines.append(f"  {r['name']}: {lt}")
     if report["skipped"]:
         lines.append("skipped (budget): " + ", ".join(report["skipped"]))
     lines.append(f"{report['passed']}/{len(report['results'])} correct, {report['seconds']:.0f} s")
@@ -552,6 +602,7 @@ def main(argv=None):
         args.reps = 2 if args.shim else 20
     if args.shim:
         _poison_shim()
+    _record_lt()
     c = Check(args)
     run_cases(c)
     report = dict(device=str(c.device), shim=c.shim, sizes=c.sz, results=c.results,

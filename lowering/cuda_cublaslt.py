@@ -10,7 +10,7 @@ the process, the `nvidia/cu13/lib` / `nvidia/cublas/lib` wheel folders and
 One call computes D = act(op(A) op(B) + bias) with bf16 / fp16 / f32 operands, fp32
 compute and scale (CUBLAS_COMPUTE_32F), the bias broadcast along the output's last
 axis (cuBLASLt's rows of the column-major D), epilogue BIAS, RELU_BIAS, GELU_BIAS,
-GELU_AUX_BIAS (also writes the pre-activation for a backward) or RELU / GELU without a
+GELU_AUX[_BIAS] (also writes the pre-activation for a backward) or RELU / GELU without a
 bias. Operand packing is cuda_gemm's: the row-major C = A @ B is the column-major
 Cᵀ = Bᵀ Aᵀ, so cuBLASLt's A is fflow's right operand and the bias has cuBLASLt's m rows.
 
@@ -40,7 +40,7 @@ LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
 EPILOGUES = {"": 1, "RELU": 2, "BIAS": 4, "RELU_BIAS": 6, "GELU": 32, "GELU_BIAS": 36,
-             "GELU_AUX_BIAS": 164}  # fmt: skip
+             "GELU_AUX": 160, "GELU_AUX_BIAS": 164}  # fmt: skip
 CUBLAS_COMPUTE_32F, CUDA_R_32F = 68, 0
 WORKSPACE = 32 << 20  # bytes; NVIDIA's recommendation for Hopper
 

@@ -199,7 +199,7 @@ def match_epilogues(program, consumers, outset, const_value):
             aux = None
             if readers or s in outset:  # the pre-activation is read elsewhere (a backward)
                 n = s.aval.shape[-1]
-                if name != "gelu" or n % 8 or bias is None:
+                if name != "gelu" or n % 8:
                     act = None  # cuBLASLt keeps no copy of it: fuse the bias only
                 else:
                     aux = s  # GELU_AUX_BIAS writes it beside the output

@@ -20,7 +20,7 @@ CALLS = []  # one dict per cublasLtMatmul: epilogue, m, n, k, transa, transb, ba
 REFUSE = set()  # epilogue values whose heuristic finds no algorithm (as for a bad layout)
 INVALID = 7  # CUBLAS_STATUS_INVALID_VALUE
 NAMES = {1: "DEFAULT", 2: "RELU", 4: "BIAS", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS",
-         164: "GELU_AUX_BIAS"}  # fmt: skip
+         160: "GELU_AUX", 164: "GELU_AUX_BIAS"}  # fmt: skip
 # attribute id -> ctypes type (cublasLt.h): desc, layout, preference
 DESC = {0: ctypes.c_int32, 1: ctypes.c_int32, 3: ctypes.c_int32, 4: ctypes.c_int32,
         7: ctypes.c_uint32, 8: ctypes.c_void_p, 10: ctypes.c_int64, 11: ctypes.c_void_p,

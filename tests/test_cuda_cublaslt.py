@@ -39,6 +39,7 @@ def test_bias_and_activation_fuse_into_the_gemm_only_when_the_math_matches():
         (lambda x, w, b: nn.gelu(x @ w + b, approximate=False), "GEMM+bias (cuBLASLt epi", 0),
         # the pre-activation is read again: GELU_AUX_BIAS writes it beside the output
         (lambda x, w, b: nn.gelu(x @ w + b) * (x @ w + b), "epilogue GELU_AUX_BIAS", 0),
+        (lambda x, w, b: nn.gelu(x @ w) * (x @ w), "epilogue GELU_AUX)", 0),
     ]
     for fn, want, fewer in cases:
         lt, plain, text = plans(fn, x, w, b)
