@@ -346,3 +346,31 @@ def test_cuda_launch_plan_of_a_hand_written_training_step():
             assert f"[{b},{n},{t},{t}]" not in text  # no scores tensor in HBM
         else:
             assert len(launches) > 2 and f"f32[{b},{n},{t},{t}]" in text
+
+
+@pytest.mark.parametrize("causal, masked", [(False, False), (True, True)])
+def test_cpu_kernels_with_and_without_the_saved_probabilities(causal, masked):
+    # lowering/cpu_attention.py: the backward reads the forward's P while its lse lives,
+    # and recomputes P from lse for any other lse (here: a copy); both against the
+    # primitive's NumPy reference (einsum loops)
+    from fflow.lowering import cpu_attention, native
+    from fflow.primitives.attention import attention_bwd_p, attention_p
+
+    assert cpu_attention._rows(np.dtype(np.float32)) is not None or not native.enabled()
+    rng = np.random.default_rng(9)
+    q, ct = (rng.normal(size=(2, 6, 4, 8)).astype(np.float32) for _ in range(2))
+    k, v = (rng.normal(size=(2, 9, 2, 8)).astype(np.float32) for _ in range(2))
+    mask = None
+    if masked:
+        mask = rng.random((2, 1, 6, 9)) > 0.4
+        mask[0, 0, 2] = False  # a fully masked row: the mean of every value
+    extra = () if mask is None else (mask,)
+    kw = dict(scale=0.3, causal=causal, has_mask=masked)
+    out, lse = cpu_attention.forward(q, k, v, *extra, **kw)
+    want_out, want_lse = attention_p.impl(q, k, v, *extra, **kw)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    want = attention_bwd_p.impl(q, k, v, *extra, want_out, want_lse, ct, **kw)
+    for lse_in in (lse, lse.copy()):  # the saved P, then recomputed
+        got = cpu_attention.backward(q, k, v, *extra, out, lse_in, ct, **kw)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

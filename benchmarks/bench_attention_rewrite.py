@@ -1,0 +1,50 @@
+"""The transformer block training step of bench_transformer.py (its attention written by
+hand: softmax(q @ kᵀ · d^-0.5) @ v) with fflow's attention rewrite on and off, timed
+interleaved in one process (the rewrite is read when jit traces): the on/off ratio is
+what the fused primitive (lowering/cpu_attention.py) buys on the CPU.
+
+    python benchmarks/bench_attention_rewrite.py [--seq 512] [--reps 10]
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_transformer import init, make_run  # noqa: E402
+from common import fmt_time, interleaved_times  # noqa: E402
+
+import fflow  # noqa: E402
+import fflow.numpy as jnp  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes (tests)")
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
+    args = parser.parse_args()
+    b, s, d, heads, m = (2, 8, 16, 2, 32) if args.tiny else (8, args.seq, 256, 4, 1024)
+    reps = args.reps or (2 if args.tiny else 10)
+    params = init(d, m)
+    x = np.random.default_rng(1).normal(size=(b, s, d)).astype(np.float32)
+    runs = {}
+    for label, on in (("rewrite off", False), ("rewrite on", True)):
+        fflow.config.update("attention_rewrite", on)
+        runs[label] = make_run(jnp, fflow.nn, fflow.value_and_grad, fflow.jit, params, x, heads)
+        runs[label]()  # traces with the flag as set now
+    fflow.config.update("attention_rewrite", True)
+    times = interleaved_times(runs, reps)
+    off, on = times["rewrite off"], times["rewrite on"]
+    print(f"## Transformer block step, attention by hand (batch {b}, seq {s}, d {d}, "
+          f"{heads} heads, MLP {m}), CPU")  # fmt: skip
+    print()
+    print("| rewrite off | rewrite on | off/on |")
+    print("|---|---|---|")
+    print(f"| {fmt_time(off)} | {fmt_time(on)} | {off / on:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
