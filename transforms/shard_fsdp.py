@@ -43,6 +43,7 @@ import math
 
 from fflow.primitives.dot import dot_general_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
+from fflow.primitives.shape import reshape_p, transpose_p
 
 from fflow.core import Eqn, Literal, Program, Var
 from fflow.sbp import B
@@ -139,10 +140,14 @@ def gather_per_use(program, stored):
 
 def _gradients(program, split):
     """{var: its readers} of the values crossing into the optimizer tail (computed by the
-    last matmul or before, read only after it) shaped as a parameter gathered per use:
+    last matmul or before, or a reshape/transpose of one, read only after it) shaped
+    as a parameter gathered per use:
     the gradients, reduce-scattered where they are computed (ZeRO-2)."""
     last = _last_matmul(program)
     defined = {o: k for k, e in enumerate(program.eqns[: last + 1]) for o in e.outputs}
+    for e in program.eqns[last + 1 :]:  # the last gradient, transposed after its matmul
+        if e.primitive in (transpose_p, reshape_p) and e.inputs[0] in defined:
+            defined.update({o: None for o in e.outputs})
     readers = {}
     for k, e in enumerate(program.eqns):
         for v in e.inputs:
