@@ -374,3 +374,33 @@ def test_cpu_kernels_with_and_without_the_saved_probabilities(causal, masked):
         got = cpu_attention.backward(q, k, v, *extra, out, lse_in, ct, **kw)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_query_heads_repeated_by_hand():
+    # k and v have 1 head each per 3 query heads, repeated with jnp.repeat: the
+    # primitive gets the 1-head k/v (grouped-query attention), no repeated copy
+    kv_heads = 1
+
+    def f(q, k, v):
+        k, v = (jnp.repeat(a, N // kv_heads, axis=1) for a in (k, v))
+        return nn.softmax(q @ jnp.swapaxes(k, -1, -2) * SCALE, axis=-1) @ v
+
+    rng = np.random.default_rng(10)
+    q = rng.normal(size=(B, N, T, H)).astype(np.float32)
+    k, v = (rng.normal(size=(B, kv_heads, S, H)).astype(np.float32) for _ in range(2))
+    fwd, bwd = programs(f, (q, k, v))
+    assert f"f32[{B},{S},{kv_heads},{H}] = transpose" in fwd, fwd  # k, v: one head each
+    assert f"[{B},{N},{S},{H}]" not in fwd, fwd  # no repeated copy
+    assert "attention_bwd" in bwd
+    rep = lambda a: np.repeat(ident(a), N // kv_heads, axis=1)  # noqa: E731
+    ct = rng.normal(size=(B, N, T, H)).astype(np.float32)
+    got = results(f, (q, k, v), ct)
+    with rewrite(False):
+        plain = results(f, (q, k, v), ct)
+    r_out, r_dq, r_dk, r_dv = reference(q, rep(k), rep(v), None, SCALE, ct)
+    fold = lambda g: g.reshape(B, kv_heads, N // kv_heads, S, H).sum(2)  # noqa: E731
+    np.testing.assert_allclose(got[0], r_out, atol=2e-5)
+    np.testing.assert_allclose(got[0], plain[0], atol=2e-5)
+    for gs in (got[1], got[2], plain[1]):
+        for g, r in zip(gs, (r_dq, fold(r_dk), fold(r_dv))):
+            np.testing.assert_allclose(g, r, atol=1e-4)

@@ -456,6 +456,10 @@ class _Rewriter:
             return "q, k and v have different dtypes"
         if min(qf, kf, vf) < 0:
             return "q, k or v has more than one free axis"
+        if nb >= 2:  # k and v repeated per query head (jnp.repeat): grouped-query heads
+            kg, vg = self._gqa(kp, kp[1][kb[-1]]), self._gqa(vp, vp[1][vb[-1]])
+            if kg is not None and vg is not None and kg[3] == vg[3]:
+                kp, vp = kg[:3], vg[:3]
         q, k, v = (self._operand(qp, qb, qf, qc), self._operand(kp, kb, kf, kc),
                    self._operand(vp, vb, m.vc, vf))  # fmt: skip
         t, s = aval_of_value(q).shape[1], aval_of_value(k).shape[1]
@@ -482,6 +486,30 @@ class _Rewriter:
         if aval_of_value(out).shape != out_aval.shape:
             raise AssertionError("attention rewrite: output layout")  # a bug, not the user's
         return out
+
+    def _gqa(self, peeled, head):
+        """The operand with K heads when it is each of K heads repeated G times along
+        axis `head` of its source (`jnp.repeat`: a broadcast, then a reshape merging
+        (K, G)): (source, axes, cast, K), else None."""
+        src, axes, cast = peeled
+        r = self._src(src, reshape_p)
+        rep = None if r is None else r[1][0]
+        b = None if rep is None else self._src(rep, broadcast_in_dim_p)
+        if b is None:
+            return None
+        big, rs = aval_of_value(src).shape, aval_of_value(rep).shape
+        fits = len(rs) == len(big) + 1 and rs[:head] == big[:head]
+        fits = fits and rs[head + 2 :] == big[head + 1 :] and rs[head] * rs[head + 1] == big[head]
+        small, dims = b[1][0], b[2]["broadcast_dimensions"]
+        if not fits or list(dims) != sorted(dims):
+            return None
+        sshape = aval_of_value(small).shape
+        for a in range(len(rs)):  # every axis whole, except G: new or of size 1
+            size = sshape[dims.index(a)] if a in dims else None
+            if (a == head + 1 and size not in (None, 1)) or (a != head + 1 and size != rs[a]):
+                return None
+        shape = big[:head] + (rs[head],) + big[head + 1 :]
+        return lax.reshape(small, shape), axes, cast, rs[head]
 
     def _mask(self, m, t, s):
         """The primitive's mask [B|1, N|1, T|1, S] and causal flag (or a reason)."""
