@@ -404,3 +404,27 @@ def test_grouped_query_heads_repeated_by_hand():
     for gs in (got[1], got[2], plain[1]):
         for g, r in zip(gs, (r_dq, fold(r_dk), fold(r_dv))):
             np.testing.assert_allclose(g, r, atol=1e-4)
+
+
+def test_inside_scan_and_checkpoint_bodies():
+    # a scan over layers (forward: the program pass rewrites the body; grad: the
+    # autodiff hook sees the body's equations) and a rematerialised attention
+    def layers(x):
+        def body(h, _):
+            return probs(h, h) @ h + h, None
+
+        return fflow.lax.scan(body, x, None, length=2)[0]
+
+    def remat(x):
+        return fflow.checkpoint(lambda h: probs(h, h) @ h)(x)
+
+    x = operands((B, N, T, H), 11)[0]
+    for f in (layers, remat):
+        loss = lambda x, f=f: jnp.sum(jnp.sin(f(x)))  # noqa: E731
+        assert "dot_product_attention" in str(fflow.make_jaxpr(f)(x))
+        assert "attention_bwd" in str(fflow.make_jaxpr(fflow.grad(loss))(x))
+        got = [np.asarray(fflow.jit(f)(x)), np.asarray(fflow.jit(fflow.grad(loss))(x))]
+        with rewrite(False):
+            want = [np.asarray(fflow.jit(f)(x)), np.asarray(fflow.jit(fflow.grad(loss))(x))]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -68,7 +68,7 @@ import fflow.errors as errors
 from fflow import core
 from fflow.array import Array
 from fflow.config import config
-from fflow.core import Literal, Var, set_current_trace
+from fflow.core import Literal, Program, Var, set_current_trace
 
 config.define("attention_rewrite", True)
 _REWRITES = weakref.WeakKeyDictionary()  # program -> what was (not) rewritten in it
@@ -163,11 +163,40 @@ def _candidates(program):
     return False
 
 
+def _nested(params, log):
+    """`params` with the programs among them (scan/cond/while bodies, checkpoint and
+    custom-rule calls) rewritten, or None when none changed."""
+    out, changed = {}, False
+    for key, value in params.items():
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if not any(isinstance(x, Program) for x in items):
+            out[key] = value
+            continue
+        new = []
+        for x in items:
+            y = x
+            if isinstance(x, Program):
+                y, notes = rewrite_program(x)
+                log += notes
+            changed = changed or y is not x
+            new.append(y)
+        out[key] = type(value)(new) if isinstance(value, (tuple, list)) else new[0]
+    return out if changed else None
+
+
 def rewrite_program(program):
-    """`program` with its hand-written attentions rewritten, and the notes (a new
-    program only when something was rewritten)."""
-    if not config.attention_rewrite or not _candidates(program):
+    """`program` with its hand-written attentions rewritten (nested programs too), and
+    the notes (a new program only when something was rewritten)."""
+    if not config.attention_rewrite:
         return program, []
+    log, eqns = [], []
+    for e in program.eqns:
+        params = _nested(e.params, log)
+        eqns.append(e if params is None else e.replace(params=params))
+    if any(a is not b for a, b in zip(eqns, program.eqns)):
+        program = program.replace(eqns=eqns)
+    if not _candidates(program):
+        return program, log
     counts = {}
     for e in program.eqns:
         for v in e.inputs:
@@ -205,8 +234,8 @@ def rewrite_program(program):
 
     new = trace_to_program(run, program.in_avals, parent=core.current_trace())
     if not box[0].fired:
-        return program, ctx.log
-    return _dce(new), ctx.log
+        return program, log + ctx.log
+    return _fold_transposes(new), log + ctx.log
 
 
 def _dce(program):
