@@ -18,6 +18,7 @@ Ranks killed by a signal or by `os._exit` are reported by the launcher (each ran
 runs under a small supervisor process, see fflow/launch.py).
 """
 
+import functools
 import os
 import time
 
@@ -96,8 +97,14 @@ class Control:
     def wait(self, reqs, ranks, what):
         """Wait for MPI requests `reqs` of a collective over world `ranks`."""
         MPI = self.MPI
-        if MPI.Request.Testall(reqs):
-            return
+        if len(reqs) == 1:  # Request.Test costs a quarter of Testall([request])
+            test = reqs[0].Test
+            if test():
+                return
+        else:
+            if MPI.Request.Testall(reqs):
+                return
+            test = functools.partial(MPI.Request.Testall, reqs)
         self.where = what  # described (str) only when asked or on an error
         timeout = float(config.collective_timeout)
         start = time.monotonic()
@@ -105,7 +112,7 @@ class Control:
         try:
             while True:
                 for _ in range(_SPIN):
-                    if MPI.Request.Testall(reqs):
+                    if test():
                         return
                 # let a peer on the same core run: ranks often outnumber free cores (a
                 # yield costs ~1 us when no one else wants the core; spinning through a

@@ -53,6 +53,7 @@ the price of two collectives (all-to-all + all-gather) instead of MPI's one.
 
 import sys
 from itertools import accumulate
+from sys import getrefcount
 
 import numpy as np
 
@@ -60,13 +61,25 @@ from fflow.config import config
 from fflow.primitives.collectives import _ex_combine, _reduce_parts
 from fflow.sharding import balanced
 
-_det = [True]  # config mpi_deterministic, mirrored by its update hook (read per call)
-config.define("mpi_deterministic", True, hook=lambda v: _det.__setitem__(0, bool(v)))
+_det, _small, _large = [True], [1 << 20], [2 << 20]  # config values (set by the hooks)
+_modes = {}  # (deterministic, allgather bytes, large bytes) -> a small int
+mode = [0]  # the current setting's int: planned collectives (`planned`) are kept per mode
+
+
+def _setter(cell, kind):
+    def hook(v):
+        cell[0] = kind(v)
+        mode[0] = _modes.setdefault((_det[0], _small[0], _large[0]), len(_modes))
+
+    return hook
+
+
+# config mpi_deterministic, mirrored in _det by its update hook (read per call)
+config.define("mpi_deterministic", True, hook=_setter(_det, bool))
 
 # all-reduces of at most this many bytes (value bytes x ranks) are one all-gather and an
 # ordered reduction (config mpi_allgather_bytes; see the module docstring for why 1 MB)
-_small = [1 << 20]
-config.define("mpi_allgather_bytes", 1 << 20, hook=lambda v: _small.__setitem__(0, int(v)))
+config.define("mpi_allgather_bytes", 1 << 20, hook=_setter(_small, int))
 _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
 _HALF = ("float16", "bfloat16")
 _REDUCIBLE = frozenset(_NATIVE + _HALF)
@@ -179,8 +192,7 @@ _INTS = frozenset(("int32", "int64", "uint32", "uint64", "int8", "uint8"))
 # 16 MB 1.00 vs 1.45x (native 1.32x), 32 MB 0.33 vs 1.12x; 4 ranks 4 MB 0.80 vs 0.67x,
 # 16 MB 0.95 vs 0.83x (native 1.45x), 32 MB 0.31 vs 0.39x. 1 MB pieces: 1.19-1.21x at
 # 8-16 MB (more synchronizations).
-_large = [2 << 20]
-config.define("mpi_large_bytes", 2 << 20, hook=lambda v: _large.__setitem__(0, int(v)))
+config.define("mpi_large_bytes", 2 << 20, hook=_setter(_large, int))
 PIECE_BYTES = 4 << 20
 
 
@@ -252,6 +264,61 @@ def all_reduce(rt, comm, ranks, x, params, what):
     sizes = balanced(x.size, p)
     parts = _alltoall_chunks(rt, comm, ranks, flat, sizes, 1, what)
     return _gather_reduced(rt, comm, ranks, parts, sizes, op, what).reshape(x.shape)
+
+
+def planned(name, comm, ranks, params, shape, dtype):
+    """`run(rt, x, what) -> result` for collective `name` over `comm` on local values of
+    a fixed `shape` and `dtype` (a sharded program's single collective, planned once per
+    config mode, see `mode`). An all-reduce's path, result buffer and byte count are
+    chosen here, so a call is the MPI call, the wait and, on the all-gather path, the
+    ordered reduction; the result buffer is reused while nothing refers to the last
+    result (as `_empty`). Other collectives and paths call their OPS function."""
+    op = params.get("op")
+    dtype = np.dtype(dtype)
+    p = comm.Get_size()
+    size = int(np.prod(shape, dtype=np.int64))
+    nbytes, kind = size * dtype.itemsize, _name(dtype)
+    typed = kind in _NATIVE and size > 0  # mpi4py maps these dtypes to MPI types
+    if name != "all_reduce" or not typed or nbytes >= _large[0] or p < 2:
+        fn = OPS[name]
+        return lambda rt, x, what: fn(rt, comm, ranks, x, params, what)
+    q, r = divmod(size, p)
+    mine = q + (comm.Get_rank() < r)
+    moved = ((size - mine) + (p - 1) * mine) * dtype.itemsize
+    if exact_native(dtype, op, p) or not _det[0]:
+        start, mpi_op = comm.Iallreduce, _native_op(op)
+        keep = [np.empty(shape, dtype)]
+
+        def native(rt, x, what):
+            out = keep[0]
+            if getrefcount(out) > 3:  # the last result is still referred to
+                out = keep[0] = np.empty(shape, dtype)
+            if not x.flags.c_contiguous:
+                x = _contig(x)
+            rt.bytes_moved += moved
+            rt.wait([start(x, out, mpi_op)], ranks, what)
+            return out
+
+        return native
+    if nbytes * p > _small[0]:
+        return lambda rt, x, what: all_reduce(rt, comm, ranks, x, params, what)
+    gather, fn = comm.Iallgather, _REDUCE[op]
+    keep = [np.empty((p, size), dtype)]
+
+    def rows(rt, x, what):  # one all-gather, then the ordered reduction into row 0
+        buf = keep[0]
+        if getrefcount(buf) > 3:
+            buf = keep[0] = np.empty((p, size), dtype)
+        if not x.flags.c_contiguous:
+            x = _contig(x)
+        rt.bytes_moved += moved
+        rt.wait([gather(x.reshape(-1), buf)], ranks, what)
+        acc = buf[0]
+        for k in range(1, p):
+            fn(acc, buf[k], out=acc)
+        return acc.reshape(shape)
+
+    return rows
 
 
 def _pieces_all_reduce(rt, comm, ranks, flat, op, what):

@@ -21,13 +21,14 @@ import zlib
 import numpy as np
 
 from fflow import mpi_ops
+from fflow.array import Array
 from fflow.config import config
 from fflow.core import Literal
 from fflow.errors import FflowError, user_source_info
 from fflow.mpi_faults import RankError, control
 from fflow.primitives.collectives import exchange_p, run_phases_single
 from fflow.printing import pp_program
-from fflow.sharding import B, balanced, local_piece, make_global
+from fflow.sharding import B, GlobalValue, balanced, local_piece, make_global
 from fflow.transforms.shard_exec import _stages, device_steps, run_identity
 
 _debug = [False]  # config debug_collectives, mirrored by its update hook (read per call)
@@ -220,7 +221,49 @@ class MPIRuntime:
             if len(ranks) > 1:
                 direct = (ranks, self.group_comm(ranks), mpi_ops.OPS[one[1].primitive.name])
         sp._mpi_run = (i, local, one, direct)
+        if direct is not None:
+            sp._fast = (self, self._runner(sp, i, one, direct))
         return sp._mpi_run
+
+    def _runner(self, sp, i, one, direct):
+        """`sp.run_global` for a one-collective program (a P -> B all-reduce, ...) after
+        its first call: global Arrays in, global Arrays out, with the collective planned
+        once per config mode (`mpi_ops.planned`) and the outputs' metadata ready; None
+        (run_global's general path) while debug_collectives is on."""
+        (k, eqn, outs), (ranks, comm, _) = one, direct
+        meta = sp._out_meta or sp._init_meta(self)
+        aval = sp.local_program(i).invars[k].aval
+        shape, dtype = tuple(aval.shape), np.dtype(aval.dtype)
+        name, params, plans, mode = eqn.primitive.name, eqn.params, {}, mpi_ops.mode
+        what = _What(self, 0, eqn.primitive, np.broadcast_to(np.zeros((), dtype), shape), ranks, sp)
+        control, perf, of = self.control, time.perf_counter, GlobalValue.of
+        single = meta[0] if outs == [None] else None
+
+        def run(args):
+            if _debug[0]:
+                return None
+            fn = plans.get(mode[0])
+            if fn is None:
+                fn = plans[mode[0]] = mpi_ops.planned(name, comm, ranks, params, shape, dtype)
+            self.collective_count += 1
+            what.count = self.collective_count
+            if control.left:
+                control.check_group(ranks, what)
+            t0 = perf()
+            y = fn(self, args[k]._value.shards[i], what)
+            self.comm_seconds += perf() - t0
+            if single is not None:
+                out = Array(of(single[0], single[1], single[3], {i: y}), single[2])
+                out._sharding = single[3]
+                return [out]
+            res = []
+            for (shape_o, dtype_o, weak, sh), o in zip(meta, outs):
+                v = y if o is None else args[o]._value.shards[i]
+                res.append(Array(of(shape_o, dtype_o, sh, {i: v}), weak))
+                res[-1]._sharding = sh
+            return res
+
+        return run
 
     def run_request(self, pl, req):
         if req[0] == "start":  # a gradient bucket: started now, finished at "wait"

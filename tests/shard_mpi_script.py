@@ -209,6 +209,25 @@ def main(n, fail_rank=None):
         last = red(twice)
     out["reuse_0"], out["reuse_1"], out["reuse_2"], out["reuse_last"] = *kept, last
 
+    # cache hits of a one-collective program run its planned all-reduce (runtime_mpi's
+    # runner, mpi_ops.planned): the one-all-gather path, the two-step path and MPI's own
+    # reduction, three calls each on new data with every result kept, the mode switched
+    # between programs (each mode keeps its own plan)
+    rp = np.random.default_rng(13)
+    modes = [("rows", 1 << 20, True), ("twostep", 1 << 8, True), ("mpi", 1 << 20, False)]
+    for label, small, det in modes:
+        mpi and fflow.config.update("mpi_allgather_bytes", small)
+        mpi and fflow.config.update("mpi_deterministic", det)
+        for dt, src in [(np.float32, P), (np.float32, partial_max), (np.int32, P), (np.float64, P)]:
+            f = fflow.shard(lambda a: a, pl, in_sbp=src, out_sbp=B)
+            xs = [(rp.normal(size=(9, 7)) * 50).astype(dt) for _ in range(3)]
+            res = [f(fflow.make_global_array(per_device(xk, (src,), pl), pl, src)) for xk in xs]
+            for k, r in enumerate(res):
+                tag = "native_" if not det else ""
+                out[f"{tag}planned_{label}_{np.dtype(dt).name}_{src}_{k}"] = r
+    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    mpi and fflow.config.update("mpi_deterministic", True)
+
     # all-reduces over the one-all-gather size: all-to-all, ordered reduction, then an
     # in-place all-gather (even chunks) or one into a second buffer (uneven); sums of
     # float32 at 2 ranks and of integers go to MPI's reduction (the same bits)

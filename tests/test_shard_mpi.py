@@ -80,6 +80,25 @@ def test_mpi_equals_simulated(n):
             assert mpi[key + "P(max)"] == parts.max(0).tolist()
             ints = (xl * 100).astype(np.int32)
             assert mpi[key + "int"] == sum(ints + k for k in range(n)).tolist()
+    # planned all-reduces of cache hits: NumPy over the per-device values (same draws)
+    rp = np.random.default_rng(13)
+    cases = [(np.float32, "P"), (np.float32, "P(max)"), (np.int32, "P"), (np.float64, "P")]
+    for label in ("rows", "twostep", "mpi"):
+        for dt, src in cases:
+            for k in range(3):
+                xk = (rp.normal(size=(9, 7)) * 50).astype(dt)
+                if dt == np.int32:
+                    parts = np.stack([xk + j for j in range(n)])
+                else:
+                    parts = np.stack(
+                        [xk * dt((j + 1) / (n + 1)) + dt(j * 0.25) for j in range(n)]
+                    ).astype(dt)
+                ref = parts.max(0) if src == "P(max)" else parts.sum(0, dtype=dt)
+                key = f"planned_{label}_{np.dtype(dt).name}_{src}_{k}"
+                key = "native_" + key if label == "mpi" else key
+                np.testing.assert_allclose(mpi[key], ref, rtol=1e-6, err_msg=key)
+                if dt == np.int32 or src == "P(max)":
+                    assert mpi[key] == ref.tolist(), key
     for res in (mpi, sim):  # reused result buffers: kept results are not overwritten
         assert res["reuse_0"] == res["reuse_1"] == res["reuse_2"] != res["reuse_last"]
     for res in (mpi, sim):  # buckets change no number

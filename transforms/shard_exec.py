@@ -69,6 +69,7 @@ class ShardedProgram:
         self._out_shardings = None
         self._out_meta = None  # per output: shape, dtype, weak type, Sharding
         self._one = None  # (sim runtime, runner): one simulated device, no collectives
+        self._fast = None  # (runtime, run_global for it, or None to take the general path)
 
     def sbp_of(self, v):
         """The planned SBP of a var of `program` (through the inlining)."""
@@ -300,6 +301,11 @@ class ShardedProgram:
     def run_global(self, args):
         """Run on global Arrays already in `in_sbps`; returns global Arrays."""
         rt = runtime()
+        fast = self._fast  # set by the runtime (runtime_mpi: a one-collective program)
+        if fast is not None and fast[0] is rt:
+            outs = fast[1](args)
+            if outs is not None:
+                return outs
         meta = self._out_meta or self._init_meta(rt)
         one = self._one
         if one is not None and one[0] is rt:  # one simulated device, no collectives
