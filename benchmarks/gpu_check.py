@@ -286,8 +286,8 @@ def _record_lt():
     for cls in (cuda_runtime.CupyRuntime, cuda_runtime.ShimRuntime):
         orig = cls.lt_matmul
 
-        def lt_matmul(self, step, lhs, rhs, bias, orig=orig):
-            out = orig(self, step, lhs, rhs, bias)
+        def lt_matmul(self, step, lhs, rhs, bias, mask=None, orig=orig):
+            out = orig(self, step, lhs, rhs, bias, mask)
             _LT_TAKEN.append(f"{step.epi.label} {step.epi.name}: {step.taken}")
             return out
 
@@ -356,10 +356,10 @@ def _kernel_times(cp, jf, dev_args):
         return timed("gemm " + str(eqn.outputs[0].aval), lambda: matmul(self, eqn, lhs, rhs),
                      nbytes)  # fmt: skip
 
-    def t_lt(self, step, lhs, rhs, bias):
+    def t_lt(self, step, lhs, rhs, bias, mask=None):
         nbytes = int(lhs.nbytes + rhs.nbytes)
         return timed(f"{step.epi.label} (cuBLASLt {step.epi.name}) {step.epi.out.aval}",
-                     lambda: lt_matmul(self, step, lhs, rhs, bias), nbytes)  # fmt: skip
+                     lambda: lt_matmul(self, step, lhs, rhs, bias, mask), nbytes)  # fmt: skip
 
     cuda_runtime.CupyRuntime.launch, cuda_runtime.CupyRuntime.matmul = t_launch, t_matmul
     cuda_runtime.CupyRuntime.lt_matmul = t_lt

@@ -156,23 +156,33 @@ class Executable:
         return outs
 
     def _lt(self, step, env):
-        """GEMM + epilogue in one cuBLASLt call, or the GEMM and the fallback kernel."""
+        """GEMM + epilogue in one cuBLASLt call, or the GEMM and the fallback kernels."""
         rt = self.runtime
         lhs, rhs = (_read(env, v, rt) for v in step.eqn.inputs)
-        bias = env[step.epi.bias] if step.epi.bias is not None else None
-        outs = rt.lt_matmul(step, lhs, rhs, bias)
+        epi = step.epi
+        bias = env[epi.bias] if epi.bias is not None else None
+        if epi.act == "drelu" and epi.mask not in env:
+            step.taken = "the forward GEMM wrote no relu mask"
+            outs = None
+        else:
+            outs = rt.lt_matmul(step, lhs, rhs, bias, env.get(epi.mask))
         if outs is not None:
             env.update(outs)
             return
         q = step.eqn.outputs[0]
         env[q] = rt.matmul(step.eqn, lhs, rhs)
-        k = step.fallback
-        if k.name not in self.functions:
-            self.functions.update(rt.load([k]))
-        for kind, v in k.args:
-            if kind == "out" and v not in env:
-                env[v] = rt.empty(v.aval)
-        rt.launch(self.functions[k.name], k, [env[v] for _, v in k.args])
+        missing = [k for k in step.fallback if k.name not in self.functions]
+        if missing:
+            self.functions.update(rt.load(missing))
+        for k in step.fallback:
+            for kind, v in k.args:
+                if kind == "out" and v not in env:
+                    env[v] = rt.empty(v.aval)
+            rt.launch(self.functions[k.name], k, [env[v] for _, v in k.args])
+        for k in step.fallback:
+            for kind, v in k.args:
+                if kind == "out" and v not in step.writes:
+                    env.pop(v, None)  # the partial sums of a split column sum
         del env[q]
 
     def _solver(self, eqn, env):
@@ -346,6 +356,8 @@ def plan_text(plan):
             ins = [nm(v) for v in s.eqn.inputs]
             if s.epi.bias is not None:
                 ins.append("bias " + nm(s.epi.bias))
+            if s.epi.act == "drelu":
+                ins.append("relu mask " + nm(s.epi.mask))
             lines.append(
                 f"{i:3d} {s.describe()}  ({', '.join(ins)}) -> "
                 f"({', '.join(nm(v) for v in s.writes)})  [{s.status}]"

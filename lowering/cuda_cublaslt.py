@@ -11,8 +11,11 @@ One call computes D = act(op(A) op(B) + bias) with bf16 / fp16 / f32 operands, f
 compute and scale (CUBLAS_COMPUTE_32F), the bias broadcast along the output's last
 axis (cuBLASLt's rows of the column-major D), epilogue BIAS, RELU_BIAS, GELU_BIAS,
 GELU_AUX[_BIAS] (also writes the pre-activation for a backward) or RELU / GELU without a
-bias. Operand packing is cuda_gemm's: the row-major C = A @ B is the column-major
-Cᵀ = Bᵀ Aᵀ, so cuBLASLt's A is fflow's right operand and the bias has cuBLASLt's m rows.
+bias; for a ReLU training step RELU_AUX[_BIAS] (also writes relu's bit mask) and, in the
+backward GEMM, DRELU[_BGRAD] (applies the mask, and writes the bias gradient, the sum of
+the result over the rows). Operand packing is cuda_gemm's: the row-major C = A @ B is
+the column-major Cᵀ = Bᵀ Aᵀ, so cuBLASLt's A is fflow's right operand and the bias has
+cuBLASLt's m rows.
 
 When the library is missing or its heuristic has no algorithm for a layout,
 `matmul` raises `LtUnavailable` and the plan runs the plain GEMM and the fused
@@ -30,7 +33,7 @@ import site
 import sys
 
 import numpy as np
-from fflow.lowering import cuda_gemm
+from fflow.lowering import cuda_gemm, cuda_layout
 
 # cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t, preferences (cublasLt.h)
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
@@ -40,7 +43,8 @@ LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
 EPILOGUES = {"": 1, "RELU": 2, "BIAS": 4, "RELU_BIAS": 6, "GELU": 32, "GELU_BIAS": 36,
-             "GELU_AUX": 160, "GELU_AUX_BIAS": 164}  # fmt: skip
+             "GELU_AUX": 160, "GELU_AUX_BIAS": 164, "RELU_AUX": 130, "RELU_AUX_BIAS": 134,
+             "DRELU": 136, "DRELU_BGRAD": 152}  # fmt: skip
 CUBLAS_COMPUTE_32F, CUDA_R_32F = 68, 0
 WORKSPACE = 32 << 20  # bytes; NVIDIA's recommendation for Hopper
 
@@ -165,14 +169,19 @@ def _align(ptr):
     return 256 if ptr % 256 == 0 else ptr & -ptr
 
 
-def matmul(cp, epi, lhs, rhs, bias, empty):
+def matmul(cp, epi, lhs, rhs, bias, empty, mask=None):
     """Run the Epilogue `epi` (cuda_layout.Epilogue) on CuPy arrays: returns {Var: array}
-    with its output (and the pre-activation aux); raises LtUnavailable."""
+    with its output (and the pre-activation aux, relu's bit mask for the backward, the
+    bias gradient); `mask` is the bit mask a DRELU step reads. Raises LtUnavailable."""
     lib = library()
     eqn = epi.dot
     nb, m, n, k, lt, rt, (lperm, rperm) = cuda_gemm.dims(eqn)
     out = empty(epi.out.aval)
     aux = empty(epi.aux.aval) if epi.aux is not None else None
+    if epi.mask is not None:  # relu's bit mask: written by RELU_AUX, read by DRELU
+        aux = empty(epi.mask.aval) if epi.act == "relu" else mask
+    if epi.bgrad is not None:  # DRELU_BGRAD writes the bias gradient at the bias pointer
+        bias = empty(epi.bgrad.aval)
     if out.size == 0 or k == 0:
         raise LtUnavailable("an empty GEMM")
     lhs, rhs = cp.ascontiguousarray(lhs), cp.ascontiguousarray(rhs)
@@ -190,7 +199,8 @@ def matmul(cp, epi, lhs, rhs, bias, empty):
     if aux is not None:
         align += (_align(aux.data.ptr),)
     dev = cp.cuda.Device().id
-    key = (dev, nb, m, n, k, lt, rt, in_t, out_t, epi.name, align)
+    aux_ld = (cuda_layout.mask_ld(epi.out.aval), True) if epi.mask is not None else (n, False)
+    key = (dev, nb, m, n, k, lt, rt, in_t, out_t, epi.name, align, aux_ld)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _make_plan(cp, lib, key, bias, aux)
@@ -211,15 +221,19 @@ def matmul(cp, epi, lhs, rhs, bias, empty):
                               ctypes.addressof(heur.algo), ws.data.ptr, WORKSPACE, stream),
            "cublasLtMatmul")  # fmt: skip
     outs = {epi.out: out}
-    if aux is not None:
+    if epi.aux is not None:
         outs[epi.aux] = aux
+    if epi.mask is not None and epi.act == "relu":
+        outs[epi.mask] = aux
+    if epi.bgrad is not None:
+        outs[epi.bgrad] = bias
     return outs
 
 
 def _make_plan(cp, lib, key, bias, aux):
     """Descriptors and the heuristic's algorithm for one GEMM shape (cached): or the
     LtUnavailable that says why cuBLASLt refused it (also cached)."""
-    dev, nb, m, n, k, lt, rt, in_t, out_t, name, align = key
+    dev, nb, m, n, k, lt, rt, in_t, out_t, name, align, (aux_ld, bits) = key
     if dev not in _handles:
         _handles[dev] = _new(lib.cublasLtCreate)
         _workspaces[dev] = cp.empty(WORKSPACE, cp.uint8)
@@ -233,10 +247,11 @@ def _make_plan(cp, lib, key, bias, aux):
         _set(sd, desc, DESC_BIAS_POINTER, bias.data.ptr, ctypes.c_void_p)
         _set(sd, desc, DESC_BIAS_DATA_TYPE, out_t, ctypes.c_int32)
         _set(sd, desc, DESC_BIAS_BATCH_STRIDE, 0, ctypes.c_int64)  # one bias for all batches
-    if aux is not None:  # the pre-activation, [m, n] row-major = column-major [n, m], ld n
+    if aux is not None:  # the pre-activation, [m, n] row-major = column-major [n, m], ld n;
+        # or relu's bit mask, ld in bits (n rounded up to 128)
         _set(sd, desc, DESC_AUX_POINTER, aux.data.ptr, ctypes.c_void_p)
-        _set(sd, desc, DESC_AUX_LD, n, ctypes.c_int64)
-        _set(sd, desc, DESC_AUX_BATCH_STRIDE, n * m, ctypes.c_int64)
+        _set(sd, desc, DESC_AUX_LD, aux_ld, ctypes.c_int64)
+        _set(sd, desc, DESC_AUX_BATCH_STRIDE, aux_ld * m, ctypes.c_int64)
     # column-major D[n, m] = op(A) op(B): A is fflow's rhs ([k, n] row-major), B its lhs
     la = _layout(lib, in_t, *((n, k, n) if op_a == 0 else (k, n, k)), nb, n * k)
     lb = _layout(lib, in_t, *((k, m, k) if op_b == 0 else (m, k, m)), nb, k * m)

@@ -18,10 +18,11 @@ from fflow.primitives.binary import add_p, max_p, mul_p
 from fflow.primitives.compare import le_p, select_n_p
 from fflow.primitives.convert import convert_element_type_p
 from fflow.primitives.dot import dot_general_p
+from fflow.primitives.reduction import reduce_sum_p
 from fflow.primitives.shape import broadcast_in_dim_p, transpose_p
 from fflow.primitives.unary import integer_pow_p, tanh_p
 
-from fflow.core import Eqn, Var
+from fflow.core import Eqn, ShapedArray, Var
 
 
 def fold_operand_transposes(program):
@@ -133,27 +134,35 @@ class Epilogue:
     """A GEMM (`dot`) whose `bias` add and `act` run in cuBLASLt's epilogue.
 
     `out` is the value the Lt call writes (the activation's result, or the bias sum);
-    `inner` the equations it replaces (rendered by the fallback kernel); `aux` the
+    `inner` the equations it replaces (rendered by the fallback kernels); `aux` the
     pre-activation value when the program reads it elsewhere (GELU_AUX_BIAS writes it
-    too, as an [m, n] matrix beside D), else None.
+    too, as an [m, n] matrix beside D), else None. ReLU for a backward: `mask` is the
+    bit mask RELU_AUX[_BIAS] writes (a buffer of the plan, no program value) and the
+    backward's DRELU[_BGRAD] step reads, `act` "drelu"; `bgrad` the bias gradient
+    (the column sum of `out`) that DRELU_BGRAD writes, `bgrad_eqn` its reduce_sum.
     """
 
     def __init__(self, dot, bias, act, out, inner, aux=None):
         self.dot, self.bias, self.act, self.out = dot, bias, act, out
         self.inner, self.aux = inner, aux
+        self.mask = self.bgrad = self.bgrad_eqn = None
 
     @property
     def name(self):
-        """cuBLASLt's name of the epilogue: BIAS, RELU_BIAS, GELU_AUX_BIAS, RELU, GELU."""
+        """cuBLASLt's name of the epilogue: BIAS, RELU_BIAS, GELU_AUX_BIAS, DRELU_BGRAD..."""
+        if self.act == "drelu":
+            return "DRELU_BGRAD" if self.bgrad is not None else "DRELU"
         act = {"relu": "RELU", "gelu": "GELU"}.get(self.act)
-        if act and self.aux is not None:
+        if act and (self.aux is not None or self.mask is not None):
             act += "_AUX"
         parts = [p for p in (act, "BIAS" if self.bias is not None else None) if p]
         return "_".join(parts)
 
     @property
     def label(self):
-        """How the plan names it: GEMM+bias+gelu."""
+        """How the plan names it: GEMM+bias+gelu, GEMM+relu'+bias-grad."""
+        if self.act == "drelu":
+            return "GEMM+relu'" + "+bias-grad" * (self.bgrad is not None)
         return "GEMM" + "+bias" * (self.bias is not None) + (f"+{self.act}" if self.act else "")
 
 
@@ -208,7 +217,63 @@ def match_epilogues(program, consumers, outset, const_value):
                 continue
         if bias is not None:
             found[id(dot)] = Epilogue(dot, bias, None, s, inner)
+    _match_drelu(found, consumers, outset, prod, const_value)
     return found
+
+
+def _match_drelu(found, consumers, outset, prod, const_value):
+    """ReLU backward in the epilogue: when a forward RELU[_BIAS] GEMM's output u is read
+    by the backward as `select_n(u <= 0, g, 0)` of another GEMM's product g (relu's
+    gradient, after relu_masks_from_outputs), the forward writes relu's bit mask
+    (RELU_AUX[_BIAS]) and g's GEMM applies it (DRELU), also summing the result over the
+    rows into the bias gradient when the program does (DRELU_BGRAD)."""
+    for fwd in list(found.values()):
+        u = fwd.out
+        if fwd.act != "relu" or cuda_gemm.dims(fwd.dot)[0] != 1:
+            continue
+        for le in consumers.get(u, ()):
+            if le.primitive is not le_p or le.inputs[0] is not u or const_value(le.inputs[1]) != 0:
+                continue
+            t = le.outputs[0]
+            for sel in consumers.get(t, ()):
+                if sel.primitive is not select_n_p or sel.inputs[:1] != [t] or len(sel.inputs) != 3:
+                    continue
+                g, zero = sel.inputs[1], sel.inputs[2]
+                gemm = prod.get(g)
+                if (
+                    gemm is None
+                    or gemm.primitive is not dot_general_p
+                    or id(gemm) in found
+                    or not _lt_types(gemm)
+                    or const_value(zero) != 0
+                    or g in outset
+                    or len(consumers.get(g, ())) != 1
+                    or g.aval.shape != u.aval.shape
+                    or np.dtype(g.aval.dtype) != np.dtype(u.aval.dtype)
+                    or cuda_gemm.dims(gemm)[0] != 1
+                ):
+                    continue
+                out = sel.outputs[0]
+                inner = [sel] + ([le] if _private(t, consumers, outset) else [])
+                back = Epilogue(gemm, None, "drelu", out, inner)
+                lead = tuple(range(out.aval.ndim - 1))
+                for red in consumers.get(out, ()):
+                    if red.primitive is reduce_sum_p and tuple(sorted(red.params["axes"])) == lead:
+                        back.bgrad, back.bgrad_eqn = red.outputs[0], red
+                        break
+                back.mask = fwd.mask = fwd.mask or Var(_mask_aval(u.aval))
+                found[id(gemm)] = back
+
+
+def mask_ld(aval):
+    """cuBLASLt's leading dimension (bits) of relu's bit mask for an output of `aval`:
+    its last axis (the rows of the column-major D) rounded up to 128."""
+    return -(-aval.shape[-1] // 128) * 128
+
+
+def _mask_aval(aval):
+    cols = int(np.prod(aval.shape[:-1], dtype=np.int64))
+    return ShapedArray((mask_ld(aval) // 8 * cols,), np.uint8)
 
 
 def _lt_types(dot):

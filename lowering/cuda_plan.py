@@ -65,17 +65,23 @@ class BlasStep:
 class LtStep:
     """A GEMM with its bias / activation in cuBLASLt's epilogue (cuda_layout.Epilogue).
 
-    `fallback` is the fused elementwise kernel that computes the same values from the
-    plain GEMM's output when cuBLASLt is missing or refuses the layout; `taken` says
-    which path the last run took ("cuBLASLt" or "fallback: why").
+    `fallback` are the kernels (the fused elementwise epilogue, and a bias gradient's
+    column sum) that compute the same values from the plain GEMM's output when cuBLASLt
+    is missing, refuses the layout, or (a ReLU backward) the forward step did not write
+    the bit mask; `taken` says which path the last run took ("cuBLASLt" or why not).
     """
 
     def __init__(self, epi, fallback):
         self.epi, self.eqn, self.fallback = epi, epi.dot, fallback
-        self.writes = [epi.out] + ([epi.aux] if epi.aux is not None else [])
+        self.writes = [v for v in (epi.out, epi.aux, epi.bgrad) if v is not None]
+        if epi.mask is not None and epi.act == "relu":
+            self.writes.append(epi.mask)  # RELU_AUX: the backward's DRELU reads it
         q = epi.dot.outputs[0]
         reads = [v for v in epi.dot.inputs if type(v) is Var]
-        reads += [v for kind, v in fallback.args if kind == "in" and v is not q]
+        if epi.mask is not None and epi.act == "drelu":
+            reads.append(epi.mask)
+        own = set(self.writes) | {q}
+        reads += [v for k in fallback for kind, v in k.args if kind == "in" and v not in own]
         self.reads = list(dict.fromkeys(reads))
         self.taken = None
 
@@ -90,11 +96,13 @@ class LtStep:
 
     @property
     def status(self):
+        names = "kernel" + "s" * (len(self.fallback) > 1) + " "
+        names += " + ".join(k.name for k in self.fallback)
         if self.taken is None:
-            return f"cuBLASLt on a GPU, else GEMM + kernel {self.fallback.name}"
+            return f"cuBLASLt on a GPU, else GEMM + {names}"
         if self.taken == "cuBLASLt":
             return "taken: cuBLASLt"
-        return f"taken: GEMM + kernel {self.fallback.name} ({self.taken})"
+        return f"taken: GEMM + {names} ({self.taken})"
 
 
 class AliasStep:
@@ -243,6 +251,7 @@ class Plan:
             else {}
         )
         inside = {id(x) for epi in self.epilogues.values() for x in epi.inner}
+        inside |= {id(epi.bgrad_eqn) for epi in self.epilogues.values() if epi.bgrad_eqn}
         for e in eqns:
             if kinds[id(e)] == "fuse":
                 out = e.outputs[0]
@@ -259,7 +268,7 @@ class Plan:
                 materialized.update(e.outputs)
         materialized |= self._recompute_limit(eqns)
         for epi in self.epilogues.values():  # values the Lt step reads or writes in memory
-            for v in (epi.bias, epi.out, epi.aux):
+            for v in (epi.bias, epi.out, epi.aux, epi.bgrad):
                 if v is not None and v in self.inline:
                     del self.inline[v]
                     materialized.add(v)
@@ -281,6 +290,8 @@ class Plan:
                     g = _EwGroup(out.aval.shape)
                     g.outputs.append(out)
                     pending.append(g)
+            elif kind == "reduce" and id(e) in inside:
+                continue  # a bias gradient in a cuBLASLt epilogue (DRELU_BGRAD)
             elif kind == "reduce":
                 pending.append(self._reduction(e))
             elif kind == "scan" and cuda_scan.wanted(e):  # long lines: all blocks at once
@@ -345,9 +356,11 @@ class Plan:
     def _lt_step(self, epi):
         outs = [epi.out] + ([epi.aux] if epi.aux is not None else [])
         inline = {**self.inline, **{o: x for x in epi.inner for o in x.outputs}}
-        kern = ck.elementwise_kernel(outs, inline, self.wide)
-        self.fallback_kernels.append(kern)
-        return LtStep(epi, kern)
+        kerns = [ck.elementwise_kernel(outs, inline, self.wide)]
+        if epi.bgrad_eqn is not None:  # the bias gradient: a column sum of the output
+            kerns += self._strided(epi.bgrad_eqn).kernels
+        self.fallback_kernels += kerns
+        return LtStep(epi, kerns)
 
     def _const_value(self, prod):
         def value(v):

@@ -61,7 +61,7 @@ class ShimRuntime:
     def matmul(self, eqn, lhs, rhs):
         return self.to_runtime(eqn.primitive.impl(lhs, rhs, **eqn.params), eqn.outputs[0].aval)
 
-    def lt_matmul(self, step, lhs, rhs, bias):
+    def lt_matmul(self, step, lhs, rhs, bias, mask=None):
         """No cuBLASLt on the host: the plan runs the GEMM and its epilogue kernel."""
         step.taken = "no cuBLASLt on the host shim"
         return None
@@ -168,13 +168,13 @@ class CupyRuntime:
         out = out.reshape(out_aval.shape)
         return self._store(out, out_aval.dtype)
 
-    def lt_matmul(self, step, lhs, rhs, bias):
+    def lt_matmul(self, step, lhs, rhs, bias, mask=None):
         """GEMM + bias / activation in one cublasLtMatmul ({Var: array}), or None (with
         `step.taken` saying why) when cuBLASLt is missing or refuses the layout."""
         from fflow.lowering import cuda_cublaslt
 
         try:
-            outs = cuda_cublaslt.matmul(self.cp, step.epi, lhs, rhs, bias, self.empty)
+            outs = cuda_cublaslt.matmul(self.cp, step.epi, lhs, rhs, bias, self.empty, mask)
         except cuda_cublaslt.LtUnavailable as e:
             step.taken = str(e)
             return None

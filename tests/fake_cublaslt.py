@@ -20,7 +20,8 @@ CALLS = []  # one dict per cublasLtMatmul: epilogue, m, n, k, transa, transb, ba
 REFUSE = set()  # epilogue values whose heuristic finds no algorithm (as for a bad layout)
 INVALID = 7  # CUBLAS_STATUS_INVALID_VALUE
 NAMES = {1: "DEFAULT", 2: "RELU", 4: "BIAS", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS",
-         160: "GELU_AUX", 164: "GELU_AUX_BIAS"}  # fmt: skip
+         160: "GELU_AUX", 164: "GELU_AUX_BIAS", 130: "RELU_AUX", 134: "RELU_AUX_BIAS",
+         136: "DRELU", 152: "DRELU_BGRAD"}  # fmt: skip
 # attribute id -> ctypes type (cublasLt.h): desc, layout, preference
 DESC = {0: ctypes.c_int32, 1: ctypes.c_int32, 3: ctypes.c_int32, 4: ctypes.c_int32,
         7: ctypes.c_uint32, 8: ctypes.c_void_p, 10: ctypes.c_int64, 11: ctypes.c_void_p,
@@ -117,11 +118,11 @@ def _problem(d, a, b, c, dd):
     epi = desc["attrs"].get(7, 1)
     if epi not in NAMES:
         return None
-    if epi & 4 and not desc["attrs"].get(8):
-        return None  # a BIAS epilogue without a bias pointer
-    if epi & 128:  # aux: pointer, ld >= rows and divisible by 8 for GELU
+    if epi & (4 | 16) and not desc["attrs"].get(8):
+        return None  # a BIAS or BGRAD epilogue without a bias pointer
+    if epi & 128:  # aux: pointer, ld >= rows, divisible by 8 (GELU) or 128 bits (ReLU mask)
         ld = desc["attrs"].get(12, 0)
-        if not desc["attrs"].get(11) or ld < m or ld % 8:
+        if not desc["attrs"].get(11) or ld < m or ld % (128 if epi & (2 | 8) else 8):
             return None
     return dict(m=m, n=n, k=ac, transa=ta, transb=tb, batch=batch.pop(), A=A, B=B, D=D,
                 atype=A["type"], dtype=D["type"])  # fmt: skip
@@ -157,8 +158,21 @@ def _run(pb, attrs, alpha, beta, a, b, d):
         bt = attrs.get(26, D["type"])
         bias = _load(attrs[8], {"type": bt, "ld": m, "attrs": {}}, m, 1)[0, :, 0]
         x = (x + bias.astype(np.float32)[None, :, None]).astype(np.float32)
-    if epi & 128:  # GELU_AUX: the GELU's input, ld AUX_LD, batch stride AUX_BATCH_STRIDE
+    if epi & 128 and epi & 32:  # GELU_AUX: the GELU's input, ld AUX_LD
         _store(x, attrs[11], D["type"], m, n, attrs[12], attrs.get(13, 0), pb["batch"])
+    if epi & 128 and epi & (2 | 8):  # ReLU's bit mask: bit row + col * AUX_LD (bits)
+        ld, nbytes = attrs[12], attrs[12] // 8 * n * pb["batch"]
+        bits = np.frombuffer((ctypes.c_char * nbytes).from_address(attrs[11]), np.uint8)
+        if epi & 2:  # RELU_AUX writes it: x > 0
+            full = np.zeros((pb["batch"], n, ld), bool)
+            full[:, :, :m] = (x > 0).transpose(0, 2, 1)
+            bits[...] = np.packbits(full.reshape(-1), bitorder="little")
+        else:  # DRELU reads it: the gradient passes where the forward's x > 0
+            keep = np.unpackbits(bits, bitorder="little").reshape(pb["batch"], n, ld)
+            x = np.where(keep[:, :, :m].transpose(0, 2, 1), x, np.float32(0))
+    if epi & 16:  # BGRAD: the sum of D over its columns, at the bias pointer
+        bt = attrs.get(26, D["type"])
+        _store(x.sum(axis=(0, 2), dtype=np.float64)[None, :, None], attrs[8], bt, m, 1, m, 0, 1)
     if epi & 2:
         x = np.maximum(x, np.float32(0))
     if epi & 32:  # tanh approximation, in fp32

@@ -89,7 +89,8 @@ def gelu(z):
 def rel(got, ref):
     return np.max(np.abs(np.asarray(got, np.float64) - ref)) / np.max(np.abs(ref))
 
-# 1. MLP forward and grad (f32): RELU_BIAS forward GEMMs; the backward reads relu's output
+# 1. MLP forward and grad (f32): the forward GEMM writes relu's bit mask (RELU_AUX_BIAS),
+# the backward's GEMM applies it and sums the bias gradient (DRELU_BGRAD)
 w1, b1 = rng.standard_normal((20, 24)) / 4, rng.standard_normal(24)
 w2, b2 = rng.standard_normal((24, 8)) / 4, rng.standard_normal(8)
 x, y = rng.standard_normal((16, 20)), rng.standard_normal((16, 8))
@@ -156,7 +157,7 @@ def run_script(available=True, refuse=()):
 @pytest.mark.skipif(not nvrtc_required(), reason="libnvrtc cannot be loaded here")
 def test_epilogues_through_a_stand_in_cublaslt():
     out = run_script()
-    assert out["mlp"] == "['RELU_BIAS', 'BIAS']", out  # the backward keeps its kernels
+    assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS', 'DRELU_BGRAD']", out
     assert "('GELU_BIAS', 24, 16, 20, 14, 0)" in out["block"], out  # bf16 in, f32 out
     assert "('BIAS', 8, 16, 24, 14, 0)" in out["block"], out
     assert "GEMM+bias+gelu (cuBLASLt epilogue GELU_BIAS)" in out["plan"], out
@@ -171,5 +172,8 @@ def test_fallback_when_cublaslt_is_missing_or_refuses():
     out = run_script(available=False)  # the same numbers from GEMM + epilogue kernel
     assert out["mlp"] == "[]" and "taken: GEMM + kernel" in out["plan"], out
     assert "libcublasLt not found" in out["plan"], out
-    out = run_script(refuse={36})  # the heuristic has no GELU_BIAS algorithm
+    out = run_script(refuse={36, 152})  # the heuristic has no GELU_BIAS, DRELU_BGRAD algorithm
     assert "GELU_BIAS" not in out["block"] and "no GELU_BIAS algorithm" in out["plan"], out
+    assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS']", out  # the backward: GEMM + kernels
+    out = run_script(refuse={134})  # no mask from the forward: the backward falls back too
+    assert out["mlp"] == "['BIAS']", out
