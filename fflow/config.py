@@ -29,6 +29,10 @@ Options (also read from the environment as `FFLOW_<NAME>` at import):
 * `explain_log` (False): print `fflow.explain`'s report for every jit compile.
 * `jit_backend` ("numpy"): "cuda_shim" lowers jitted programs to CUDA kernels run on
   the CPU through the host shim (tests); inputs on a GPU always use "cuda".
+* `attention_rewrite` (True): hand-written `softmax(q @ kᵀ · scale + mask) @ v` becomes
+  the fused `dot_product_attention` when jit/make_jaxpr trace (before autodiff; rules
+  in transforms/attention_rewrite.py). Read at trace time: functions already traced
+  keep what they were traced with.
 * `enable_x64` (False; JAX's name `jax_enable_x64`, env `JAX_ENABLE_X64` too): 64-bit
   mode. Off, 64-bit inputs and requested dtypes are narrowed to 32 bits, as in JAX.
 

@@ -37,7 +37,7 @@ The rewrite happens only when the result is the same function:
   (a reader after it sees the same values: the hand-written forward stays live for it).
 
 `fflow.config.update("attention_rewrite", False)` (env `FFLOW_ATTENTION_REWRITE=0`)
-turns it off. `fflow.explain(f)(*args)` lists what was rewritten (and what nearly
+turns it off for what is traced afterwards (a jitted function keeps its cached trace). `fflow.explain(f)(*args)` lists what was rewritten (and what nearly
 matched, with the reason it was left alone); the logger "fflow.rewrite" logs the same
 at DEBUG level.
 
