@@ -33,13 +33,16 @@ The rewrite happens only when the result is the same function:
 * dtype changes only between float dtypes (amp's roundings); q, k and v one dtype;
 * no other reader of the scores, the probabilities or the softmax's intermediates
   (dropout on the probabilities, returning them, a second use): left alone. In a
-  program every reader is known; in the autodiff hook, readers before the `@ v`
-  (a reader after it sees the same values: the hand-written forward stays live for it).
+  program every reader is known. The autodiff hook sees readers up to the `@ v`; when
+  a later one shows up (or the value is returned), jit/make_jaxpr trace once more
+  without that rewrite. (Through `has_aux`, which it cannot see, a reader gets the same
+  values: the hand-written forward stays live for it.)
 
 `fflow.config.update("attention_rewrite", False)` (env `FFLOW_ATTENTION_REWRITE=0`)
-turns it off for what is traced afterwards (a jitted function keeps its cached trace). `fflow.explain(f)(*args)` lists what was rewritten (and what nearly
-matched, with the reason it was left alone); the logger "fflow.rewrite" logs the same
-at DEBUG level.
+turns it off for what is traced afterwards (a jitted function keeps its cached
+trace). `fflow.explain(f)(*args)` lists what was rewritten (and what nearly matched,
+with the reason it was left alone); the logger "fflow.rewrite" logs the same at DEBUG
+level.
 
 Example:
     >>> import numpy as np, fflow, fflow.numpy as jnp
