@@ -254,7 +254,9 @@ class Sharded:
         def make(ins, outs, per_use=(), memory_weight=0.0):
             k = len(lifted_sbps)  # (input leaves come after the lifted values)
             prog = gather_per_use(program, {k + i: ins[i] for i in per_use})
-            opts = dict(self.plan_options, memory_weight=memory_weight)
+            opts = self.plan_options
+            if memory_weight:  # (fit_budget: the time-optimal plan did not fit)
+                opts = dict(opts, memory_weight=memory_weight)
             return ShardedProgram(prog, self.placement, lifted_sbps + ins, outs, plan_options=opts)
 
         sources = _sources(lifted) + elsewhere

@@ -29,33 +29,36 @@ _local_bytes = local_bytes  # (shard_print.py's name for it)
 
 def peak_memory(prob, sig_idx):
     """(peak bytes on one device, index of the equation where it is reached)."""
-    n = len(prob.cands)
-    delta = [0] * (n + 2)  # bytes that become live at step t (freed after their last)
-    for lo, hi, nbytes, _ in buffers(prob, sig_idx):
+    spans = buffers(prob, sig_idx)
+    end = 3 * len(prob.cands) + 1
+    delta = [0] * (end + 2)  # bytes that become live at slot t (freed after their last)
+    for lo, hi, nbytes, _ in spans:
         delta[lo] += nbytes
         delta[hi + 1] -= nbytes
     peak, at, cur = 0, 0, 0
-    for t in range(n + 1):
+    for t in range(end + 1):
         cur += delta[t]
         if cur > peak:
             peak, at = cur, t
-    return peak, at
+    return peak, min(at // 3, len(prob.cands))
 
 
 def live_at(prob, sig_idx, t):
-    """The buffers live on one device at equation t, largest first: (bytes, var id,
-    N-D SBP it is held in, first and last equation)."""
+    """The buffers live on one device while equation t runs, largest first: (bytes, var
+    id, N-D SBP it is held in, first and last equation)."""
     out = [
-        (nbytes, key if type(key) is int else key[0], prob.nd_of(code), lo, hi)
+        (nbytes, key if type(key) is int else key[0], prob.nd_of(code), lo // 3, hi // 3)
         for lo, hi, nbytes, (key, code) in buffers(prob, sig_idx)
-        if lo <= t <= hi
+        if lo <= 3 * t + 1 <= hi
     ]
     return sorted(out, key=lambda b: -b[0])
 
 
 def buffers(prob, sig_idx):
-    """Every buffer one device holds under a plan: (first equation, last equation, bytes,
-    (var id or (var id, code) of a converted copy, code))."""
+    """Every buffer one device holds under a plan: (first slot, last slot, bytes, (var id
+    or (var id, code) of a converted copy, code)). Equation k has three slots, in the
+    order the device runs them: 3k its inputs' conversions, 3k+1 the equation, 3k+2
+    the conversions done as soon as its outputs exist (`eager_conversions`)."""
     n = len(prob.cands)
     h = prob.h
     have = prob.labels_of(sig_idx)
@@ -74,34 +77,37 @@ def buffers(prob, sig_idx):
     span = {}
     root = {}
 
-    def touch(key, k):
-        lo, hi = span.get(key, (k, k))
-        span[key] = (min(lo, k), max(hi, k))
+    def touch(key, t):
+        lo, hi = span.get(key, (t, t))
+        span[key] = (min(lo, t), max(hi, t))
 
     for k in range(n):
         for i, w in zip(prob.eqn_ins[k], prob.cin[k][sig_idx[k]]):
             if w == have[i]:
-                touch(root.get(i, i), k)
+                touch(root.get(i, i), 3 * k + 1)
                 continue
             if i in eager:
-                touch((i, w), defined[i])
-            else:
-                touch(root.get(i, i), k)  # read by the conversion
-            touch((i, w), k)
+                touch((i, w), 3 * defined[i] + 2)
+            elif (i, w) not in span:
+                touch(root.get(i, i), 3 * k)  # read by the conversion, before its first reader
+                touch((i, w), 3 * k)
+            touch((i, w), 3 * k + 1)
         if is_alias(prob, k):
             (o,) = prob.eqn_outs[k]
             i, w = prob.eqn_ins[k][0], prob.cin[k][sig_idx[k]][0]
             root[o] = root.get(i, i) if w == have[i] else (i, w)
+    end = 3 * n + 1
     for i in prob.out_ids:
-        touch(root.get(i, i), n)
+        touch(root.get(i, i), end)
     for i in range(len(prob.avals)):
         if have[i] is None or i in root:
             continue
         if i in defined:
-            end = defined[i] if i in eager else span.get(i, (0, defined[i]))[1]
-            live(defined[i], max(end, defined[i]), size(i, have[i]), i, have[i])
+            born = 3 * defined[i] + 1
+            last = born + 1 if i in eager else span.get(i, (0, born))[1]
+            live(born, max(last, born), size(i, have[i]), i, have[i])
         elif i < prob.n_inputs:
-            live(0, n, size(i, have[i]), i, have[i])  # inputs, constants: all call long
+            live(0, end, size(i, have[i]), i, have[i])  # inputs, constants: all call long
         elif i in span:
             live(*span[i], size(i, have[i]), i, have[i])  # a literal, where it is read
     for key, (lo, hi) in span.items():
