@@ -3,7 +3,7 @@ softmax attention, GELU MLP, mean-square loss, SGD): fflow jit vs JAX jit vs PyT
 eager. (No hand-written NumPy backward for this one: the column shows n/a.)"""
 
 import numpy as np
-from bench_mlp import thread_note
+from bench_mlp import cpu_and_preemption, thread_note
 from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 LR = 1e-3
@@ -137,10 +137,19 @@ def main():
 
         threads.picks.clear()
     times = interleaved_times(times_fns, reps)
+    note = thread_note() if "fflow" in times else ""
+    pair = {n: f for n, f in times_fns.items() if n in ("fflow", "jax.jit")}
+    if len(pair) == 2:
+        cpu = cpu_and_preemption(pair, reps)
+        note += (
+            " CPU time per step (process, median) and calls descheduled: "
+            + ", ".join(f"{n} {c * 1e3:.2f} ms, {late:.0%}" for n, (c, late) in cpu.items())
+            + "."
+        )
     print_table(
         "Transformer block training step",
         [(f"batch {b}, seq {s}, d {d}, {heads} heads, MLP {m}", times)],
-        thread_note() if "fflow" in times else "",
+        note,
     )
 
 

@@ -133,7 +133,7 @@ def find(ctx, eqn, i, m, n, at=None):
     made, uses = _index(ctx)
 
     def available(v):
-        return type(v) is Literal or made.get(v, -1) < at
+        return type(v) is Literal or ctx.moved.get(v, made.get(v, -1)) < at
 
     chain = {out}
     members, sums, steps = [], [], set()
@@ -343,10 +343,12 @@ def emit(ctx, found, i, c_name):
         exprs.append(f"{ctx.name(v)}.ctypes.data")
     if in_c is not None:
         ctx.fresh.add(in_c)
-    for step, _ in found["members"]:
+    for step, eqns in found["members"]:
         ctx.skip.add(id(step))
+        ctx.moved.update((e.outputs[0], i) for e in eqns)
     for step in found["sums"]:
         ctx.skip.add(id(step))
+        ctx.moved[step.outputs[0]] = i
     _skip_dead_views(ctx, i, found)
     ctx.native_pending.append((fname, None, source, None))
     ctx.native_sources.append(source)

@@ -25,7 +25,7 @@ import sys
 import weakref
 
 import numpy as np
-from fflow.lowering import cpu_casts, cpu_gemm, passes
+from fflow.lowering import cpu_casts, cpu_gemm, cpu_rows, passes
 from fflow.lowering.numpy_rows import ROWS, emit_fallback, row_of
 from fflow.lowering.passes import FusionGroup
 from fflow.primitives.compare import select_n_p
@@ -134,6 +134,8 @@ class _Ctx:
         self.skip = set()  # ids of steps another step's kernel already computed
         self.gemm_pool = False  # a GEMM runs on fflow's pool: the step times itself
         self.epilogues = []  # GEMM epilogues (lowering/cpu_epilogue.py)
+        self.row_groups = []  # row groups (lowering/cpu_rows.py)
+        self.moved = {}  # value -> step index it is computed at, when a kernel moved it up
 
     def name(self, v):
         if type(v) is Literal:
@@ -523,6 +525,8 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     for i, step in enumerate(steps):
         if id(step) in ctx.skip:
             continue
+        if cpu_rows.emit(ctx, i):  # a layernorm-like chain over rows, in C
+            continue
         if type(step) is FusionGroup:
             emit_group(ctx, step, i)
         else:
@@ -569,6 +573,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     fn.liveness = live
     fn.native_sources = ctx.native_sources
     fn.epilogues = ctx.epilogues  # the fused GEMM epilogues, one per product
+    fn.row_groups = ctx.row_groups  # the row groups (layernorm-like chains)
     return fn
 
 

@@ -234,6 +234,7 @@ def emit_dot(ctx, eqn, i):
             after = after + (epi2[2] if epi2 else [])
             ctx.skip.add(id(nxt))
             ctx.fresh.add(nxt.outputs[0])
+            ctx.moved[nxt.outputs[0]] = i
     elif flops >= cpu_gemm.OWN_KERNEL_MIN_FLOPS and not plan["empty"] and cpu_gemm.own_kernels():
         # one thread, on this CPU's kernels (NumPy's are pinned to another core type)
         ctx.globals["_mm"] = cpu_gemm.matmul
