@@ -159,6 +159,13 @@ def test_two_dims_negated_runtime_mask_finfo_min():
     check(f, (q, k, v, blocked), ident, ~blocked, 0.3, causal=False)
 
 
+def test_no_scale_and_a_softmax_over_axis_3():
+    def f(q, k, v):
+        return jnp.einsum("bhqk,bhkd->bhqd", nn.softmax(q @ jnp.swapaxes(k, 2, 3), axis=3), v)
+
+    check(f, operands((B, N, T, H), 13), ident, None, 1.0, causal=False)
+
+
 def test_vmap_of_attention_adds_a_batch_axis():
     def f(q, k, v):
         return nn.softmax(q @ jnp.swapaxes(k, -1, -2) * SCALE, axis=-1) @ v

@@ -314,7 +314,6 @@ class Rewriter:
             q, k = self._src(s)[1]
             if len(qc) != 1 or aval_of_value(q).ndim != nb + 2 or aval_of_value(k).ndim != nb + 2:
                 return "q·kᵀ contracts more than the head axis"
-            m.need.append((s, 1))
             m.q = (q, tuple(qb), _free(q, qb, qc), qc[0])
             m.k = (k, tuple(kb), _free(k, kb, kc), kc[0])
             m.nb, m.b_sizes = nb, aval_of_value(x).shape[:nb]
