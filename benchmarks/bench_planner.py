@@ -5,7 +5,13 @@ partitioner on the same program (collectives read from the compiled HLO).
 
 Columns: plan bytes / hand bytes (communication summed over devices), modelled step
 time per device (profile: H200 NVLink unless --profile cpu), all-reduces of a
-(b, t, d) activation, matmuls run replicated, planning seconds.
+(b, t, d) activation, matmuls run replicated, planning seconds of f.plan (wall, and
+the process's CPU seconds, which a loaded machine disturbs less; the arguments are
+fflow arrays before the clock starts, and conversion plans are cached per process,
+so a row after rows of the same shapes plans faster than a fresh process).
+
+Rows: --layers=1,24 --sizes=8.512.1024 --meshes=4,2x4 --tables=megatron,sequence,memory
+pick a part of the grid (--quick / --tiny for the small grids).
 """
 
 import os
@@ -134,20 +140,64 @@ def _group_size(line, n):
     return n
 
 
+def _select(grid, argv):
+    """Rows picked by --layers=1,24 --sizes=8.512.1024,2.16.64 --meshes=4,2x4 (each
+    optional; the grid's values otherwise). Returns (grid, the other arguments)."""
+    grid, rest = dict(grid), []
+    for a in argv:
+        name, _, value = a.partition("=")
+        if name == "--layers":
+            grid["layers"] = tuple(int(x) for x in value.split(","))
+        elif name == "--sizes":
+            grid["sizes"] = tuple(tuple(int(y) for y in x.split(".")) for x in value.split(","))
+        elif name == "--meshes":
+            grid["meshes"] = tuple(tuple(int(y) for y in x.split("x")) for x in value.split(","))
+        elif name == "--tables":
+            grid["tables"] = value.split(",")
+        else:
+            rest.append(a)
+    return grid, rest
+
+
+def as_arrays(tree):
+    """The arguments as fflow arrays, converted before the planning clock starts (a
+    NumPy argument is copied on entry: 7 s of the 24-layer d=1024 row); a NumPy array
+    that appears twice (Adam's zero m and v) is converted once."""
+    seen = {}
+
+    def conv(x):
+        if id(x) not in seen:
+            seen[id(x)] = fflow.numpy.asarray(x)
+        return seen[id(x)]
+
+    return fflow.tree_util.tree_map(conv, tree)
+
+
 def main():
-    # --quick (1 and 4 layers, two sizes) and --profile=cpu on top of the common flags
-    argv = [a for a in sys.argv[1:] if a not in ("--quick", "--profile=cpu")]
+    # --quick (1 and 4 layers, two sizes), --profile=cpu and the row selection of
+    # _select on top of the common flags
     quick = "--quick" in sys.argv
     prof = fflow.sharding.CPU if "--profile=cpu" in sys.argv else fflow.sharding.H200
+    argv = [a for a in sys.argv[1:] if a not in ("--quick", "--profile=cpu")]
+    grid, argv = _select(TINY if "--tiny" in argv else QUICK if quick else FULL, argv)
     sys.argv = sys.argv[:1] + argv
     args = parse_args(__doc__)
-    grid = TINY if args.tiny else QUICK if quick else FULL
+    tables = grid.get("tables", ("megatron", "sequence", "memory"))
+    if "megatron" in tables:
+        megatron_table(grid, prof, args)
+    if "sequence" in tables:
+        sequence_table(grid, prof)
+    if "memory" in tables:
+        memory_table(grid, prof)
+
+
+def megatron_table(grid, prof, args):
     jax = load_jax() if (args.only is None or "jax" in args.only) else None
     print(f"## shard planner: Megatron-annotated transformer training steps ({prof.name})\n")
     print(
         "| workload | mesh | eqns | plan bytes | hand bytes | ratio | plan time | hand time "
-        "| act. all-reduces plan/hand | replicated matmuls | planning s | JAX collectives | "
-        "JAX bytes |"
+        "| act. all-reduces plan/hand | replicated matmuls | planning s (CPU s) "
+        "| JAX collectives | JAX bytes |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mesh in grid["meshes"]:
@@ -161,9 +211,10 @@ def main():
                 hand, _ = pm.megatron_sharded(
                     pl, n_layers, b, t, d, heads, hints=True, profile=prof
                 )
-                t0 = time.perf_counter()
+                fargs = as_arrays(fargs)
+                t0, c0 = time.perf_counter(), time.process_time()
                 sp = f.plan(*fargs)
-                t_plan = time.perf_counter() - t0
+                t_plan, c_plan = time.perf_counter() - t0, time.process_time() - c0
                 sh = hand.plan(*fargs)
                 ar, rep = measure(sp, (b, t, d))
                 ar_h, _ = measure(sh, (b, t, d))
@@ -179,12 +230,11 @@ def main():
                     f"| {name} | {'x'.join(map(str, mesh))} | {len(sp.exec_program.eqns)} "
                     f"| {sp.bytes / 1e6:.2f} MB | {sh.bytes / 1e6:.2f} MB "
                     f"| {sp.bytes / max(sh.bytes, 1):.2f} | {sp.plan.time * 1e3:.3f} ms "
-                    f"| {sh.plan.time * 1e3:.3f} ms | {ar}/{ar_h} | {rep} | {t_plan:.2f} "
+                    f"| {sh.plan.time * 1e3:.3f} ms | {ar}/{ar_h} | {rep} "
+                    f"| {t_plan:.2f} ({c_plan:.2f}) "
                     f"| {jc} | {jb if isinstance(jb, str) else f'{jb / 1e6:.2f} MB'} |",
                     flush=True,
                 )
-    sequence_table(grid, prof)
-    memory_table(grid, prof)
 
 
 def sequence_table(grid, prof):
