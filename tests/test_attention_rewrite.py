@@ -148,6 +148,18 @@ def test_no_head_axis_scaled_k_additive_constant_mask():
     check(f, operands((B, T, H), 3, kv_len=T), ident, tri, SCALE, causal=True)
 
 
+def test_no_head_axis_padding_mask_per_batch_row():
+    pad = np.ones((B, S), bool)
+    pad[1, 3:] = False
+
+    def f(q, k, v, pad):
+        s = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(H)
+        return nn.softmax(jnp.where(pad[:, None, :], s, -1e9), axis=-1) @ v
+
+    q, k, v = operands((B, T, H), 14)
+    check(f, (q, k, v, pad), ident, pad[:, None, :], SCALE, causal=False)
+
+
 def test_two_dims_negated_runtime_mask_finfo_min():
     blocked = np.random.default_rng(4).random((T, S)) > 0.6
 

@@ -341,8 +341,12 @@ class Rewriter:
                        f"readers after the product")  # fmt: skip
             return None
         out_aval = dot_general_p.abstract_eval(*(aval_of_value(a) for a in args), **params)
-        with set_current_trace(self.target):
-            out = self._emit(m, out_aval)
+        try:
+            with set_current_trace(self.target):
+                out = self._emit(m, out_aval)
+        except Exception as e:  # a case the matcher let through wrongly: keep the user's
+            logger.warning("attention rewrite failed at %s (left as written): %r", where, e)
+            out = f"the rewrite failed ({type(e).__name__}: {e}); please report it"
         if isinstance(out, str):
             self._note(f"{where}: attention left as written: {out}")
             return None
@@ -509,8 +513,10 @@ class Rewriter:
                 shape = (*m.b_sizes[: nb - 1], *shape[nb - 1 :])
                 mask = lax.broadcast_in_dim(mask, shape, tuple(range(len(shape))))
             mask = lax.reshape(mask, (math.prod(shape[: nb - 1]), *shape[nb - 1 :]))
-        elif nb < 2:
-            mask = lax.reshape(mask, (1,) * (2 - nb) + shape)
+        elif nb == 1:  # [B, T, S] -> [B, 1, T, S] (one head)
+            mask = lax.reshape(mask, shape[:1] + (1,) + shape[1:])
+        elif nb == 0:
+            mask = lax.reshape(mask, (1, 1) + shape)
         shape = aval_of_value(mask).shape
         if shape[3] != s:
             mask = lax.broadcast_in_dim(mask, shape[:3] + (s,), (0, 1, 2, 3))
