@@ -292,8 +292,8 @@ def memory_table(grid, prof):
     for mesh in [m for m in grid["meshes"] if len(m) == 1]:
         pl = placement(mesh)
         p = mesh[0]
-        for n_layers in grid["layers"][:2]:
-            for b, t, d in grid["sizes"][:2]:
+        for n_layers in grid["layers"][:3]:
+            for b, t, d in grid["sizes"][:3]:
                 b = p * max(1, b // p)  # a batch every device gets a share of
                 params = pm.init(n_layers, d)
                 x, y = pm.data(b, t, d)
