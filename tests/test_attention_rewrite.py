@@ -160,6 +160,25 @@ def test_no_head_axis_padding_mask_per_batch_row():
     check(f, (q, k, v, pad), ident, pad[:, None, :], SCALE, causal=False)
 
 
+@pytest.mark.parametrize(
+    "batch, mask_shape",
+    [((2, 3), (2, 1, 1, S)), ((2, 3), (1, 3, T, 1)), ((2, 2, 3), (2, 1, 3, T, S)),
+     ((2, 2, 3), (1, 2, 1, 1, S))],
+)  # fmt: skip
+def test_masks_broadcast_along_any_axes(batch, mask_shape):
+    # the primitive takes [B|1, N|1, T|1, S]: a mask constant along some of the
+    # scores' axes (several batch axes merged into B) is laid out to it
+    rng = np.random.default_rng(len(batch) + sum(mask_shape))
+    mask = rng.random(mask_shape) > 0.35
+
+    def f(q, k, v, mask):
+        s = q @ jnp.swapaxes(k, -1, -2) * SCALE
+        return nn.softmax(jnp.where(mask, s, -1e9), axis=-1) @ v
+
+    q, k, v = (rng.normal(size=(*batch, n, H)).astype(np.float32) for n in (T, S, S))
+    check(f, (q, k, v, mask), ident, mask, SCALE, causal=False)
+
+
 def test_two_dims_negated_runtime_mask_finfo_min():
     blocked = np.random.default_rng(4).random((T, S)) > 0.6
 
@@ -270,7 +289,7 @@ def test_fill_broadcast_along_rows():
 def test_additive_bias():
     bias = np.random.default_rng(2).normal(size=(T, S)).astype(np.float32)
     left_alone(lambda q, k, v: nn.softmax(q @ jnp.swapaxes(k, -1, -2) + bias) @ v,
-               operands((B, N, T, H)), "not a 0/-inf mask")  # fmt: skip
+               operands((B, N, T, H)), "0/-inf mask")  # fmt: skip
 
 
 def test_minus_inf_with_a_runtime_mask():

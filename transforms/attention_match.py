@@ -250,7 +250,8 @@ class Rewriter:
                 ca, cb = self._const(a), self._const(b)
                 add, x = (ca, b) if ca is not None else (cb, a)
                 if add is None or not _is_float(add.dtype):
-                    return "an additive bias that is not a constant mask"
+                    return ("an additive term that is not a constant 0/-inf mask (for a "
+                            "runtime mask write where(mask, s, -1e9))")  # fmt: skip
                 eff = add.astype(np.float64) * after
                 if not np.all((eff == 0) | (eff <= MASK_FILL)):
                     return "an additive term that is not a 0/-inf mask (a bias)"
