@@ -301,7 +301,9 @@ def planned(name, comm, ranks, params, shape, dtype):
 
         return native
     if nbytes * p > _small[0]:
-        return lambda rt, x, what: all_reduce(rt, comm, ranks, x, params, what)
+        if size % p:  # uneven chunks
+            return lambda rt, x, what: all_reduce(rt, comm, ranks, x, params, what)
+        return _planned_two_step(comm, ranks, shape, dtype, op, moved)
     gather, fn = comm.Iallgather, _REDUCE[op]
     keep = [np.empty((p, size), dtype)]
 
@@ -319,6 +321,30 @@ def planned(name, comm, ranks, params, shape, dtype):
         return acc.reshape(shape)
 
     return rows
+
+
+def _planned_two_step(comm, ranks, shape, dtype, op, moved):
+    """The two-step path of `all_reduce` for even chunks, planned: all-to-all into a
+    (p, size / p) buffer, the ordered reduction into this member's row, the all-gather
+    in place; the buffer is the result (reused as in `planned`)."""
+    p, me = comm.Get_size(), comm.Get_rank()
+    width = int(np.prod(shape, dtype=np.int64)) // p
+    a2a, gather, in_place = comm.Ialltoall, comm.Iallgather, _mpi().IN_PLACE
+    keep = [np.empty((p, width), dtype)]
+
+    def two_step(rt, x, what):
+        buf = keep[0]
+        if getrefcount(buf) > 3:
+            buf = keep[0] = np.empty((p, width), dtype)
+        if not x.flags.c_contiguous:
+            x = _contig(x)
+        rt.bytes_moved += moved
+        rt.wait([a2a(x.reshape(-1), buf)], ranks, what)
+        _reduce_into_row(buf, me, op)
+        rt.wait([gather(in_place, buf)], ranks, what)
+        return buf.reshape(shape)
+
+    return two_step
 
 
 def _pieces_all_reduce(rt, comm, ranks, flat, op, what):

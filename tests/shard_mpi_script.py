@@ -219,12 +219,13 @@ def main(n, fail_rank=None):
         mpi and fflow.config.update("mpi_allgather_bytes", small)
         mpi and fflow.config.update("mpi_deterministic", det)
         for dt, src in [(np.float32, P), (np.float32, partial_max), (np.int32, P), (np.float64, P)]:
-            f = fflow.shard(lambda a: a, pl, in_sbp=src, out_sbp=B)
-            xs = [(rp.normal(size=(9, 7)) * 50).astype(dt) for _ in range(3)]
-            res = [f(fflow.make_global_array(per_device(xk, (src,), pl), pl, src)) for xk in xs]
-            for k, r in enumerate(res):
-                tag = "native_" if not det else ""
-                out[f"{tag}planned_{label}_{np.dtype(dt).name}_{src}_{k}"] = r
+            for shape in [(9, 7), (8, 8)]:  # uneven and even chunks
+                f = fflow.shard(lambda a: a, pl, in_sbp=src, out_sbp=B)
+                xs = [(rp.normal(size=shape) * 50).astype(dt) for _ in range(3)]
+                res = [f(fflow.make_global_array(per_device(v, (src,), pl), pl, src)) for v in xs]
+                for k, r in enumerate(res):
+                    tag = "native_" if not det else ""
+                    out[f"{tag}planned_{label}_{np.dtype(dt).name}_{src}_{shape}_{k}"] = r
     mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
     mpi and fflow.config.update("mpi_deterministic", True)
 

@@ -2,6 +2,7 @@
 ranks give the simulated runtime's numbers and byte counts; a rank that raises ends
 the run with its own error instead of a hang; both examples run under the launcher."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -84,21 +85,20 @@ def test_mpi_equals_simulated(n):
     rp = np.random.default_rng(13)
     cases = [(np.float32, "P"), (np.float32, "P(max)"), (np.int32, "P"), (np.float64, "P")]
     for label in ("rows", "twostep", "mpi"):
-        for dt, src in cases:
-            for k in range(3):
-                xk = (rp.normal(size=(9, 7)) * 50).astype(dt)
-                if dt == np.int32:
-                    parts = np.stack([xk + j for j in range(n)])
-                else:
-                    parts = np.stack(
-                        [xk * dt((j + 1) / (n + 1)) + dt(j * 0.25) for j in range(n)]
-                    ).astype(dt)
-                ref = parts.max(0) if src == "P(max)" else parts.sum(0, dtype=dt)
-                key = f"planned_{label}_{np.dtype(dt).name}_{src}_{k}"
-                key = "native_" + key if label == "mpi" else key
-                np.testing.assert_allclose(mpi[key], ref, rtol=1e-6, err_msg=key)
-                if dt == np.int32 or src == "P(max)":
-                    assert mpi[key] == ref.tolist(), key
+        for (dt, src), shape, k in itertools.product(cases, [(9, 7), (8, 8)], range(3)):
+            xk = (rp.normal(size=shape) * 50).astype(dt)
+            if dt == np.int32:
+                parts = np.stack([xk + j for j in range(n)])
+            else:
+                parts = np.stack(
+                    [xk * dt((j + 1) / (n + 1)) + dt(j * 0.25) for j in range(n)]
+                ).astype(dt)
+            ref = parts.max(0) if src == "P(max)" else parts.sum(0, dtype=dt)
+            key = f"planned_{label}_{np.dtype(dt).name}_{src}_{shape}_{k}"
+            key = "native_" + key if label == "mpi" else key
+            np.testing.assert_allclose(mpi[key], ref, rtol=1e-6, err_msg=key)
+            if dt == np.int32 or src == "P(max)":
+                assert mpi[key] == ref.tolist(), key
     for res in (mpi, sim):  # reused result buffers: kept results are not overwritten
         assert res["reuse_0"] == res["reuse_1"] == res["reuse_2"] != res["reuse_last"]
     for res in (mpi, sim):  # buckets change no number
