@@ -482,3 +482,24 @@ def test_probabilities_as_aux_of_a_jitted_gradient():
         want = fflow.tree_util.tree_leaves(fflow.jit(step)(*args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+def test_data_parallel_shard_of_a_hand_written_attention():
+    # the autodiff hook inside shard's trace: the sharded training step differentiates
+    # the primitive (batch split S(0) on 2 simulated devices), values as unsharded
+    from fflow.sbp import B as BCAST
+    from fflow.sbp import S as SPLIT
+
+    def loss(w, x):
+        return jnp.sum(jnp.sin(probs(x @ w, x) @ x))
+
+    rng = np.random.default_rng(15)
+    w, x = rng.normal(size=(H, H)).astype(np.float32), rng.normal(size=(4, T, H)).astype(np.float32)
+    pl = fflow.placement("cpu", [0, 1])
+    step = fflow.shard(fflow.value_and_grad(loss), pl, in_sbp=(BCAST, SPLIT(0)), out_sbp=BCAST)
+    assert "attention_bwd" in str(fflow.make_jaxpr(step)(w, x))
+    value, grad = fflow.jit(step)(w, x)
+    with rewrite(False):
+        want_value, want_grad = fflow.value_and_grad(loss)(w, x)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-4, atol=1e-5)
