@@ -25,6 +25,8 @@ def main():
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (tests)")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
+    # accepted like every benchmark (run_all and the smoke test pass it); fflow-only table
+    parser.add_argument("--only", default=None, help="comma-separated subset (fflow only)")
     args = parser.parse_args()
     b, s, d, heads, m = (2, 8, 16, 2, 32) if args.tiny else (8, args.seq, 256, 4, 1024)
     reps = args.reps or (2 if args.tiny else 10)
