@@ -43,9 +43,9 @@ def main():
     print(f"## Transformer block step, attention by hand (batch {b}, seq {s}, d {d}, "
           f"{heads} heads, MLP {m}), CPU")  # fmt: skip
     print()
-    print("| rewrite off | rewrite on | off/on |")
-    print("|---|---|---|")
-    print(f"| {fmt_time(off)} | {fmt_time(on)} | {off / on:.2f}× |")
+    print("| workload | rewrite off | rewrite on | off/on |")
+    print("|---|---|---|---|")
+    print(f"| block step | {fmt_time(off)} | {fmt_time(on)} | {off / on:.2f}× |")
 
 
 if __name__ == "__main__":
