@@ -32,7 +32,7 @@ from fflow.primitives.shape import broadcast_in_dim_p, reshape_p
 
 from fflow.core import Literal, Var
 
-WINDOW = 16  # steps after the product searched for members (the SGD update is ~10 on)
+WINDOW = 64  # steps after the product searched for members (SGD updates are at the end)
 
 
 class Epilogue:
@@ -303,9 +303,10 @@ def _skip_dead_views(ctx, i, found):
             mine.add(id(step))  # a reshape read only by this broadcast goes too
 
 
-def emit(ctx, found, i, c_name):
+def emit(ctx, found, i, c_name, c_alias=None):
     """Render the epilogue `found` of the product held in `c_name` (a fresh M x N
-    buffer) into the program: allocate its outputs (the first in the product's buffer
+    buffer; `c_alias`: how to name it, as the product, after the product's lines)
+    into the program: allocate its outputs (the first in the product's buffer
     when nothing else reads the product), mark its steps done. Returns (global name of
     the Epilogue, pointer expressions, lines to emit after the product), or None."""
     from fflow.lowering import native  # the C compiler path
@@ -325,7 +326,7 @@ def emit(ctx, found, i, c_name):
         dt = ctx.const(v.aval.dtype, "dt")
         if kind in ("out", "sum"):
             if v is in_c:
-                after.append(f"{ctx.name(v)} = {ctx.name(product)}")
+                after.append(f"{ctx.name(v)} = {c_alias or ctx.name(product)}")
                 exprs.append(f"{c_name}.ctypes.data")
                 continue
             ctx.emit(f"{ctx.name(v)} = np.empty({tuple(v.aval.shape)}, {dt})")

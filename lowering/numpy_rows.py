@@ -163,6 +163,8 @@ def _dot_plan(ctx, eqn):
         "post": post,
         # a plain M x N product in the output's layout: it may take an epilogue
         "plain": not bshape and not swapped and not low,
+        # computed transposed (weight gradients): an epilogue reads it as its transpose
+        "swapped": swapped and not low,
     }
 
 
@@ -193,11 +195,26 @@ def _partner(ctx, eqn, i):
 def _epilogue(ctx, eqn, i, plan, at=None):
     """The epilogue of a plain product (lowering/cpu_epilogue.py): (Epilogue's global,
     pointers, lines after the product), or None."""
-    if not plan["plain"] or plan["empty"]:
+    if plan["empty"]:
         return None
     m, n = plan["mshape"]
-    found = cpu_epilogue.find(ctx, eqn, i, m, n, at)
-    return None if found is None else cpu_epilogue.emit(ctx, found, i, plan["name"])
+    if plan["plain"]:
+        found = cpu_epilogue.find(ctx, eqn, i, m, n, at)
+        return None if found is None else cpu_epilogue.emit(ctx, found, i, plan["name"])
+    if not plan["swapped"]:
+        return None
+    # the buffer holds out.T, which is what the (only) transpose of `out` reads
+    uses = [
+        (k, s)
+        for k, s in enumerate(ctx.steps)
+        if type(s) is not FusionGroup and eqn.outputs[0] in s.inputs
+    ]
+    if len(uses) != 1:
+        return None
+    k, transpose = uses[0]
+    found = cpu_epilogue.find(ctx, transpose, k, m, n, i if at is None else at)
+    alias = f"np.transpose({plan['name']})"  # after the post lines: out.T, contiguous
+    return None if found is None else cpu_epilogue.emit(ctx, found, i, plan["name"], alias)
 
 
 def emit_dot(ctx, eqn, i):

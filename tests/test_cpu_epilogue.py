@@ -217,3 +217,24 @@ def test_amp_bf16_step_matches_reference():
         np.testing.assert_allclose(np.asarray(w), rw, atol=3e-2)
         np.testing.assert_allclose(np.asarray(b), rb, atol=3e-2)
     assert ml_dtypes.bfloat16 is not None
+
+
+def test_weight_gradient_computed_transposed_takes_the_sgd_update():
+    # a 3-D activation's weight gradient comes out of autodiff as dot_general + transpose;
+    # fflow computes it in the transposed layout and the SGD update reads that buffer
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 45, 131)).astype(np.float32)
+    w = rng.normal(0, 0.1, (131, 127)).astype(np.float32)
+    t = rng.normal(size=(3, 45, 127)).astype(np.float32)
+
+    def step(w, x, t):
+        gw = fflow.grad(lambda w: jnp.sum((x @ w - t) ** 2))(w)
+        return w - 0.01 * gw
+
+    f = fflow.jit(step)
+    args = (jnp.asarray(w), jnp.asarray(x), jnp.asarray(t))
+    sgd = [e for e in f.lower(*args).entry.executable.epilogues if e.members == ["mul", "sub"]]
+    assert [(e.m, e.n) for e in sgd] == [(131, 127)]
+    x2, t2 = x.reshape(-1, 131).astype(np.float64), t.reshape(-1, 127).astype(np.float64)
+    ref = w - 0.01 * (x2.T @ (2 * (x2 @ w - t2)))
+    np.testing.assert_allclose(np.asarray(f(*args)), ref, rtol=2e-5, atol=2e-5)
