@@ -161,11 +161,7 @@ class Executable:
         lhs, rhs = (_read(env, v, rt) for v in step.eqn.inputs)
         epi = step.epi
         bias = env[epi.bias] if epi.bias is not None else None
-        if epi.act == "drelu" and epi.mask not in env:
-            step.taken = "the forward GEMM wrote no relu mask"
-            outs = None
-        else:
-            outs = rt.lt_matmul(step, lhs, rhs, bias, env.get(epi.mask))
+        outs = rt.lt_matmul(step, lhs, rhs, bias, env.get(epi.mask) if epi.mask else None)
         if outs is not None:
             env.update(outs)
             return

@@ -173,6 +173,9 @@ class CupyRuntime:
         `step.taken` saying why) when cuBLASLt is missing or refuses the layout."""
         from fflow.lowering import cuda_cublaslt
 
+        if step.epi.act == "drelu" and mask is None:
+            step.taken = "the forward GEMM wrote no relu mask"
+            return None
         try:
             outs = cuda_cublaslt.matmul(self.cp, step.epi, lhs, rhs, bias, self.empty, mask)
         except cuda_cublaslt.LtUnavailable as e:

@@ -177,3 +177,34 @@ def test_fallback_when_cublaslt_is_missing_or_refuses():
     assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS']", out  # the backward: GEMM + kernels
     out = run_script(refuse={134})  # no mask from the forward: the backward falls back too
     assert out["mlp"] == "['BIAS']", out
+
+
+def test_relu_mask_read_from_the_output_is_the_same_predicate():
+    # relu_masks_from_outputs: the backward's `z <= 0` becomes `relu(z) <= 0`; the rewritten
+    # program must give what the original gives at z = 0, -0, NaN, +-inf (eager evaluation)
+    from fflow.lowering import cuda_layout
+    from fflow.transforms.staging import eval_program
+
+    z = np.array([1.0, 0.0, -0.0, np.nan, -1.0, np.inf, -np.inf, 2.5], np.float32)
+    x, w, b = z[:, None], np.ones((1, 3), np.float32), np.zeros(3, np.float32)
+    c = np.arange(1.0, 25.0, dtype=np.float32).reshape(8, 3)
+
+    def f(x, w, b):
+        return jnp.sum(nn.relu(x @ w + b) * c)
+
+    vg = fflow.value_and_grad(f)
+    prog = cuda_backend._optimize(fflow.make_jaxpr(vg)(x, w, b))
+    plain = cuda_layout.fold_operand_transposes(passes_optimize(fflow.make_jaxpr(vg)(x, w, b)))
+    assert len(prog.eqns) == len(plain.eqns) + 1, prog  # one `le` of the relu's output
+    got = [np.asarray(o) for o in eval_program(prog, prog.consts, [x, w, b])]
+    want = [np.asarray(o) for o in eval_program(plain, plain.consts, [x, w, b])]
+    for g, r in zip(got, want):
+        np.testing.assert_array_equal(g, r)  # NaN where the original has NaN
+    dx = want[1][:, 0]  # relu' passes the gradient at z > 0 and at NaN (NaN <= 0 is false)
+    assert np.isnan(want[0]) and (dx[[1, 2, 4, 6]] == 0).all() and (dx[[0, 3, 5, 7]] > 0).all()
+
+
+def passes_optimize(program):
+    from fflow.lowering import passes
+
+    return passes.optimize(program)[0]
