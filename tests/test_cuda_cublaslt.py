@@ -137,8 +137,28 @@ bt = rng.standard_normal((4, 5, 16)), rng.standard_normal((4, 16, 8)), rng.stand
 args = [v.astype(np.float32) for v in bt]
 out = fflow.jit(lambda u, v, c: jnp.matmul(u, v) + c)(*put(*args))
 assert rel(out, np.matmul(bt[0], bt[1]) + bt[2]) < 1e-5
+# 4. the pre-activation read again: GELU_AUX_BIAS writes it (aux, ld n) beside gelu(z)
+z3 = [rng.standard_normal(s).astype(np.float32) for s in ((6, 12), (12, 16), (16,))]
+out = fflow.jit(lambda x, w, b: nn.gelu(x @ w + b) * (x @ w + b))(*put(*z3))
+zz = z3[0].astype(np.float64) @ z3[1] + z3[2]
+assert rel(out, gelu(zz) * zz) < 1e-5, rel(out, gelu(zz) * zz)
 print("pack", [(c["epilogue"], c["transa"], c["transb"], c["batch"], c["m"], c["n"], c["k"])
                for c in fake_cublaslt.CALLS])
+
+# 5. CUDA graphs: the second call captures the Lt calls, the third replays them
+wg, bg, xg = (rng.standard_normal(s).astype(np.float32) / 3 for s in ((12, 12), (12,), (5, 12)))
+def deep(x, w, b):
+    for _ in range(6):
+        x = nn.relu(x @ w + b)
+    return x
+ref = xg.astype(np.float64)
+for _ in range(6):
+    ref = np.maximum(ref @ wg + bg, 0)
+f = fflow.jit(deep)
+for i in range(3):
+    fake_cupy.USED.clear()
+    assert rel(f(*put(xg, wg, bg)), ref) < 1e-5, i
+print("graph", [k for k, _ in fake_cupy.USED if k in ("graph_launch", "ltMatmul")])
 print("ok")
 """
 
@@ -165,6 +185,8 @@ def test_epilogues_through_a_stand_in_cublaslt():
     # x @ w.T: cuBLASLt's A is w's memory read transposed (OP_T); one bias for 4 batches
     assert "('RELU_BIAS', 1, 0, 1, 24, 15, 16)" in out["pack"], out
     assert "('BIAS', 0, 0, 4, 8, 5, 16)" in out["pack"], out
+    assert "('GELU_AUX_BIAS', 0, 0, 1, 16, 6, 12)" in out["pack"], out
+    assert out["graph"] == "['graph_launch']", out  # a replay: one launch, no Lt calls
 
 
 @pytest.mark.skipif(not nvrtc_required(), reason="libnvrtc cannot be loaded here")
