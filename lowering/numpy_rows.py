@@ -195,7 +195,7 @@ def _partner(ctx, eqn, i):
 def _epilogue(ctx, eqn, i, plan, at=None):
     """The epilogue of a plain product (lowering/cpu_epilogue.py): (Epilogue's global,
     pointers, lines after the product), or None."""
-    if plan["empty"]:
+    if plan["empty"] or len(plan["mshape"]) != 2:  # batched products take no epilogue
         return None
     m, n = plan["mshape"]
     if plan["plain"]:
