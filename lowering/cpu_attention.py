@@ -171,7 +171,8 @@ def _backward_c(bwd, q, k, v, mask, out, lse, ct, scale, causal, nt):
     dp = _mm(ct_t, _heads(v, n).transpose(0, 2, 3, 1), nt)  # dP, then dS·scale
     row = None
     if out is not None:
-        row = np.ascontiguousarray(np.einsum("btnh,btnh->bnt", ct, out.astype(ct.dtype)))
+        out = out.astype(ct.dtype, copy=False)
+        row = np.ascontiguousarray(np.einsum("btnh,btnh->bnt", ct, out))
     lse = np.ascontiguousarray(lse, x.dtype)
     bad = _bad_rows(mask, x.shape)
     bwd(_ptr(x), _ptr(dp), _ptr(bad), _ptr(lse), _ptr(row), x.size // s, s, t, int(causal),
@@ -266,7 +267,7 @@ def backward(q, k, v, *rest, scale, causal, has_mask, nt=1):
     if out is None:
         row = np.sum(ds * p, axis=-1, keepdims=True)
     else:
-        row = np.einsum("btnh,btnh->bnt", ct, out.astype(ct.dtype))[..., None]
+        row = np.einsum("btnh,btnh->bnt", ct, out.astype(ct.dtype, copy=False))[..., None]
     ds -= row
     ds *= p
     if bad is not None:
