@@ -200,7 +200,10 @@ def matmul(cp, epi, lhs, rhs, bias, empty, mask=None):
         align += (_align(aux.data.ptr),)
     dev = cp.cuda.Device().id
     aux_ld = (cuda_layout.mask_ld(epi.out.aval), True) if epi.mask is not None else (n, False)
-    key = (dev, nb, m, n, k, lt, rt, in_t, out_t, epi.name, align, aux_ld)
+    bias_t = out_t  # a bias gradient has D's type; a bias its own (fp32 beside a bf16 D: amp)
+    if epi.bias is not None:
+        bias_t = cuda_gemm._TYPES[np.dtype(epi.bias.aval.dtype).name]
+    key = (dev, nb, m, n, k, lt, rt, in_t, out_t, epi.name, align, aux_ld, bias_t)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _make_plan(cp, lib, key, bias, aux)
@@ -233,7 +236,7 @@ def matmul(cp, epi, lhs, rhs, bias, empty, mask=None):
 def _make_plan(cp, lib, key, bias, aux):
     """Descriptors and the heuristic's algorithm for one GEMM shape (cached): or the
     LtUnavailable that says why cuBLASLt refused it (also cached)."""
-    dev, nb, m, n, k, lt, rt, in_t, out_t, name, align, (aux_ld, bits) = key
+    dev, nb, m, n, k, lt, rt, in_t, out_t, name, align, (aux_ld, bits), bias_t = key
     if dev not in _handles:
         _handles[dev] = _new(lib.cublasLtCreate)
         _workspaces[dev] = cp.empty(WORKSPACE, cp.uint8)
@@ -245,7 +248,7 @@ def _make_plan(cp, lib, key, bias, aux):
     _set(sd, desc, DESC_EPILOGUE, EPILOGUES[name], ctypes.c_uint32)
     if bias is not None:
         _set(sd, desc, DESC_BIAS_POINTER, bias.data.ptr, ctypes.c_void_p)
-        _set(sd, desc, DESC_BIAS_DATA_TYPE, out_t, ctypes.c_int32)
+        _set(sd, desc, DESC_BIAS_DATA_TYPE, bias_t, ctypes.c_int32)
         _set(sd, desc, DESC_BIAS_BATCH_STRIDE, 0, ctypes.c_int64)  # one bias for all batches
     if aux is not None:  # the pre-activation, [m, n] row-major = column-major [n, m], ld n;
         # or relu's bit mask, ld in bits (n rounded up to 128)

@@ -213,12 +213,31 @@ def match_epilogues(program, consumers, outset, const_value):
                 else:
                     aux = s  # GELU_AUX_BIAS writes it beside the output
             if act is not None:
-                found[id(dot)] = Epilogue(dot, bias, name, out, inner + act_eqns, aux)
+                epi = Epilogue(dot, bias, name, out, inner + act_eqns, aux)
+                found[id(dot)] = _fold_cast(epi, consumers, outset)
                 continue
         if bias is not None:
-            found[id(dot)] = Epilogue(dot, bias, None, s, inner)
+            found[id(dot)] = _fold_cast(Epilogue(dot, bias, None, s, inner), consumers, outset)
     _match_drelu(found, consumers, outset, prod, const_value)
     return found
+
+
+def _fold_cast(epi, consumers, outset):
+    """amp: an fp32 epilogue result only cast back to the operands' 16-bit type is written
+    by cuBLASLt in 16 bits (D bf16 / fp16, the bias still fp32: BIAS_DATA_TYPE), so the
+    cast is no kernel of its own. Not with an aux matrix (it has D's type)."""
+    y = epi.out
+    uses = consumers.get(y, ())
+    want = np.dtype(epi.dot.inputs[0].aval.dtype)
+    if epi.aux is not None or y in outset or len(uses) != 1 or np.dtype(y.aval.dtype) != np.float32:
+        return epi
+    cast = uses[0]
+    if cast.primitive is not convert_element_type_p or np.dtype(cast.outputs[0].aval.dtype) != want:
+        return epi
+    if want.name not in ("bfloat16", "float16"):
+        return epi
+    epi.out, epi.inner = cast.outputs[0], epi.inner + [cast]
+    return epi
 
 
 def _match_drelu(found, consumers, outset, prod, const_value):

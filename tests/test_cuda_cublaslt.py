@@ -46,6 +46,12 @@ def test_bias_and_activation_fuse_into_the_gemm_only_when_the_math_matches():
         assert want in text, text
         assert "bfloat16 x bfloat16 -> bfloat16, fp32 accumulate, m=8 n=32 k=16" in text
         assert len(lt.kernels) == len(plain.kernels) - fewer, text  # the epilogue kernel
+    # amp: fp32 bias + gelu, cast back to bf16 for the next GEMM: cuBLASLt writes bf16
+    # (BIAS_DATA_TYPE fp32), so neither the epilogue nor the cast is a kernel
+    p32 = [a.astype(np.float32) for a in (x, w, b)]
+    lt, plain, text = plans(fflow.amp(lambda x, w, b: nn.gelu(x @ w + b) @ w.T, "bf16"), *p32)
+    assert "bfloat16 x bfloat16 -> bfloat16" in text and "bias %2:f32[32]" in text, text
+    assert len(lt.kernels) == len(plain.kernels) - 1, text
     # no bias along the last axis, a relu with another threshold: the plain GEMM
     for fn in (lambda x, w, b: x @ w + b[:8, None], lambda x, w, b: jnp.maximum(x @ w, 1)):
         lt, plain, text = plans(fn, x, w, b)
@@ -178,7 +184,8 @@ def run_script(available=True, refuse=()):
 def test_epilogues_through_a_stand_in_cublaslt():
     out = run_script()
     assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS', 'DRELU_BGRAD']", out
-    assert "('GELU_BIAS', 24, 16, 20, 14, 0)" in out["block"], out  # bf16 in, f32 out
+    # amp: bf16 operands, fp32 bias, gelu's result cast to bf16 by cuBLASLt (D bf16)
+    assert "('GELU_BIAS', 24, 16, 20, 14, 14)" in out["block"], out
     assert "('BIAS', 8, 16, 24, 14, 0)" in out["block"], out
     assert "GEMM+bias+gelu (cuBLASLt epilogue GELU_BIAS)" in out["plan"], out
     assert "taken: cuBLASLt" in out["plan"], out
