@@ -760,6 +760,7 @@ class _State:
             for i, w in zip(prob.eqn_ins[k], prob.cin[k][s]):
                 self.wants[i][w] = self.wants[i].get(w, 0) + 1
         self.vc = [None] * len(prob.avals)  # current conversion cost per var (lazy)
+        self.wk = [None] * len(prob.avals)  # per var: (price class, wants, requests)
 
     def _cur(self, i):
         c = self.vc[i]
@@ -791,6 +792,28 @@ class _State:
                 d += prob.var_cost(i, b, self.wants[i]) - self._cur(i)
         return d
 
+    def local_key(self, k):
+        """Everything `delta(k, .)` reads: equation k's candidate lists and signature,
+        which operands are the same var, and per var its price class, SBP, the SBPs
+        its consumers want and its output requests."""
+        prob = self.prob
+        ins = prob.eqn_ins[k]
+        wk = self.wk
+        parts = [id(prob.cin[k]), id(prob.cout[k]), id(prob.comp[k]), self.sig[k]]
+        for i in ins + prob.eqn_outs[k]:
+            w = wk[i]
+            if w is None:
+                w = wk[i] = (
+                    prob.akid[i],
+                    tuple(sorted((c, n) for c, n in self.wants[i].items() if n)),
+                    tuple(prob.out_reqs[i]),
+                )
+            parts.append(w)
+            parts.append(self.have[i])
+        if len(set(ins)) < len(ins):
+            parts.append(tuple(ins.index(i) for i in ins))
+        return tuple(parts)
+
     def touched(self, k):
         """The conversion seconds of the vars equation k reads and writes (each once)."""
         prob = self.prob
@@ -811,6 +834,7 @@ class _State:
             self.wants[i][a] -= 1
             self.wants[i][b] = self.wants[i].get(b, 0) + 1
             self.vc[i] = None
+            self.wk[i] = None
         for i, b in zip(prob.eqn_outs[k], prob.cout[k][s]):
             self.have[i] = b
             self.vc[i] = None
@@ -833,20 +857,30 @@ class _State:
 def _refine(prob, sig_idx):
     st = _State(prob, sig_idx)
     st.producer = {i: k for k, outs in enumerate(prob.eqn_outs) for i in outs}
-    _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1])
+    memo = {}
+    _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1], memo)
     if _cone_moves(st):
-        _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1])
+        _sweep(st, [k for k in reversed(range(len(prob.cands))) if len(prob.cands[k]) > 1], memo)
     return st.sig
 
 
-def _sweep(st, todo):
+def _sweep(st, todo, memo):
     """Each equation in turn takes its best signature given the rest; neighbours of a
-    change are looked at again, until nothing improves."""
+    change are looked at again, until nothing improves. `memo`: local_key -> decision."""
     prob = st.prob
     by_comp = {}  # id(comp list) -> candidate indices, cheapest compute first
     for _ in range(REFINE_ROUNDS):
         changed = set()
         for k in todo:
+            # the same equation in the same surroundings (a repeated layer) decides alike
+            key = st.local_key(k)
+            if key in memo:
+                best = memo[key]
+                if best is not None:
+                    st.apply(k, best)
+                    changed.add(k)
+                    changed.update(st.neighbours(k))
+                continue
             best, best_d = None, -1e-15
             comp = prob.comp[k]
             order = by_comp.get(id(comp))
@@ -864,6 +898,7 @@ def _sweep(st, todo):
                 d = st.delta(k, s)
                 if d < best_d:
                     best, best_d = s, d
+            memo[key] = best
             if best is not None:
                 st.apply(k, best)
                 changed.add(k)
