@@ -36,25 +36,36 @@ WINDOW = 64  # steps after the product searched for members (SGD updates are at 
 
 
 class Epilogue:
-    """One compiled epilogue: its C function (bound by `native.build_library`), the
-    product's shape (M, N) and whether its chunks must be whole columns."""
+    """One compiled epilogue: its C functions (bound by `native.build_library`: the
+    loop over a chunk and, with column sums, the one writing them), the product's
+    shape (M, N) and its number of column sums."""
 
-    __slots__ = ("fname", "addr", "fn", "m", "n", "cols", "members", "outputs")
+    __slots__ = ("fname", "addr", "fn", "fin", "fin_addr", "m", "n", "nsum", "members")
+    __slots__ += ("outputs",)
 
-    def __init__(self, fname, m, n, cols, members, outputs):
-        self.fname, self.m, self.n, self.cols = fname, m, n, cols
+    def __init__(self, fname, m, n, nsum, members, outputs):
+        self.fname, self.m, self.n, self.nsum = fname, m, n, nsum
         self.members, self.outputs = members, outputs
-        self.addr, self.fn = None, None
+        self.addr = self.fn = self.fin = self.fin_addr = None
 
     def bind(self, lib):
         fn = getattr(lib, self.fname)
         fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] + [ctypes.c_long] * 4
+        fn.argtypes = [ctypes.c_void_p] + [ctypes.c_long] * 4 + [ctypes.c_void_p]
         self.fn, self.addr = fn, ctypes.cast(fn, ctypes.c_void_p).value
+        if self.nsum:
+            fin = getattr(lib, self.fname + "_sums")
+            fin.restype = None
+            fin.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            self.fin, self.fin_addr = fin, ctypes.cast(fin, ctypes.c_void_p).value
 
     def run(self, ptrs):
         """The epilogue over the whole product (the product was computed elsewhere)."""
-        self.fn((ctypes.c_long * len(ptrs))(*ptrs), 0, self.m, 0, self.n)
+        args = (ctypes.c_long * len(ptrs))(*ptrs)
+        acc = np.zeros(self.nsum * self.n) if self.nsum else None
+        self.fn(args, 0, self.m, 0, self.n, None if acc is None else acc.ctypes.data)
+        if self.nsum:
+            self.fin(args, acc.ctypes.data)
 
     def __repr__(self):
         return f"Epilogue[{' '.join(self.members)}] {self.m}x{self.n}"
@@ -253,34 +264,33 @@ def render(ctx, found, fname):
         for f, ct, ar in sorted(used_math)
     )
     t = native._CTYPES[product.aval.dtype]
-    acc = flush = ""
-    if sums:  # column sums of this chunk's rows (whole columns: the pool cuts columns)
-        acc = f"  long w = c1 - c0;\n  double *acc = calloc({len(sums)} * (w > 0 ? w : 1), 8);\n"
-        acc += "  if (!acc) return;\n"
-        flush = "".join(
-            f"  for (long c = c0; c < c1; c++) {p}[c] = ({t})acc[{k} * w + c - c0];\n"
+    # column sums: added into this chunk's accumulators (doubles, nsum x N), written
+    # by fname_sums once the pool has added up the chunks' accumulators
+    adds = [f"acc[{k * n}L + c] += (double){val};" for k, (_, val) in enumerate(sums)]
+    fin = ""
+    if sums:
+        fin = f"void {fname}_sums(const long *a, const double *acc) {{\n" + "\n".join(decls)
+        fin += "\n" + "".join(
+            f"  for (long c = 0; c < {n}L; c++) {p}[c] = ({t})acc[{k * n}L + c];\n"
             for k, (p, _) in enumerate(sums)
         )
-        flush += "  free(acc);\n"
-    adds = [f"acc[{k} * w + c - c0] += (double){val};" for k, (_, val) in enumerate(sums)]
+        fin += "}\n"
     inner = "\n".join("      " + line for line in body + stores + adds)
     source = (
         "#include <math.h>\n#include <stdlib.h>\n"
         + math
-        + f"void {fname}(const long *a, long r0, long r1, long c0, long c1) {{\n"
+        + f"void {fname}(const long *a, long r0, long r1, long c0, long c1, double *acc) {{\n"
         + "\n".join(decls)
         + "\n"
-        + acc
         + "  for (long r = r0; r < r1; r++) {\n    #pragma omp simd\n"
         + f"    for (long c = c0; c < c1; c++) {{\n      long i = r * {n}L + c;\n"
         + inner
-        + "\n    }\n  }\n"
-        + flush
-        + "}\n"
+        + "\n    }\n  }\n}\n"
+        + fin
     )
     what = [e.primitive.name for _, eqns in found["members"] for e in eqns]
     what += ["column_sum"] * len(sums)
-    return source, ptrs, Epilogue(fname, m, n, bool(sums), what, list(found["outputs"]))
+    return source, ptrs, Epilogue(fname, m, n, len(sums), what, list(found["outputs"]))
 
 
 def _skip_dead_views(ctx, i, found):

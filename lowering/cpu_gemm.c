@@ -12,12 +12,15 @@
  * fflow_parallel runs a native elementwise loop the same way (axis 3): chunks of its
  * index range, `fn(args, out_chunk, s, e)` writing outputs s..e-1 to out_chunk.
  *
- * Epilogues: a 2-D GEMM may carry `epi(args, r0, r1, c0, c1)`, a native loop of the
- * program (lowering/cpu_epilogue.py) that post-processes rows r0..r1, columns c0..c1
- * of C (bias add, activation, ReLU mask, column sums, SGD update) into its outputs.
- * It runs once per chunk, by the thread that computed the chunk, right after the
- * chunk is in C (still in cache): the caller's chunks after their GEMM, a worker's in
- * `publish` after the copy out of scratch, only when that copy is the one that wins.
+ * Epilogues: a 2-D GEMM may carry `epi(args, r0, r1, c0, c1, acc)`, a native loop of
+ * the program (lowering/cpu_epilogue.py) that post-processes rows r0..r1, columns
+ * c0..c1 of C (bias add, activation, ReLU mask, SGD update) into its outputs and adds
+ * its `nsum` column sums into acc[q * N + c] (doubles). It runs once per chunk, by the
+ * thread that computed the chunk, right after the chunk is in C (still in cache): the
+ * caller's chunks after their GEMM, a worker's in `publish` after the copy out of
+ * scratch, only when that copy is the one that wins. Row chunks add into their own
+ * acc rows, summed in chunk order once every chunk is in (the same order for any
+ * timing); then `fin(args, acc)` writes the sums.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -39,7 +42,8 @@ typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, 
 static void *g_sgemm, *g_dgemm;
 static int g_ilp64;
 
-typedef void (*epi_t)(const long *, long, long, long, long);
+typedef void (*epi_t)(const long *, long, long, long, long, double *);
+typedef void (*fin_t)(const long *, const double *);
 
 typedef struct job {
   int isz, ta, tb;                 /* item size; 111 no transpose, 112 transpose */
@@ -55,7 +59,10 @@ typedef struct job {
   long *args;                      /* axis 3: its pointers (owned by the job) */
   long unit;                       /* axis 3: output bytes per index */
   epi_t epi;                       /* axis 1, 2, 4 (per GEMM): the epilogue, or NULL */
+  fin_t fin;                       /* writes its column sums from acc, or NULL */
   long *epi_args;                  /* its pointers (owned by the job) */
+  long nsum;                       /* its column sums */
+  double *acc;                     /* their accumulators: nsum x N (axis 1: per chunk) */
   int n;
   long bounds[MAXCH + 1];
   int next, left, refs, max_workers, joined, error;
@@ -129,12 +136,29 @@ static void run_chunk(const job_t *j, int k, char *dst) {
 static void epilogue(const job_t *j, int k) {
   if (j->axis == 4) {
     const job_t *g = &j->list[k];
-    if (g->epi) g->epi(g->epi_args, 0, g->M, 0, g->N);
+    if (g->epi) g->epi(g->epi_args, 0, g->M, 0, g->N, g->acc);
   } else if (j->epi) {
     long s = j->bounds[k], e = j->bounds[k + 1];
-    if (j->axis == 1) j->epi(j->epi_args, s, e, 0, j->N);
-    else j->epi(j->epi_args, 0, j->M, s, e);
+    if (j->axis == 1)
+      j->epi(j->epi_args, s, e, 0, j->N, j->acc ? j->acc + k * j->nsum * j->N : NULL);
+    else
+      j->epi(j->epi_args, 0, j->M, s, e, j->acc);
   }
+}
+
+/* Every chunk is in: add up the row chunks' column sums (chunk order), write them. */
+static void finish(job_t *j) {
+  if (j->axis == 4) {
+    for (int k = 0; k < j->n; k++)
+      if (j->list[k].fin) j->list[k].fin(j->list[k].epi_args, j->list[k].acc);
+    return;
+  }
+  if (!j->fin) return;
+  long w = j->nsum * j->N;
+  if (j->axis == 1)
+    for (int k = 1; k < j->n; k++)
+      for (long i = 0; i < w; i++) j->acc[i] += j->acc[k * w + i];
+  j->fin(j->epi_args, j->acc);
 }
 
 static void publish(job_t *j, int k, const char *scratch) {
@@ -180,8 +204,12 @@ static void release(job_t *j) {
     pthread_cond_destroy(&j->cond);
     free(j->args);
     free(j->epi_args);
+    free(j->acc);
     if (j->list)
-      for (int k = 0; k < j->n; k++) free(j->list[k].epi_args);
+      for (int k = 0; k < j->n; k++) {
+        free(j->list[k].epi_args);
+        free(j->list[k].acc);
+      }
     free(j->list);
     free(j);
   }
@@ -301,13 +329,12 @@ static long *copy_args(long n, const long *args) {
 }
 
 /* C = A @ B on up to `threads` threads, then the epilogue `epi` (or NULL; its `nepi`
- * pointers `epi_args` are copied) per chunk; `cols` cuts C by columns only (an
- * epilogue that sums columns needs whole columns). Returns the job handle (for
- * fflow_gemm_busy), or 0 with *error set. */
+ * pointers `epi_args` are copied) per chunk and `fin` (its `nsum` column sums).
+ * Returns the job handle (for fflow_gemm_busy), or 0 with *error set. */
 long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
                 const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
                 long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error,
-                void *epi, long nepi, const long *epi_args, int cols) {
+                void *epi, void *fin, long nsum, long nepi, const long *epi_args) {
   job_t *j = calloc(1, sizeof(job_t));
   long *args = epi ? copy_args(nepi, epi_args) : NULL;
   if (!j || (epi && !args)) {
@@ -317,6 +344,8 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
     return 0;
   }
   j->epi = (epi_t)epi;
+  j->fin = (fin_t)fin;
+  j->nsum = fin ? nsum : 0;
   j->epi_args = args;
   j->isz = isz; j->ta = ta; j->tb = tb;
   j->M = M; j->N = N; j->K = K; j->lda = lda; j->ldb = ldb; j->ldc = ldc;
@@ -326,7 +355,7 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   long nb = nb0 * nb1, extent, align = 16;
   int parts = threads > 1 ? 2 * threads : 1; /* one thread: one call, no wake-up */
   if (nb >= 2) { j->axis = 0; extent = nb; align = 1; }
-  else if (N >= M || cols) { j->axis = 2; extent = N; }
+  else if (N >= M) { j->axis = 2; extent = N; }
   else { j->axis = 1; extent = M; }
   if (parts > MAXCH) parts = MAXCH;
   long step = (extent + parts - 1) / parts;
@@ -338,7 +367,17 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   j->n = j->left = n;
   j->refs = 1;
   j->max_workers = threads - 1;
+  if (j->nsum) { /* column sums: one accumulator per row chunk, one for column chunks */
+    j->acc = calloc((j->axis == 1 ? n : 1) * j->nsum * N, sizeof(double));
+    if (!j->acc) {
+      free(args);
+      free(j);
+      *error = 1;
+      return 0;
+    }
+  }
   lead(j);
+  finish(j);
   *error = j->error;
   return (long)j;
 }
@@ -389,8 +428,8 @@ long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, l
 
 /* Several independent GEMMs as the chunks of one job: each runs whole on one thread
  * (no re-packing of cut operands, one wake-up), the caller backing up late ones as
- * for chunks. desc: 15 longs per GEMM (isz, ta, tb, M, N, K, A, lda, B, ldb, C, ldc,
- * epilogue or 0, its pointer count, its pointers).
+ * for chunks. desc: 17 longs per GEMM (isz, ta, tb, M, N, K, A, lda, B, ldb, C, ldc,
+ * epilogue or 0, its sums' function or 0, its column sums, pointer count, pointers).
  * Returns the job handle, or 0 with *error set. */
 long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
   job_t *j = calloc(1, sizeof(job_t));
@@ -402,13 +441,19 @@ long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
     return 0;
   }
   for (int k = 0; k < count; k++) {
-    const long *d = desc + 15 * k;
+    const long *d = desc + 17 * k;
     job_t *g = &list[k];
-    if (d[12]) { /* its epilogue: function, pointer count, pointers */
+    if (d[12]) { /* its epilogue: function, sums' function, sums, pointer count, pointers */
       g->epi = (epi_t)d[12];
-      g->epi_args = copy_args(d[13], (const long *)d[14]);
-      if (!g->epi_args) { /* out of memory: no job */
-        for (int q = 0; q <= k; q++) free(list[q].epi_args);
+      g->fin = (fin_t)d[13];
+      g->nsum = d[13] ? d[14] : 0;
+      g->epi_args = copy_args(d[15], (const long *)d[16]);
+      g->acc = g->nsum ? calloc(g->nsum * d[4], sizeof(double)) : NULL;
+      if (!g->epi_args || (g->nsum && !g->acc)) { /* out of memory: no job */
+        for (int q = 0; q <= k; q++) {
+          free(list[q].epi_args);
+          free(list[q].acc);
+        }
         free(list);
         free(j);
         *error = 1;
@@ -429,6 +474,7 @@ long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
   j->refs = 1;
   j->max_workers = threads - 1;
   lead(j);
+  finish(j);
   *error = j->error;
   return (long)j;
 }

@@ -139,7 +139,7 @@ def _load():
         + [ctypes.c_void_p, ctypes.c_long]
         + [ctypes.c_long] * 8
         + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
-        + [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
     )
     lib.fflow_parallel.restype = ctypes.c_long
     lib.fflow_parallel.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
@@ -269,10 +269,17 @@ def _epilogue(epi, ptrs, out):
 
 
 def _epi_args(epi, ptrs):
-    """fflow_gemm's epilogue arguments: function, pointer count, pointers, columns only."""
+    """fflow_gemm's epilogue arguments: function, sums' function, column sums, pointer
+    count, pointers."""
     if epi is None:
-        return None, 0, None, 0
-    return epi.addr, len(ptrs), (ctypes.c_long * len(ptrs))(*ptrs), int(epi.cols)
+        return None, None, 0, 0, None
+    return epi.addr, epi.fin_addr, epi.nsum, len(ptrs), (ctypes.c_long * len(ptrs))(*ptrs)
+
+
+def _epi_desc(e):
+    """The 5 numbers of an epilogue in a fflow_gemm_list description."""
+    p = ctypes.cast(e[4], ctypes.c_void_p).value if e[4] is not None else 0
+    return (e[0] or 0, e[1] or 0, e[2], e[3], p)
 
 
 def _desc(a, b, out):
@@ -309,11 +316,8 @@ def matmul2(a1, b1, out1, a2, b2, out2, n_threads, epi1=None, ptrs1=(), epi2=Non
         matmul(a1, b1, out1, n_threads, epi1, ptrs1)
         return matmul(a2, b2, out2, n_threads, epi2, ptrs2)
     e1, e2 = _epi_args(epi1, ptrs1), _epi_args(epi2, ptrs2)
-    a1p = ctypes.cast(e1[2], ctypes.c_void_p).value if e1[2] is not None else 0
-    a2p = ctypes.cast(e2[2], ctypes.c_void_p).value if e2[2] is not None else 0
-    d1 += (e1[0] or 0, e1[1], a1p)
-    d2 += (e2[0] or 0, e2[1], a2p)
-    desc = (ctypes.c_long * 30)(*d1, *d2)
+    d1, d2 = d1 + _epi_desc(e1), d2 + _epi_desc(e2)  # e1, e2 keep the pointer arrays
+    desc = (ctypes.c_long * 34)(*d1, *d2)
     error = ctypes.c_int(0)
     if _pending:
         _collect()

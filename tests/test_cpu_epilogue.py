@@ -93,14 +93,15 @@ def test_mlp_step_epilogues_match_float64_numpy(dtype, request):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_epilogues_on_the_thread_pool(threads):
+@pytest.mark.parametrize("batch, dims", [(129, (257, 263, 259, 3)), (517, (257, 131, 263, 3))])
+def test_epilogues_on_the_thread_pool(threads, batch, dims):
     # products above threads.SMALL_GEMM_FLOPS run in chunks on the pool: each chunk's
-    # epilogue runs where it was computed (column chunks when a column sum is fused)
+    # epilogue runs where it was computed; column sums of row chunks (batch 517 > the
+    # 131 / 263 features) are added up in chunk order after the product
     rng = np.random.default_rng(1)
-    dims = (257, 263, 259, 3)
     params = _mlp_params(rng, dims, np.float32)
-    x = rng.normal(size=(129, 257)).astype(np.float32)
-    y = rng.normal(size=(129, 3)).astype(np.float32)
+    x = rng.normal(size=(batch, dims[0])).astype(np.float32)
+    y = rng.normal(size=(batch, 3)).astype(np.float32)
     args = ([(jnp.asarray(w), jnp.asarray(b)) for w, b in params], jnp.asarray(x), jnp.asarray(y))
     fflow.config.update("blas_threads", threads)
     try:
