@@ -8,7 +8,9 @@ what the fused primitive (lowering/cpu_attention.py) buys on the CPU.
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -40,12 +42,30 @@ def main():
     fflow.config.update("attention_rewrite", True)
     times = interleaved_times(runs, reps)
     off, on = times["rewrite off"], times["rewrite on"]
+    cpu = cpu_times(runs, reps)
     print(f"## Transformer block step, attention by hand (batch {b}, seq {s}, d {d}, "
           f"{heads} heads, MLP {m}), CPU")  # fmt: skip
     print()
     print("| workload | rewrite off | rewrite on | off/on |")
     print("|---|---|---|---|")
-    print(f"| block step | {fmt_time(off)} | {fmt_time(on)} | {off / on:.2f}× |")
+    print(f"| block step, wall | {fmt_time(off)} | {fmt_time(on)} | {off / on:.2f}× |")
+    c_off, c_on = cpu["rewrite off"], cpu["rewrite on"]
+    print(f"| block step, CPU time | {fmt_time(c_off)} | {fmt_time(c_on)} | {c_off / c_on:.2f}× |")
+    print()
+    print(f"load average {os.getloadavg()[0]:.1f}; CPU time is the process's (all threads), "
+          "less sensitive than wall time to other processes on the machine")  # fmt: skip
+
+
+def cpu_times(fns, reps):
+    """Median process CPU seconds per call, alternating the order every round."""
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(reps):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t0 = time.process_time()
+            fns[name]()
+            samples[name].append(time.process_time() - t0)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
 
 
 if __name__ == "__main__":
