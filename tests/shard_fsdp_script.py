@@ -5,11 +5,13 @@ parameters whole or gathers each once (data parallelism, ZeRO-1/2, parameters sp
 with one shared gather), so only FSDP fits: parameters and Adam state stored split,
 each weight all-gathered for its forward use and again for its backward use.
 Prints (rank 0) the plan's rung, peak and budget, its conversions, the loss and new
-parameters, and the same step in float64 NumPy (backward written out), as JSON."""
+parameters, the bytes of live arrays measured before every stage of the device
+programs, and the same step in float64 NumPy (backward written out), as JSON."""
 
 import json
 
 import numpy as np
+from fflow.transforms import shard_exec
 
 import fflow
 import fflow.numpy as jnp
@@ -111,12 +113,26 @@ def run(pl):
         for _, v, have, want, bp in sp.boxings()
         if bp.bytes
     ]
-    loss, new_p, new_o = fn(*args)
+    seen = [0]
+
+    def probe(env):  # bytes of live arrays before every stage (device_steps), any device
+        bufs = {}  # (a device's piece of an input may be a view of the caller's array)
+        for a in env.values():
+            a = np.asarray(a)
+            bufs[(a.__array_interface__["data"][0], a.nbytes)] = a.nbytes
+        seen[0] = max(seen[0], sum(bufs.values()))
+
+    shard_exec.live_probe = probe
+    try:
+        loss, new_p, new_o = fn(*args)
+    finally:
+        shard_exec.live_probe = None
     ref_loss, ref_p, ref_o = numpy_step(params, opt, x, y)
     return {
         "devices": pl.size,
         "budget": budget,
         "peak": sp.peak_memory,
+        "measured": seen[0],
         "rung": sp.storage_rung,
         "per_use": sp.gathered_per_use,
         "bytes": sp.bytes,
