@@ -65,7 +65,7 @@ from fflow.primitives.shape import transpose_p
 from fflow.primitives.unary import exp_p
 from fflow.transforms import autodiff
 from fflow.transforms.attention_match import Rewriter
-from fflow.transforms.staging import trace_to_program
+from fflow.transforms.staging import StagingTrace, trace_to_program
 
 import fflow.errors as errors
 from fflow import core
@@ -114,13 +114,21 @@ def _current_context():
     return stack[-1] if stack else _Context()
 
 
+def _staged(trace):
+    while trace is not None:
+        if isinstance(trace, StagingTrace) and not trace.partial_eval:
+            return True
+        trace = trace.parent
+    return False
+
+
 def _before_differentiation(fun, primals):
     """autodiff's hook: differentiate `fun` with hand-written attention rewritten, when
-    its inputs are abstract (traced by jit/make_jaxpr) and no outer derivative would
-    differentiate the fused primitive's derivatives again."""
-    if not config.attention_rewrite or not any(
-        isinstance(p, core.Tracer) and p.concrete_value() is None for p in primals
-    ):
+    it is being staged (under jit, make_jaxpr, shard or a control-flow body: not eager
+    grad or vmap, which would run the primitive's reference and keep every
+    intermediate alive) and no outer derivative would differentiate the fused
+    primitive's derivatives again."""
+    if not config.attention_rewrite or not _staged(core.current_trace()):
         return fun
 
     def rewritten(*args):
