@@ -200,9 +200,10 @@ def matmul(cp, epi, lhs, rhs, bias, empty, mask=None):
         align += (_align(aux.data.ptr),)
     dev = cp.cuda.Device().id
     aux_ld = (cuda_layout.mask_ld(epi.out.aval), True) if epi.mask is not None else (n, False)
-    bias_t = out_t  # a bias gradient has D's type; a bias its own (fp32 beside a bf16 D: amp)
-    if epi.bias is not None:
-        bias_t = cuda_gemm._TYPES[np.dtype(epi.bias.aval.dtype).name]
+    bias_t = out_t  # a bias (gradient) has its own type (fp32 beside a bf16 D: amp)
+    for v in (epi.bias, epi.bgrad):
+        if v is not None:
+            bias_t = cuda_gemm._TYPES[np.dtype(v.aval.dtype).name]
     key = (dev, nb, m, n, k, lt, rt, in_t, out_t, epi.name, align, aux_ld, bias_t)
     plan = _plans.get(key)
     if plan is None:

@@ -258,7 +258,7 @@ def _match_drelu(found, consumers, outset, prod, const_value):
                 if sel.primitive is not select_n_p or sel.inputs[:1] != [t] or len(sel.inputs) != 3:
                     continue
                 g, zero = sel.inputs[1], sel.inputs[2]
-                gemm = prod.get(g)
+                gemm, cast_in = _amp_product(g, consumers, outset, prod)
                 if (
                     gemm is None
                     or gemm.primitive is not dot_general_p
@@ -273,15 +273,43 @@ def _match_drelu(found, consumers, outset, prod, const_value):
                 ):
                     continue
                 out = sel.outputs[0]
-                inner = [sel] + ([le] if _private(t, consumers, outset) else [])
+                inner = [sel] + ([le] if _private(t, consumers, outset) else []) + cast_in
                 back = Epilogue(gemm, None, "drelu", out, inner)
                 lead = tuple(range(out.aval.ndim - 1))
                 for red in consumers.get(out, ()):
                     if red.primitive is reduce_sum_p and tuple(sorted(red.params["axes"])) == lead:
                         back.bgrad, back.bgrad_eqn = red.outputs[0], red
                         break
+                if cast_in:  # amp: the gradient is cast back to 16 bits: D is that cast
+                    rest = [c for c in consumers.get(out, ()) if c is not back.bgrad_eqn]
+                    want = np.dtype(gemm.inputs[0].aval.dtype)
+                    if (
+                        out not in outset
+                        and len(rest) == 1
+                        and rest[0].primitive is convert_element_type_p
+                        and np.dtype(rest[0].outputs[0].aval.dtype) == want
+                    ):
+                        back.out, back.inner = rest[0].outputs[0], inner + [rest[0]]
                 back.mask = fwd.mask = fwd.mask or Var(_mask_aval(u.aval))
                 found[id(gemm)] = back
+
+
+def _amp_product(g, consumers, outset, prod):
+    """The GEMM behind `g`: its dot, or under amp the 16-bit dot whose product `g` casts
+    back to fp32 (DRELU then works on the fp32 accumulator, one rounding fewer): (dot,
+    [the cast equation]) or (None, [])."""
+    e = prod.get(g)
+    if e is None or e.primitive is dot_general_p:
+        return e, []
+    if e.primitive is not convert_element_type_p or np.dtype(g.aval.dtype) != np.float32:
+        return None, []
+    gg = e.inputs[0]
+    src = prod.get(gg) if type(gg) is Var else None
+    if src is None or src.primitive is not dot_general_p or not _private(gg, consumers, outset):
+        return None, []
+    if np.dtype(gg.aval.dtype).name not in ("bfloat16", "float16"):
+        return None, []
+    return src, [e]
 
 
 def mask_ld(aval):

@@ -116,6 +116,18 @@ for got, ref in zip(g, refs):
 calls = [c["epilogue"] for c in fake_cublaslt.CALLS]
 print("mlp", calls)
 
+# 1b. the same under amp bf16: the backward GEMM writes bf16 from its fp32 accumulator
+fake_cublaslt.CALLS.clear()
+val, g = fflow.jit(fflow.value_and_grad(fflow.amp(loss, "bf16")))(
+    put(*p32), *put(x.astype(np.float32), y.astype(np.float32)))
+q16 = [np.asarray(a.astype(BF16), np.float64) for a in (w1, w2, x)]
+z = q16[2] @ q16[0] + b1; h = np.maximum(z, 0); o = h @ q16[1] + b2
+d = 2 * (o - y) / o.size
+dh = (d @ q16[1].T) * (z > 0)
+for got, ref in zip(g, [q16[2].T @ dh, dh.sum(0), h.T @ d, d.sum(0)]):
+    assert rel(got, ref) < 2e-2, rel(got, ref)
+print("ampmlp", [c["epilogue"] for c in fake_cublaslt.CALLS])
+
 # 2. a bias + gelu block under amp bf16: x @ w1 + b1 -> gelu -> @ w2 + b2 (3-D activations)
 def block(p, x):
     return nn.gelu(x @ p[0] + p[1]) @ p[2] + p[3]
@@ -184,6 +196,7 @@ def run_script(available=True, refuse=()):
 def test_epilogues_through_a_stand_in_cublaslt():
     out = run_script()
     assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS', 'DRELU_BGRAD']", out
+    assert out["ampmlp"] == "['RELU_AUX_BIAS', 'BIAS', 'DRELU_BGRAD']", out
     # amp: bf16 operands, fp32 bias, gelu's result cast to bf16 by cuBLASLt (D bf16)
     assert "('GELU_BIAS', 24, 16, 20, 14, 14)" in out["block"], out
     assert "('BIAS', 8, 16, 24, 14, 0)" in out["block"], out
@@ -204,6 +217,7 @@ def test_fallback_when_cublaslt_is_missing_or_refuses():
     out = run_script(refuse={36, 152})  # the heuristic has no GELU_BIAS, DRELU_BGRAD algorithm
     assert "GELU_BIAS" not in out["block"] and "no GELU_BIAS algorithm" in out["plan"], out
     assert out["mlp"] == "['RELU_AUX_BIAS', 'BIAS']", out  # the backward: GEMM + kernels
+    assert out["ampmlp"] == "['RELU_AUX_BIAS', 'BIAS']", out
     out = run_script(refuse={134})  # no mask from the forward: the backward falls back too
     assert out["mlp"] == "['BIAS']", out
 
