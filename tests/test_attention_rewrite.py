@@ -267,6 +267,12 @@ def test_traced_scale():
     left_alone(f, (*operands((B, N, T, H)), np.float32(2.0)), "traced or non-uniform")
 
 
+def test_scores_divided_by_zero():
+    with np.errstate(all="ignore"):
+        left_alone(lambda q, k, v: nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 0.0) @ v,
+                   operands((B, N, T, H)), "scaled by 0")  # fmt: skip
+
+
 def test_per_head_scale():
     per_head = np.linspace(0.1, 0.3, N, dtype=np.float32)[:, None, None]
     left_alone(lambda q, k, v: probs(q, k, per_head) @ v, operands((B, N, T, H)),

@@ -228,6 +228,8 @@ class Rewriter:
                     c, other = self._uniform(args[0]), args[1]
                 if c is None:
                     return "the scores are scaled by a traced or non-uniform factor"
+                if not (math.isfinite(c) and (c != 0 or prim is mul_p)):
+                    return f"the scores are scaled by {c:g}"
                 after *= c if prim is mul_p else 1.0 / c
                 x = other
             elif prim is select_n_p and len(args) == 3:
@@ -285,6 +287,8 @@ class Rewriter:
                     c, other = self._uniform(args[0]), args[1]
                 if c is None or aval_of_value(other).shape != aval_of_value(x).shape:
                     break
+                if not (math.isfinite(c) and (c != 0 or prim is mul_p)):
+                    break
                 m.scale *= c if prim is mul_p else 1.0 / c
                 x = other
             else:
@@ -323,10 +327,14 @@ class Rewriter:
 
     # -- the rewrite --------------------------------------------------------------------
     def _rewrite(self, args, params):
-        m = self._match(args, params)
+        where = errors.user_source_info() or "?"
+        try:
+            m = self._match(args, params)
+        except Exception as e:  # a spelling the matcher did not expect: keep the user's
+            logger.warning("attention rewrite failed at %s (left as written): %r", where, e)
+            m = f"the matcher failed ({type(e).__name__}: {e}); please report it"
         if m is None:
             return None
-        where = errors.user_source_info() or "?"
         if isinstance(m, str):
             self._note(f"{where}: attention left as written: {m}")
             return None
