@@ -500,7 +500,13 @@ def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit
         profile: the `fflow.sharding.DeviceProfile` the planner prices plans with
             (default: `default_profile(placement)`).
         memory_limit: bytes of memory per device the plan must fit in (peak of
-            parameters, optimizer state and live activations).
+            parameters, optimizer state and live activations). Unannotated state is
+            stored as needed: as given (data parallelism), the last argument split (the
+            optimizer state: ZeRO-1/2), the one before it too (the parameters), and
+            last the parameters gathered per use (FSDP / ZeRO-3: all-gathered before
+            each forward and backward use, freed after); the fastest plan that fits
+            wins. `.plan(...)` then has `peak_memory`, `storage_rung` and
+            `gathered_per_use`.
 
     Returns:
         A callable returning global arrays; `.plan(*args)` shows the planned program.
