@@ -7,7 +7,9 @@ process x 1 thread at batch B (rank 0 alone in the same launch, interleaved), ne
 a hand-written DP step (jit gradients + one raw Allreduce of them all + jit update: what
 MPI and fflow's kernels allow), with the time fflow's step spent blocked in
 communication, and the same step with its gradient buckets waited for right after they
-start (config grad_overlap=False): "hidden" is the blocked time overlap removed.
+start (config grad_overlap=False): "hidden" is the blocked time overlap removed, and
+every rank running the 1-process step at once without communication (the floor of
+weak scaling here: the ranks share the machine's memory bandwidth and caches).
 
     python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
 
@@ -229,17 +231,25 @@ def dp_rows(batch, dims, steps):
 
         return run
 
-    variants = {"fflow": fflow_dp(True), "no_overlap": fflow_dp(False), "hand": hand}
+    variants = {
+        "fflow": fflow_dp(True),
+        "no_overlap": fflow_dp(False),
+        "hand": hand,
+        # every rank runs the 1-process step at once, no communication: the floor of
+        # weak scaling on this machine (the ranks share memory bandwidth and caches)
+        "concurrent": lambda: one(params, x, y),
+    }
     for _ in range(2):
         one(params, x, y)
         for run in variants.values():
             run()
-    samples = {k: [] for k in ("one", "fflow", "no_overlap", "hand")}
+    samples = {k: [] for k in ("one", *variants)}
     blocked = {"fflow": [], "no_overlap": []}
     names = list(variants)
     for r in range(steps):
         samples["one"].append(_solo(comm, lambda: one(params, x, y)))
-        for name in names[r % 3 :] + names[: r % 3]:
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
             c0 = rt.comm_seconds
             comm.Barrier()
             t0 = time.perf_counter()
@@ -313,9 +323,10 @@ def main():
     print("step is rank 0 alone in the same launch, interleaved with the n-rank steps)")
     print(
         "| ranks | 1 process | fflow DP | vs 1 process | hand DP (jit + 1 Allreduce) | vs 1 "
-        "process | fflow blocked in comm | without overlap: step / blocked | hidden |"
+        "process | every rank alone, no comm (floor) | fflow blocked in comm | without "
+        "overlap: step / blocked | hidden |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = [(n, res["dp"]) for n, res in runs.items()]
     rows.append(("2, MPICH async progress", async_run["dp"]))
     for n, d in rows:
@@ -323,7 +334,8 @@ def main():
         hidden = d["blocked_no_overlap"] - d["blocked_fflow"]
         print(
             f"| {n} | {_ms(t1)} | {_ms(d['fflow'])} | {d['fflow'] / t1:.2f}x | "
-            f"{_ms(d['hand'])} | {d['hand'] / t1:.2f}x | {_ms(d['blocked_fflow'])} "
+            f"{_ms(d['hand'])} | {d['hand'] / t1:.2f}x | {d['concurrent'] / t1:.2f}x | "
+            f"{_ms(d['blocked_fflow'])} "
             f"({d['blocked_fflow'] / d['fflow'] * 100:.0f}%) | {_ms(d['no_overlap'])} / "
             f"{_ms(d['blocked_no_overlap'])} | {_ms(hidden)} ({len(d['buckets'])} buckets, "
             f"{sum(d['buckets']) / 2**20:.1f} MB) |"
