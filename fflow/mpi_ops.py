@@ -137,6 +137,21 @@ def _empty(shape, dtype):
     return buf
 
 
+_cells = {}  # (shape, dtype) -> [the last buffer of that kind a planned collective returned]
+
+
+def _cell(shape, dtype):
+    """The one-buffer cell that planned collectives with results of this shape and
+    dtype share (so a program's deterministic and native plans, or two programs of the
+    same shape, reuse one buffer, as `_empty` does). `buf = cell[0]` is reusable when
+    getrefcount(buf) == 3 (the cell, `buf`, getrefcount's argument)."""
+    key = (tuple(shape), np.dtype(dtype))
+    cell = _cells.get(key)
+    if cell is None:
+        cell = _cells[key] = [np.empty(key[0], key[1])]
+    return cell
+
+
 def _raw(a):
     """A contiguous array's bytes as a 1-D uint8 view (any dtype, bfloat16 included)."""
     return a.reshape(-1).view(np.uint8)
@@ -287,7 +302,7 @@ def planned(name, comm, ranks, params, shape, dtype):
     moved = ((size - mine) + (p - 1) * mine) * dtype.itemsize
     if exact_native(dtype, op, p) or not _det[0]:
         start, mpi_op = comm.Iallreduce, _native_op(op)
-        keep = [np.empty(shape, dtype)]
+        keep = _cell(shape, dtype)
 
         def native(rt, x, what):
             out = keep[0]
@@ -305,7 +320,7 @@ def planned(name, comm, ranks, params, shape, dtype):
             return lambda rt, x, what: all_reduce(rt, comm, ranks, x, params, what)
         return _planned_two_step(comm, ranks, shape, dtype, op, moved)
     gather, fn = comm.Iallgather, _REDUCE[op]
-    keep = [np.empty((p, size), dtype)]
+    keep = _cell((p, size), dtype)
 
     def rows(rt, x, what):  # one all-gather, then the ordered reduction into row 0
         buf = keep[0]
@@ -330,7 +345,7 @@ def _planned_two_step(comm, ranks, shape, dtype, op, moved):
     p, me = comm.Get_size(), comm.Get_rank()
     width = int(np.prod(shape, dtype=np.int64)) // p
     a2a, gather, in_place = comm.Ialltoall, comm.Iallgather, _mpi().IN_PLACE
-    keep = [np.empty((p, width), dtype)]
+    keep = _cell((p, width), dtype)
 
     def two_step(rt, x, what):
         buf = keep[0]
