@@ -108,9 +108,9 @@ class Rewriter:
                     return None
                 with np.errstate(all="ignore"):
                     value = np.broadcast_to(np.asarray(prim.impl(small, **params)), vals[0].shape)
-            elif big and prim is not broadcast_in_dim_p:
+            elif big and not _sorted_broadcast(prim, params):
                 return None
-            elif prim is broadcast_in_dim_p:  # a view, not a copy, of a scalar fill
+            elif _sorted_broadcast(prim, params):  # a view, not a copy, of a scalar fill
                 shape, dims = params["shape"], params["broadcast_dimensions"]
                 src = vals[0].reshape([vals[0].shape[dims.index(d)] if d in dims else 1
                                        for d in range(len(shape))])  # fmt: skip
@@ -165,8 +165,10 @@ class Rewriter:
             prim, args, params = r
             shape = aval_of_value(args[0]).shape
             if prim is red:
-                ok = params.get("axes") == (len(full) - 1,) and shape == full
-                return (m.need.append((z, 1)), args[0])[1] if ok else None
+                if params.get("axes") != (len(full) - 1,) or shape != full:
+                    return None
+                m.need.append((z, 1))
+                return args[0]
             if prim is broadcast_in_dim_p:
                 if shape not in kept or params["broadcast_dimensions"] != tuple(range(len(shape))):
                     return None
@@ -254,7 +256,8 @@ class Rewriter:
                 if add is None or not _is_float(add.dtype):
                     return ("an additive term that is not a constant 0/-inf mask (for a "
                             "runtime mask write where(mask, s, -1e9))")  # fmt: skip
-                eff = add.astype(np.float64) * after
+                add = add[tuple(slice(0, 1) if st == 0 else slice(None) for st in add.strides)]
+                eff = add.astype(np.float64) * after  # its distinct entries (no broadcast)
                 if not np.all((eff == 0) | (eff <= MASK_FILL)):
                     return "an additive term that is not a 0/-inf mask (a bias)"
                 m.masks.append(("const", eff == 0, False, -math.inf))
@@ -530,6 +533,11 @@ class Rewriter:
         if shape[3] != s:
             mask = lax.broadcast_in_dim(mask, shape[:3] + (s,), (0, 1, 2, 3))
         return mask
+
+
+def _sorted_broadcast(prim, params):
+    dims = params.get("broadcast_dimensions")
+    return prim is broadcast_in_dim_p and list(dims) == sorted(dims)
 
 
 def _free(x, batch, contract):
