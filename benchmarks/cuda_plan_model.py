@@ -104,6 +104,7 @@ def main():
         ),
         "10 stencils [1M]": (stencils, [gc.f32(rng, 1 << 20)]),
         "MLP step 784-512-512-10 b128": (fflow.value_and_grad(gc.mlp_loss), [params, xm, ym]),
+        "same, amp bf16": (fflow.value_and_grad(fflow.amp(gc.mlp_loss, "bf16")), [params, xm, ym]),
         "transformer block step bf16 amp b8 s512 d1024": (
             fflow.value_and_grad(fflow.amp(lambda p, x: gc.block_loss(p, x, 16), "bf16")),
             [bp, b8],

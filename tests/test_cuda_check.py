@@ -63,7 +63,7 @@ def test_plan_model_lists_every_program():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if "modelled HBM" in ln]
-    assert len(lines) == 10, proc.stdout  # incl. the hand-written attention row
+    assert len(lines) == 11, proc.stdout  # incl. hand-written attention, amp MLP
     softmax = lines[0].split()
     assert softmax[softmax.index("kernels") + 1] == "1"  # one row kernel
     epi = [ln.split() for ln in lines if ln.startswith("GEMM+bias+gelu")][0]
