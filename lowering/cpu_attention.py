@@ -24,6 +24,8 @@ import numpy as np
 from fflow.lowering import cpu_casts, cpu_gemm, native
 from fflow.primitives.attention import BIG_NEG, attention_bwd_p, attention_p
 
+from fflow import threads
+
 _FAST = (np.dtype(np.float32), np.dtype(np.float64))
 _LOW = ("bfloat16", "float16")  # by name: ml_dtypes (bf16) is an optional extra
 
@@ -184,8 +186,13 @@ def _backward_c(bwd, q, k, v, mask, out, lse, ct, scale, causal, nt):
 
 
 def _mm(a, b, nt):
+    """a @ b by the size rules of numpy_rows.emit_dot: NumPy's matmul for small products
+    (the pool's job costs more than they do), one thread below SMALL_GEMM_FLOPS."""
     out = np.empty(a.shape[:-1] + b.shape[-1:], a.dtype)
-    return cpu_gemm.matmul(a, b, out, nt)
+    flops = 2.0 * out.size * a.shape[-1]
+    if flops < cpu_gemm.OWN_KERNEL_MIN_FLOPS:
+        return np.matmul(a, b, out=out)
+    return cpu_gemm.matmul(a, b, out, nt if flops >= threads.SMALL_GEMM_FLOPS else 1)
 
 
 def _heads(x, n):
