@@ -16,13 +16,16 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   simulated runtime's (`collectives._reduce_parts`: group order, float32
   accumulation for 16-bit floats, one rounding), so results are bit-identical to it,
   at the same bytes as a ring all-reduce. 16-bit values travel as 16-bit buffers.
-  Small all-reduces (value bytes x ranks <= 1 MB, config `mpi_allgather_bytes`) are
-  one all-gather of the whole values and the same ordered reduction: one
-  synchronization instead of two. With ranks sharing cores (4 on this 2-core machine)
-  every synchronization costs a scheduling round, and one all-gather beat the two-step
-  path from 16 KB to 1 MB values (same launch, load ~10: 64 KB 0.58-0.64x of raw
-  Allreduce vs 1.03-1.21x, 256 KB 0.84-0.97x vs 1.00-1.45x); above 1 MB moved the
-  p-fold bytes and p-1 full-size additions of the all-gather cost more than a round.
+  Small all-reduces (value bytes x ranks <= 512 KB, config `mpi_allgather_bytes`)
+  are one all-gather of the whole values and the same ordered reduction: one
+  synchronization instead of two, for p-fold bytes and p-1 full-size additions. On
+  a quiet machine the two-step path wins from 256 KB values at 4 ranks (value x
+  ranks = 1 MB; mpi4py alone, load ~1: all-gather + ordered adds 1.50x of raw
+  Allreduce, two-step 0.97x; through fflow, quiet: 1.73x on the all-gather path),
+  while at 64 KB they tie (1.26-1.29x vs 1.24-1.35x). Under load (other processes on
+  the cores) every synchronization costs a scheduling round and one all-gather won
+  up to 1 MB moved (load ~10: 256 KB 0.84-0.97x vs 1.00-1.45x), which is why this
+  was 1 MB before; the limit is set for the quiet case.
   Large ones with even chunks reduce into the received buffer's own row and
   all-gather in place (one result-sized buffer). Where MPI's reduction has the same
   bits it is used instead (`exact_native`): integer sum/max/min at any group size
@@ -61,7 +64,7 @@ from fflow.config import config
 from fflow.primitives.collectives import _ex_combine, _reduce_parts
 from fflow.sharding import balanced
 
-_det, _small, _large = [True], [1 << 20], [2 << 20]  # config values (set by the hooks)
+_det, _small, _large = [True], [1 << 19], [2 << 20]  # config values (set by the hooks)
 _modes = {}  # (deterministic, allgather bytes, large bytes) -> a small int
 mode = [0]  # the current setting's int: planned collectives (`planned`) are kept per mode
 
@@ -78,8 +81,8 @@ def _setter(cell, kind):
 config.define("mpi_deterministic", True, hook=_setter(_det, bool))
 
 # all-reduces of at most this many bytes (value bytes x ranks) are one all-gather and an
-# ordered reduction (config mpi_allgather_bytes; see the module docstring for why 1 MB)
-config.define("mpi_allgather_bytes", 1 << 20, hook=_setter(_small, int))
+# ordered reduction (config mpi_allgather_bytes; see the module docstring for why 512 KB)
+config.define("mpi_allgather_bytes", 1 << 19, hook=_setter(_small, int))
 _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
 _HALF = ("float16", "bfloat16")
 _REDUCIBLE = frozenset(_NATIVE + _HALF)

@@ -8,6 +8,7 @@ tensor-parallel training step (jitted), `make_global_array` and its mismatch err
 and the native MPI reduction mode (keys "native_*").
 """
 
+import hashlib
 import json
 import sys
 
@@ -66,6 +67,9 @@ def main(n, fail_rank=None):
     rng = np.random.default_rng(0)
     x, w1, w2 = (rng.normal(size=s).astype(np.float32) for s in [(10, 16), (16, 24), (24, 16)])
     out = {}
+    from fflow import mpi_ops  # defines mpi_allgather_bytes (mpi4py loads lazily)
+
+    ag_limit = fflow.config.read("mpi_allgather_bytes")  # the default, restored after changes
 
     def mlp(x, w1, w2):
         return jnp.tanh(x @ w1) @ w2
@@ -197,7 +201,7 @@ def main(n, fail_rank=None):
             big, argnums=(0, 1, 2)
         )(wbig, xbig, vbig)
     fflow.config.update("grad_bucket_mb", 25.0)
-    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
 
     # result buffers are reused only once nothing refers to them: kept results stay
     # intact while later calls' dropped results share one buffer
@@ -214,7 +218,7 @@ def main(n, fail_rank=None):
     # reduction, three calls each on new data with every result kept, the mode switched
     # between programs (each mode keeps its own plan)
     rp = np.random.default_rng(13)
-    modes = [("rows", 1 << 20, True), ("twostep", 1 << 8, True), ("mpi", 1 << 20, False)]
+    modes = [("rows", ag_limit, True), ("twostep", 1 << 8, True), ("mpi", ag_limit, False)]
     for label, small, det in modes:
         mpi and fflow.config.update("mpi_allgather_bytes", small)
         mpi and fflow.config.update("mpi_deterministic", det)
@@ -226,8 +230,26 @@ def main(n, fail_rank=None):
                 for k, r in enumerate(res):
                     tag = "native_" if not det else ""
                     out[f"{tag}planned_{label}_{np.dtype(dt).name}_{src}_{shape}_{k}"] = r
-    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
     mpi and fflow.config.update("mpi_deterministic", True)
+
+    # the default one-all-gather limit (mpi_allgather_bytes, value bytes x ranks) at
+    # its edge: the largest float32 value on that path and the next even size (the
+    # two-step path), sum and max, two calls (the second runs the planned path); the
+    # results' bytes (MPI == simulated) and their distance to NumPy's reduction
+    edge = ag_limit // (4 * n)
+    rg = np.random.default_rng(17)
+    for src in (P, partial_max):
+        f = fflow.shard(lambda a: a, pl, in_sbp=src, out_sbp=B)
+        for size in (edge, edge + n):
+            parts = per_device(rg.normal(size=size).astype(np.float32), (src,), pl)
+            rows = np.stack([parts(i) for i in range(n)])
+            ref = rows.max(0) if src == partial_max else rows.sum(0)
+            g = fflow.make_global_array(parts, pl, src)
+            for k in range(2):
+                r = np.asarray(f(g))
+                out_text[f"edge_{src}_{size - edge}_{k}"] = hashlib.sha256(r.tobytes()).hexdigest()
+                out[f"edge_err_{src}_{size - edge}_{k}"] = float(np.abs(r - ref).max())
 
     # all-reduces over the one-all-gather size: all-to-all, ordered reduction, then an
     # in-place all-gather (even chunks) or one into a second buffer (uneven); sums of
@@ -240,12 +262,10 @@ def main(n, fail_rank=None):
             out[f"large_{shape[1]}_{src}"] = boxed(xl, pl, (src,), (B,))
         out[f"large_{shape[1]}_int"] = boxed((xl * 100).astype(np.int32), pl, (P,), (B,))
         out[f"large_{shape[1]}_f64"] = boxed(xl.astype(np.float64), pl, (P,), (B,))
-    mpi and fflow.config.update("mpi_allgather_bytes", 1 << 20)
+    mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
     # values from mpi_large_bytes on: the two-step path in pieces of PIECE_BYTES, in both
     # modes (float sums of 2 ranks too); sizes that are not multiples of the piece or p
     if mpi:
-        from fflow import mpi_ops
-
         fflow.config.update("mpi_large_bytes", 1 << 12)
         mpi_ops.PIECE_BYTES, piece = 1 << 12, mpi_ops.PIECE_BYTES  # 1024 float32s
     for det in (True, False):

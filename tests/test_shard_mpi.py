@@ -99,6 +99,10 @@ def test_mpi_equals_simulated(n):
             np.testing.assert_allclose(mpi[key], ref, rtol=1e-6, err_msg=key)
             if dt == np.int32 or src == "P(max)":
                 assert mpi[key] == ref.tolist(), key
+    # the default all-gather limit's edge (both paths): NumPy's reduction of the values
+    for src, d, k in itertools.product(("P", "P(max)"), (0, n), (0, 1)):
+        err = mpi[f"edge_err_{src}_{d}_{k}"]
+        assert err == 0 if src == "P(max)" else err < 1e-5, (src, d, k, err)
     for res in (mpi, sim):  # reused result buffers: kept results are not overwritten
         assert res["reuse_0"] == res["reuse_1"] == res["reuse_2"] != res["reuse_last"]
     for res in (mpi, sim):  # buckets change no number
