@@ -525,3 +525,14 @@ def test_eager_grad_and_vmap_are_not_rewritten(caplog):
         staged = fflow.jit(per_example)(*args)
         assert any("dot_product_attention" in r.getMessage() for r in caplog.records)
     np.testing.assert_allclose(np.asarray(staged), np.asarray(eager), rtol=1e-4, atol=1e-5)
+
+
+def test_forward_mode_keeps_the_hand_written_equations():
+    # jvp inside jit: the fused primitive's tangent map runs its NumPy reference (slower
+    # than the hand-written products), so forward mode is not rewritten
+    def f(q, k, v):
+        return probs(q, k) @ v
+
+    args = operands((B, N, T, H), 17)
+    prog = str(fflow.make_jaxpr(lambda q, k, v: fflow.jvp(f, (q, k, v), (q, k, v))[1])(*args))
+    assert "attention_jvp" not in prog and "exp" in prog

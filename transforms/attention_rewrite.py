@@ -10,12 +10,15 @@ It happens before any transform differentiates the equations, in two places:
 
 * `jit` and `make_jaxpr` rewrite the program they trace (`rewrite_traced`), so the
   executable of `jit(f)`, `grad(jit(f))` and `vmap(jit(f))` use the primitive;
-* `grad`/`vjp`/`jvp` of a function of abstract values (inside `jit` or `make_jaxpr`)
-  run it under a `RewriteTrace` (autodiff's `before_differentiation` hook), which
-  passes every equation through to the differentiating trace and replaces the final
-  `@ v` by the primitive, so `jit(grad(f))` differentiates the primitive (its flash
-  backward), not the softmax. The hand-written forward is then dead code (the pass
-  drops it).
+* `grad`/`vjp` (reverse mode) of a function being staged (inside `jit`, `make_jaxpr`,
+  `shard` or a control-flow body) run it under a `RewriteTrace` (autodiff's
+  `before_differentiation` hook), which passes every equation through to the
+  differentiating trace and replaces the final `@ v` by the primitive, so
+  `jit(grad(f))` differentiates the primitive (its flash backward), not the softmax.
+  The hand-written forward is then dead code (the pass drops it). Forward mode
+  (`jvp`, `jacfwd`) has no hook: the primitive's tangent map has no fast kernel (its
+  NumPy reference runs), so `jit(jvp(f))` keeps the hand-written equations (the
+  program of a `jit`ted f is rewritten whatever differentiates it later).
 
 The rewrite happens only when the result is the same function:
 

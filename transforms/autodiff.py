@@ -187,20 +187,25 @@ class JVPTrace(core.Trace):
         return JVPTracer(self, primal, tangent)
 
 
-# fun, primals -> fun: rewrites a function's equations need before they are differentiated
-# (transforms/attention_rewrite.py: hand-written attention -> the fused primitive)
+# fun, primals -> fun: rewrites a function's equations need before reverse mode
+# differentiates them (transforms/attention_rewrite.py: hand-written attention -> the
+# fused primitive, whose backward is one kernel). Forward mode keeps the equations,
+# except inside linearize (scan's and cond's reverse mode go through their JVP).
 before_differentiation = []
 
 
-def _prepare(fun, primals):
-    for hook in before_differentiation:
+def _prepare(fun, primals, reverse):
+    t = core.current_trace()
+    while not reverse and t is not None:
+        reverse, t = isinstance(t, StagingTrace) and t.partial_eval, t.parent
+    for hook in before_differentiation if reverse else ():
         fun = hook(fun, primals)
     return fun
 
 
 def jvp_flat(fun, primals, tangents):
     """Forward mode on flat lists: returns (primals_out, tangents_out) with Zeros."""
-    fun = _prepare(fun, primals)
+    fun = _prepare(fun, primals, reverse=False)
     trace = JVPTrace()
     try:
         with set_current_trace(trace):
@@ -219,7 +224,7 @@ def jvp_flat(fun, primals, tangents):
 def linearize_flat(fun, primals):
     """Returns (primals_out, linear_program) where the program maps tangents in to
     tangents out; its consts are the residuals (known values)."""
-    fun = _prepare(fun, primals)
+    fun = _prepare(fun, primals, reverse=True)
     lin = StagingTrace(partial_eval=True)
     jvp_trace = JVPTrace(parent=lin)
     try:
