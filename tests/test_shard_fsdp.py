@@ -25,7 +25,7 @@ from test_planner_memory import local_peak
 import fflow
 import fflow.numpy as jnp
 from fflow.core import ShapedArray
-from fflow.sharding import H200, S
+from fflow.sharding import H200, B, S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,6 +157,23 @@ def test_budgets_from_loose_to_impossible():
             for g, r in zip(got, ref):
                 np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=2e-4, atol=2e-5)
     assert kinds[0] == 1 and "fsdp" in kinds and kinds[-1] == "none", kinds
+
+
+def test_outputs_converted_for_the_caller_count():
+    """An output held in another SBP than the caller asked for is converted after the
+    last equation; that copy counts (on a 2x2 mesh the Adam update's new parameters are
+    all-gathered there, and a plan whose device program held 306180 B was reported at
+    279588 B under a 306703 B limit)."""
+    from fflow.transforms.shard_memory import peak_memory
+
+    pl = fflow.placement("cpu", [0, 1])
+    x = np.ones((64, 8), np.float32)
+    f = fflow.shard(lambda a: a * 2.0, pl, in_sbp=S(0), out_sbp=B)
+    sp = f.plan(x)
+    assert sp.count("all_gather") == 1  # gathered at the end: the product stays split
+    # at the end: the input's piece, the product's piece, the gathered product
+    assert peak_memory(sp.plan.problem, sp.plan.sig_index)[0] == local_peak(sp) == 4096
+    np.testing.assert_allclose(np.asarray(f(x)), x * 2.0)
 
 
 @pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")

@@ -97,8 +97,12 @@ def buffers(prob, sig_idx):
             i, w = prob.eqn_ins[k][0], prob.cin[k][sig_idx[k]][0]
             root[o] = root.get(i, i) if w == have[i] else (i, w)
     end = 3 * n + 1
-    for i in prob.out_ids:
+    for i, r in zip(prob.out_ids, prob.out_req_codes):
         touch(root.get(i, i), end)
+        w = prob.out_want(i, r, have[i])
+        if w != have[i]:  # converted for the caller once the program is done
+            touch((i, w), 3 * defined[i] + 2 if i in eager else end)
+            touch((i, w), end)
     for i in range(len(prob.avals)):
         if have[i] is None or i in root:
             continue
