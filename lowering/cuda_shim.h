@@ -313,6 +313,44 @@ static inline T shuffle(T v, int src_lane_in_warp) {
   return r;
 }
 
+// Tensor-core mma.m16n8k16 (row.col, 16-bit A/B, fp32 C/D) for one warp, emulated:
+// each lane publishes its fragments in warp-shared scratch, the warp barrier makes
+// them visible, every lane computes its own four D elements from all lanes' A and B
+// registers (PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type":
+// g = lane >> 2, q = lane % 4; A reg r holds row g + 8 (r & 1), cols 2q + 8 (r >> 1)
+// and +1 in its low/high half; B reg r holds rows 2q + 8 r, +1 of column g; C/D
+// element i is row g + 8 (i >> 1), col 2q + (i & 1)), and a second barrier keeps the
+// scratch until the whole warp has read it. `cvt` widens one 16-bit element.
+static unsigned mma_a[1024][4], mma_b[1024][2];
+
+static inline float mma_elem(const unsigned* regs, int r, int half, float (*cvt)(unsigned short)) {
+  return cvt((unsigned short)(half ? regs[r] >> 16 : regs[r] & 0xffffu));
+}
+
+static inline void mma16816(float* d, const unsigned* a, const unsigned* b,
+                            float (*cvt)(unsigned short)) {
+  const int t = linear_tid(), w0 = t - t % 32, lane = t % 32;
+  if (w0 + 32 > nthreads) fail("mma.sync needs a full warp of 32 threads");
+  memcpy(mma_a[t], a, sizeof(mma_a[t]));
+  memcpy(mma_b[t], b, sizeof(mma_b[t]));
+  wait(WAIT_WARP);
+  const int g = lane >> 2, q = lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) {
+      const int half = k & 1, kq = (k % 8) / 2, hi = k >= 8;
+      const float x = mma_elem(mma_a[w0 + (row % 8) * 4 + kq], (row >= 8) + 2 * hi, half, cvt);
+      const float y = mma_elem(mma_b[w0 + col * 4 + kq], hi, half, cvt);
+      acc += x * y;
+    }
+    out[i] = acc;
+  }
+  wait(WAIT_WARP);
+  memcpy(d, out, sizeof(out));
+}
+
 }  // namespace fflow_shim
 
 static inline void __syncthreads() { fflow_shim::wait(fflow_shim::WAIT_BLOCK); }

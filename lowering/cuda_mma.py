@@ -1,0 +1,62 @@
+"""Warp-level tensor-core products for generated kernels: `mma.sync.aligned.m16n8k16`.
+
+`helper(kind)` is the C source of three device functions for 16-bit inputs
+(`kind` "bf16" or "f16") with fp32 accumulation:
+
+- `fflow_mma_sync_<kind>(float d[4], const unsigned a[4], const unsigned b[2])`:
+  D = A·B + D for the warp's 16x16 A (row-major) and 16x8 B (column-major) tiles.
+  On a GPU it is one `mma.sync.aligned.m16n8k16.row.col.f32.<kind>.<kind>.f32`
+  (sm_80 and later); on the host shim `fflow_shim::mma16816` (cuda_shim.h)
+  computes the same tile from the 32 lanes' registers. Every lane of the warp
+  must call it together (the `sync` in its name also tells the shim to run the
+  kernel's threads as fibers).
+- `fflow_pack_<kind>(float lo, float hi)`: two floats rounded to 16 bits and
+  packed into one register (lo in the low half), as an A/B fragment register holds.
+
+Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+type"); g = lane >> 2, q = lane % 4:
+
+- A register r holds A[g + 8 (r & 1)][2q + 8 (r >> 1) + {0, 1}];
+- B register r holds B[2q + 8 r + {0, 1}][g];
+- C/D element i is C[g + 8 (i >> 1)][2q + (i & 1)].
+
+So an f32 C fragment of S (two adjacent 16x8 tiles) re-packs in registers into the
+A fragment of P for the next product, without shared memory.
+
+Example:
+    >>> from fflow.lowering.cuda_mma import helper
+    >>> "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in helper("bf16")
+    True
+"""
+
+_CVT = {"bf16": ("fflow_bf2f", "fflow_f2bf"), "f16": ("fflow_h2f", "fflow_f2h")}
+
+
+def guard(kind):
+    return f"FFLOW_MMA_{kind.upper()}"
+
+
+def helper(kind):
+    """C source of fflow_mma_sync_<kind> and fflow_pack_<kind> (after the PREAMBLE)."""
+    widen, narrow = _CVT[kind]
+    return f"""__device__ __forceinline__ void fflow_mma_sync_{kind}(float* d, const unsigned* a,
+                                                   const unsigned* b) {{
+#ifdef __CUDA_ARCH__
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  fflow_shim::mma16816(d, a, b, {widen});
+#endif
+}}
+__device__ __forceinline__ unsigned fflow_pack_{kind}(float lo, float hi) {{
+  return (unsigned){narrow}(lo) | ((unsigned){narrow}(hi) << 16);
+}}"""
+
+
+def kind_of(dtype):
+    """ "bf16"/"f16" for 16-bit float dtypes that have an mma, else None."""
+    name = getattr(dtype, "name", str(dtype))
+    return {"bfloat16": "bf16", "float16": "f16"}.get(name)

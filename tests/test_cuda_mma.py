@@ -1,0 +1,87 @@
+"""The tensor-core mma.m16n8k16 device function (lowering/cuda_mma.py): its host-shim
+emulation against NumPy on fragments laid out here from the PTX ISA's formulas, and
+NVRTC builds whose PTX holds the mma.sync instruction."""
+
+import numpy as np
+import pytest
+from cuda_harness import BF16, nvrtc_required
+from fflow.lowering import cuda_mma, nvrtc
+from fflow.lowering.cuda_render import PREAMBLE
+from fflow.lowering.shim import ShimModule
+
+KERNEL = """
+extern "C" __global__ void mma_test(const unsigned* a, const unsigned* b, const float* c,
+                                    float* d) {
+  const int t = threadIdx.x;
+  unsigned ar[4], br[2];
+  float acc[4];
+  for (int r = 0; r < 4; ++r) { ar[r] = a[t * 4 + r]; acc[r] = c[t * 4 + r]; }
+  for (int r = 0; r < 2; ++r) br[r] = b[t * 2 + r];
+  fflow_mma_sync_KIND(acc, ar, br);
+  for (int r = 0; r < 4; ++r) d[t * 4 + r] = acc[r];
+}
+"""
+
+
+def source(kind):
+    return PREAMBLE + cuda_mma.helper(kind) + KERNEL.replace("KIND", kind)
+
+
+def fragments(A, B, C):
+    """Per-lane registers from the PTX ISA formulas (g = lane >> 2, q = lane % 4)."""
+    bits = lambda x: int(np.asarray(x).view(np.uint16))  # noqa: E731
+    pack = lambda lo, hi: bits(lo) | bits(hi) << 16  # noqa: E731
+    a, b, c = (np.zeros((32, n), dt) for n, dt in ((4, np.uint32), (2, np.uint32), (4, np.float32)))
+    for lane in range(32):
+        g, q = lane >> 2, lane % 4
+        for r in range(4):
+            row, col = g + 8 * (r & 1), 2 * q + 8 * (r >> 1)
+            a[lane, r] = pack(A[row, col], A[row, col + 1])
+            c[lane, r] = C[g + 8 * (r >> 1), 2 * q + (r & 1)]
+        for r in range(2):
+            b[lane, r] = pack(B[2 * q + 8 * r, g], B[2 * q + 8 * r + 1, g])
+    return a, b, c
+
+
+def unpack_d(d):
+    D = np.zeros((16, 8), np.float32)
+    for lane in range(32):
+        g, q = lane >> 2, lane % 4
+        for i in range(4):
+            D[g + 8 * (i >> 1), 2 * q + (i & 1)] = d[lane, i]
+    return D
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_emulated_mma_matches_numpy_on_random_fragments(kind):
+    dtype = BF16 if kind == "bf16" else np.dtype(np.float16)
+    if dtype is None:
+        pytest.skip("ml_dtypes missing")
+    rng = np.random.default_rng(7)
+    warps = []
+    for _ in range(2):  # two warps of one block hold different tiles
+        A = rng.standard_normal((16, 16)).astype(dtype)
+        B = rng.standard_normal((16, 8)).astype(dtype)
+        C = rng.standard_normal((16, 8)).astype(np.float32)
+        warps.append((A, B, C, fragments(A, B, C)))
+    a, b, c = (np.concatenate([w[3][i] for w in warps]) for i in range(3))
+    d = np.zeros((64, 4), np.float32)
+    ShimModule(source(kind)).get_function("mma_test")((1,), (64,), (a, b, c, d))
+    for w, (A, B, C, _) in enumerate(warps):
+        ref = A.astype(np.float64) @ B.astype(np.float64) + C
+        got = unpack_d(d[32 * w : 32 * w + 32])
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        # the layout matters: A's transpose (or B read row-wise) gives another tile
+        wrong = A.T.astype(np.float64) @ B.astype(np.float64) + C
+        assert np.abs(got - wrong).max() > 0.1
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvrtc_builds_mma_sync(arch):
+    if not nvrtc_required():
+        pytest.skip("libnvrtc does not load here")
+    src = source("bf16") + source("f16").replace(PREAMBLE, "").replace("mma_test", "mma_test16")
+    ptx = nvrtc.compile_ptx(src, arch="compute_" + arch[3:]).decode()
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    assert nvrtc.compile_cubin(src, arch=arch)[:4] == b"\x7fELF"
