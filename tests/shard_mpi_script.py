@@ -233,6 +233,23 @@ def main(n, fail_rank=None):
     mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
     mpi and fflow.config.update("mpi_deterministic", True)
 
+    # one program across config changes: each mode runs its own plan (det, native, the
+    # two-step limit, det again), every call after the program's first one planned (the
+    # first plan is native's: a stale plan would give its bits to the later det calls)
+    f = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=B)
+    gm = fflow.make_global_array(
+        per_device(rp.normal(size=(8, 8)).astype(np.float32), (P,), pl), pl, P
+    )
+    f(gm)
+    for k, (small, det) in enumerate(
+        [(ag_limit, False), (ag_limit, True), (1 << 8, True), (ag_limit, True)]
+    ):
+        mpi and fflow.config.update("mpi_allgather_bytes", small)
+        mpi and fflow.config.update("mpi_deterministic", det)
+        out[("" if det else "native_") + f"switch_{k}"] = f(gm)
+    mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
+    mpi and fflow.config.update("mpi_deterministic", True)
+
     # the default one-all-gather limit (mpi_allgather_bytes, value bytes x ranks) at
     # its edge: the largest float32 value on that path and the next even size (the
     # two-step path), sum and max, two calls (the second runs the planned path); the

@@ -99,6 +99,12 @@ def test_mpi_equals_simulated(n):
             np.testing.assert_allclose(mpi[key], ref, rtol=1e-6, err_msg=key)
             if dt == np.int32 or src == "P(max)":
                 assert mpi[key] == ref.tolist(), key
+    # one program across mode changes (the draw after the planned_* ones)
+    xm = rp.normal(size=(8, 8)).astype(np.float32)
+    ref = np.stack([xm * np.float32((j + 1) / (n + 1)) + np.float32(j * 0.25) for j in range(n)])
+    for key in ("native_switch_0", "switch_1", "switch_2", "switch_3"):
+        np.testing.assert_allclose(mpi[key], ref.sum(0), rtol=1e-6, err_msg=key)
+    assert mpi["switch_1"] == mpi["switch_2"] == mpi["switch_3"] == sim["switch_1"]
     # the default all-gather limit's edge (both paths): NumPy's reduction of the values
     for src, d, k in itertools.product(("P", "P(max)"), (0, n), (0, 1)):
         err = mpi[f"edge_err_{src}_{d}_{k}"]
