@@ -559,3 +559,43 @@ def test_cuda_shim_runs_a_rewritten_training_step():
     ((_, exe, _, _),) = run_cases([("hand-written causal attention step", step, args)])
     names = [k.name for k in exe.plan.kernels]
     assert sum("attn_fwd" in x for x in names) == 1 and sum("attn_bwd" in x for x in names) == 1
+
+
+def test_cuda_plan_of_a_hand_written_block_equals_the_fused_one():
+    # an amp bf16 training step of a small attention block: written by hand, its CUDA
+    # launch plan is the one nn.dot_product_attention gives (same launches and GEMMs)
+    from fflow.lowering import cuda_backend
+
+    b, t, d, heads = 2, 16, 32, 2
+
+    def hand(q, k, v):  # [b, heads, t, d/heads]
+        s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        return nn.softmax(jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9), axis=-1) @ v
+
+    def fused(q, k, v):
+        tr = lambda a: jnp.transpose(a, (0, 2, 1, 3))  # noqa: E731
+        return tr(nn.dot_product_attention(tr(q), tr(k), tr(v), is_causal=True))
+
+    def loss(attn):
+        def f(w, x):
+            qkv = (x @ w["qkv"]).reshape(b, t, 3, heads, d // heads)
+            q, k, v = (jnp.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+            o = jnp.transpose(attn(q, k, v), (0, 2, 1, 3)).reshape(b, t, d)
+            return jnp.mean(jnp.square(x + o @ w["proj"]))
+
+        return fflow.value_and_grad(fflow.amp(f, "bf16"))
+
+    rng = np.random.default_rng(19)
+    w = {"qkv": rng.normal(size=(d, 3 * d)).astype(np.float32),
+         "proj": rng.normal(size=(d, d)).astype(np.float32)}  # fmt: skip
+    x = rng.normal(size=(b, t, d)).astype(np.float32)
+
+    def launches(attn):
+        plan = cuda_backend.Plan(cuda_backend._optimize(fflow.make_jaxpr(loss(attn))(w, x)))
+        text = cuda_backend.plan_text(plan)
+        return [ln.split()[1:3] for ln in text.splitlines() if ln[:3].strip().isdigit()]
+
+    got, want = launches(hand), launches(fused)
+    assert [kind for kind, _ in got] == [kind for kind, _ in want], (got, want)
+    assert sum("attn_fwd" in name for _, name in got) == 1
+    assert sum("attn_bwd" in name for _, name in got) == 1
