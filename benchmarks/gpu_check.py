@@ -191,6 +191,7 @@ def sizes(full):
             n=1 << 26,
             rows=(8192, 4096),
             attn=(8, 16, 512, 64),
+            attn16=(8, 16, 512, 64),  # bf16: the tensor-core forward (head dim % 16 == 0)
             mlp=(128, 784, 512, 10),
             block=(8, 512, 1024, 16),
             epilogue=(4096, 1024, 4096),  # x [m, k] @ w [k, n] + b, gelu: an MLP's fc1
@@ -202,6 +203,7 @@ def sizes(full):
         n=4096,
         rows=(16, 40),
         attn=(1, 2, 8, 4),
+        attn16=(1, 2, 24, 16),
         mlp=(8, 12, 16, 4),
         block=(2, 4, 16, 4),
         epilogue=(24, 16, 32),
@@ -416,6 +418,12 @@ def run_cases(c):
 
         c.program("attention bwd (fused, causal)", bwd, [q, k, v, ct], [dq, dk, dv], 1e-4)
 
+        # bf16 in, fp32 accumulate: the forward runs on tensor cores (mma.m16n8k16)
+        q, k, v, ct = (f32(rng, *sz["attn16"]).astype(bf16) for _ in range(4))
+        out, dq, dk, dv = attention_ref(*(a.astype(np.float64) for a in (q, k, v, ct)))
+        c.program("attention fwd bf16 (mma, causal)", attention, [q, k, v], [out], 2e-2)
+        c.program("attention bwd bf16 (fused, causal)", bwd, [q, k, v, ct], [dq, dk, dv], 3e-2)
+
     def mlp():
         b, *widths = sz["mlp"]
         params = mlp_init(rng, widths)
@@ -534,6 +542,8 @@ def others(c):
         tx = torch.tensor(x, device=dev)
         tq, tk, tv = (torch.tensor(a, device=dev, requires_grad=True) for a in (q, k, v))
 
+        tb = [a.detach().bfloat16() for a in (tq, tk, tv)]
+
         def attn_fb():
             o = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
             return torch.autograd.grad(o.sum(), (tq, tk, tv))
@@ -542,6 +552,9 @@ def others(c):
             "softmax float32": _time(lambda: torch.softmax(tx, -1), sync, c.args.reps),
             "layernorm fwd": _time(lambda: F.layer_norm(tx, tx.shape[-1:]), sync, c.args.reps),
             "attention bwd (causal)": _time(attn_fb, sync, c.args.reps),
+            "attention fwd bf16 (causal)": _time(
+                lambda: F.scaled_dot_product_attention(*tb, is_causal=True), sync, c.args.reps
+            ),
         }
     except Exception as e:  # noqa: BLE001 - optional column
         res["torch_error"] = f"{type(e).__name__}: {e}"

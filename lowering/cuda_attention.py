@@ -17,10 +17,16 @@ lse, with D = rowsum(dO · O); dS = P (dP - D) is zero where a logit is masked.
 A thread handles one row of a tile with TPR = 4 lanes of one warp (row maxima and
 sums by two xor shuffles). Causal attention without an explicit mask skips the tiles
 above the diagonal (every row keeps key 0, so skipping is exact).
-These are SIMT FMA kernels (no tensor-core mma yet): correct and HBM-lean, not peak.
+These are the SIMT FMA kernels, for f32/f64 and head sizes the tensor-core path does
+not take. bf16/fp16 forwards with h % 16 == 0, hv % 8 == 0 (both <= 128) run
+`cuda_attention_tc.py` (mma.m16n8k16, fp32 accumulate), chosen here at plan time;
+`FFLOW_ATTN_TC=0` keeps the SIMT kernels.
 """
 
+import os
+
 import numpy as np
+from fflow.lowering import cuda_attention_tc as tc
 from fflow.lowering.cuda_kernels import KernelSource
 from fflow.lowering.cuda_render import renderer_for
 from fflow.primitives.attention import BIG_NEG, attention_bwd_p, attention_p
@@ -50,6 +56,7 @@ class _Ctx:
         self.b, self.t, self.n, self.h = q.aval.shape
         self.s, self.kh, self.hv = k.aval.shape[1], k.aval.shape[2], v.aval.shape[3]
         self.g = self.n // self.kh
+        self.q_dtype, self.k_dtype, self.v_dtype = (np.dtype(x.aval.dtype) for x in (q, k, v))
         double = np.dtype(q.aval.dtype) == np.float64
         self.acc = "double" if double else "float"
         self.exp, self.log = ("exp", "log") if double else ("expf", "logf")
@@ -101,7 +108,27 @@ def _load_rows(dst, stride, src, r, rows0, nrows, width, head, heads, seq, guard
     ]
 
 
+def _use_tc(eqn):
+    """The tensor-core kernel applies (decided at plan time from shapes and dtypes)."""
+    if os.environ.get("FFLOW_ATTN_TC", "1") == "0" or eqn.primitive is not attention_p:
+        return None
+    c = _Ctx(eqn, "attn_fwd")
+    return c if tc.fits_fwd(c) else None
+
+
+def describe(eqn):
+    """The launch-plan note of the attention kernel of `eqn`."""
+    c = _use_tc(eqn)
+    if c is not None:
+        return tc.describe(c)
+    simt = "fwd" if eqn.primitive is attention_p else "bwd"
+    return f"fused {eqn.primitive.name} (attention {simt}, SIMT FMA)"
+
+
 def attention_fwd_kernel(eqn):
+    c = _use_tc(eqn)
+    if c is not None:
+        return tc.fwd_kernel(c, eqn)
     c = _Ctx(eqn, "attn_fwd")
     k, T, acc = c.k, c.tile, c.acc
     q, kk, v = c.names[:3]

@@ -320,7 +320,7 @@ class Plan:
                 pending.append(KernelStep(cuda_sort.sort_kernels(e, self.wide), note=kind))
             elif kind == "attention":
                 kern = ca.KERNELS[e.primitive](e)
-                pending.append(KernelStep([kern], note=f"fused {e.primitive.name}"))
+                pending.append(KernelStep([kern], note=ca.describe(e)))
             else:
                 pending.append(HostStep(e))
         pending = self._merge_rows(pending)

@@ -1,0 +1,184 @@
+"""Flash attention forward on tensor cores (bf16/fp16 in, fp32 accumulate).
+
+A block of 4 warps owns 64 query rows of one (batch, head), 16 rows per warp. Each
+warp keeps its Q rows as mma A fragments in registers (read once from HBM), and for
+every key tile of BK keys (staged in shared memory: K row-major as 16-bit pairs,
+V row-major) computes
+
+- S = Q·Kᵀ with `mma.m16n8k16` (`cuda_mma.py`): BK/8 accumulator tiles of 16x8,
+  h/16 products each; B = Kᵀ's column-major 16x8 tile is K's row-major rows;
+- the online softmax on those fragments: lane (g, q) holds rows g and g+8, the row
+  max/sum combine over the 4 lanes of a quad with two xor shuffles;
+- O += P·V: the f32 fragments of P re-pack in registers, rounded to 16 bits, into
+  A fragments (two 16x8 C tiles = one 16x16 A tile); V's B fragments pair two keys.
+
+Masking, causal tile skipping, grouped heads, the fully masked row (every key gets
+BIG_NEG, so the row averages V) and the lse output are those of the SIMT kernel in
+`cuda_attention.py`, which stays the path for f32/f64 and for head sizes that do not
+fit (h not a multiple of 16, hv not a multiple of 8, or either above 128).
+"""
+
+from fflow.lowering import cuda_mma
+from fflow.primitives.attention import BIG_NEG
+
+WARPS = 4
+BQ = 16 * WARPS  # query rows per block
+SMEM_LIMIT = 48 * 1024
+MAX_HEAD = 128
+
+
+def key_tile(h, hv):
+    """Keys per shared-memory tile, or None when no tile fits."""
+    for bk in (64, 32, 16):
+        if bk * (h + 8) * 2 + bk * (hv + 8) * 2 <= SMEM_LIMIT:
+            return bk
+    return None
+
+
+def fits_fwd(c):
+    """Whether the tensor-core forward applies to the attention context `c`."""
+    kind = cuda_mma.kind_of(c.q_dtype)
+    return (
+        kind is not None
+        and c.q_dtype == c.k_dtype == c.v_dtype
+        and c.h % 16 == 0
+        and c.hv % 8 == 0
+        and 0 < c.h <= MAX_HEAD
+        and 0 < c.hv <= MAX_HEAD
+        and key_tile(c.h, c.hv) is not None
+    )
+
+
+def fwd_kernel(c, eqn):
+    """The forward `Kernel` for context `c` (cuda_attention._Ctx) of `eqn`."""
+    kind = cuda_mma.kind_of(c.q_dtype)
+    k = c.k
+    k.helper(cuda_mma.guard(kind), cuda_mma.helper(kind))
+    q, kk, v = c.names[:3]
+    out, lse = k.output(eqn.outputs[0]), k.output(eqn.outputs[1])
+    h, hv, s, t, n, kh = c.h, c.hv, c.s, c.t, c.n, c.kh
+    bk = key_tile(h, hv)
+    ks2 = (h + 8) // 2  # K tile row stride in 16-bit pairs (padding spreads banks)
+    vst = hv + 8  # V tile row stride in 16-bit elements
+    nkc, nsb, nvb, npc = h // 16, bk // 8, hv // 8, bk // 16
+    mma, pack = f"fflow_mma_sync_{kind}", f"fflow_pack_{kind}"
+    pair = "const unsigned*"
+    unroll = "#pragma unroll"
+    body = [
+        f"__shared__ unsigned Ks[{bk * ks2}];",
+        f"__shared__ unsigned short Vs[{bk * vst}];",
+        "const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, qd = lane & 3;",
+        f"const int b = blockIdx.x / {n}, n = blockIdx.x % {n}, kvh = n / {c.g};",
+        f"const int q0 = blockIdx.y * {BQ}, r0 = q0 + warp * 16 + g, r1 = r0 + 8;",
+        # Q as A fragments: register r holds row g + 8 (r & 1), cols 2qd + 8 (r >> 1)
+        f"unsigned qf[{nkc}][4];",
+        f"{unroll}",
+        f"for (int kc = 0; kc < {nkc}; ++kc) {{",
+        f"  {unroll}",
+        "  for (int r = 0; r < 4; ++r) {",
+        "    const int i = (r & 1) ? r1 : r0, d = kc * 16 + 2 * qd + 8 * (r >> 1);",
+        f"    qf[kc][r] = i < {t} ? (({pair}){q})"
+        f"[((((long long)b * {t} + i) * {n} + n) * {h} + d) / 2] : 0u;",
+        "  }",
+        "}",
+        f"float m[2] = {{-3.0e38f, -3.0e38f}}, l[2] = {{0.f, 0.f}}, o[{nvb}][4];",
+        f"for (int a = 0; a < {nvb}; ++a) o[a][0] = o[a][1] = o[a][2] = o[a][3] = 0.f;",
+        f"const int kend = {f'(q0 + {BQ} < {s} ? q0 + {BQ} : {s})' if c.skip else s};",
+        f"for (int k0 = 0; k0 < kend; k0 += {bk}) {{",
+        "  __syncthreads();",
+        f"  for (int e = threadIdx.x; e < {bk * h // 2}; e += blockDim.x) {{",
+        f"    const int rr = e / {h // 2}, d2 = e % {h // 2}, j = k0 + rr;",
+        f"    Ks[rr * {ks2} + d2] = j < {s} ? (({pair}){kk})"
+        f"[(((long long)b * {s} + j) * {kh} + kvh) * {h // 2} + d2] : 0u;",
+        "  }",
+        f"  for (int e = threadIdx.x; e < {bk * hv}; e += blockDim.x) {{",
+        f"    const int rr = e / {hv}, d = e % {hv}, j = k0 + rr;",
+        f"    Vs[rr * {vst} + d] = j < {s} ? "
+        f"{v}[(((long long)b * {s} + j) * {kh} + kvh) * {hv} + d] : (unsigned short)0;",
+        "  }",
+        "  __syncthreads();",
+        f"  float sc[{nsb}][4];",
+        f"  {unroll}",
+        f"  for (int nb = 0; nb < {nsb}; ++nb) {{",
+        "    sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0.f;",
+        f"    {unroll}",
+        f"    for (int kc = 0; kc < {nkc}; ++kc) {{",
+        f"      const unsigned* kr = Ks + (nb * 8 + g) * {ks2} + kc * 8 + qd;",
+        "      const unsigned bf[2] = {kr[0], kr[4]};",
+        f"      {mma}(sc[nb], qf[kc], bf);",
+        "    }",
+        "  }",
+        "  float mx[2] = {-3.0e38f, -3.0e38f};",
+        f"  {unroll}",
+        f"  for (int nb = 0; nb < {nsb}; ++nb) {{",
+        f"    {unroll}",
+        "    for (int e = 0; e < 4; ++e) {",
+        "      const int qi = (e >> 1) ? r1 : r0, j = k0 + nb * 8 + 2 * qd + (e & 1);",
+        "      float x = -3.0e38f;",
+        f"      if (j < {s}) x = (qi < {t} && !({c.mask_ok('b', 'n', 'qi', 'j')})) ? "
+        f"{c.lit(BIG_NEG)} : sc[nb][e] * {c.lit(c.scale)};",
+        "      sc[nb][e] = x; mx[e >> 1] = mx[e >> 1] > x ? mx[e >> 1] : x;",
+        "    }",
+        "  }",
+        "  float alpha[2], ps[2] = {0.f, 0.f};",
+        "  for (int hh = 0; hh < 2; ++hh) {",
+        "    for (int sh = 1; sh <= 2; sh <<= 1) {",
+        "      const float y = __shfl_xor_sync(0xffffffffu, mx[hh], sh);",
+        "      mx[hh] = mx[hh] > y ? mx[hh] : y;",
+        "    }",
+        "    const float mn = m[hh] > mx[hh] ? m[hh] : mx[hh];",
+        "    alpha[hh] = expf(m[hh] - mn); m[hh] = mn;",
+        "  }",
+        f"  {unroll}",
+        f"  for (int nb = 0; nb < {nsb}; ++nb) {{",
+        f"    {unroll}",
+        "    for (int e = 0; e < 4; ++e) {",
+        "      const int j = k0 + nb * 8 + 2 * qd + (e & 1);",
+        f"      const float p = j < {s} ? expf(sc[nb][e] - m[e >> 1]) : 0.f;",
+        "      sc[nb][e] = p; ps[e >> 1] += p;",
+        "    }",
+        "  }",
+        "  for (int hh = 0; hh < 2; ++hh) {",
+        "    for (int sh = 1; sh <= 2; sh <<= 1) ps[hh] += __shfl_xor_sync(0xffffffffu, "
+        "ps[hh], sh);",
+        "    l[hh] = l[hh] * alpha[hh] + ps[hh];",
+        "  }",
+        f"  {unroll}",
+        f"  for (int a = 0; a < {nvb}; ++a) {{",
+        "    o[a][0] *= alpha[0]; o[a][1] *= alpha[0]; o[a][2] *= alpha[1]; o[a][3] *= alpha[1];",
+        "  }",
+        f"  {unroll}",
+        f"  for (int pc = 0; pc < {npc}; ++pc) {{",
+        "    const float* s0 = sc[2 * pc];",
+        "    const float* s1 = sc[2 * pc + 1];",
+        f"    const unsigned pf[4] = {{{pack}(s0[0], s0[1]), {pack}(s0[2], s0[3]), "
+        f"{pack}(s1[0], s1[1]), {pack}(s1[2], s1[3])}};",
+        f"    const unsigned short* vr = Vs + (pc * 16 + 2 * qd) * {vst} + g;",
+        f"    {unroll}",
+        f"    for (int a = 0; a < {nvb}; ++a) {{",
+        "      const unsigned short* vc = vr + a * 8;",
+        f"      const unsigned bf[2] = {{(unsigned)vc[0] | ((unsigned)vc[{vst}] << 16), "
+        f"(unsigned)vc[{8 * vst}] | ((unsigned)vc[{9 * vst}] << 16)}};",
+        f"      {mma}(o[a], pf, bf);",
+        "    }",
+        "  }",
+        "}",
+        "for (int hh = 0; hh < 2; ++hh) {",
+        "  const int qi = hh ? r1 : r0;",
+        f"  if (qi >= {t}) continue;",
+        "  const float inv = 1.f / l[hh];",
+        f"  for (int a = 0; a < {nvb}; ++a) {{",
+        "    const int d = a * 8 + 2 * qd;",
+        f"    const long long base = (((long long)b * {t} + qi) * {n} + n) * {hv} + d;",
+        f"    {out}[base] = {c.rv.store('o[a][2 * hh] * inv')};",
+        f"    {out}[base + 1] = {c.rv.store('o[a][2 * hh + 1] * inv')};",
+        "  }",
+        f"  if (qd == 0) {lse}[((long long)b * {n} + n) * {t} + qi] = m[hh] + logf(l[hh]);",
+        "}",
+    ]
+    return k.finish(body, (c.b * n, -(-t // BQ)), 32 * WARPS)
+
+
+def describe(c):
+    """Plan-text note of the tensor-core forward."""
+    return f"attention fwd (tensor cores mma.m16n8k16 {cuda_mma.kind_of(c.q_dtype)})"
