@@ -83,6 +83,12 @@ def test_fsdp_adam_step_fits_and_matches_numpy(n):
     )
     sp = f.plan(params, opt, x, y)
     assert local_peak(sp) == sp.peak_memory <= out["budget"]
+    # explain() says so, and does not list the inserted constraints as the user's with_sbp
+    text = sp.explain()
+    assert "all-gathered per use (FSDP" in text and "with_sbp at" not in text
+    # every weight but the first is read forward and backward (no input gradient is
+    # computed for the batch); biases are read once
+    assert f"FSDP: {2 * (len(DIMS) - 2)} uses" in text
 
 
 def test_gathered_weights_are_freed_after_their_last_reader():

@@ -40,6 +40,7 @@ Example:
 
 import itertools
 import math
+import weakref
 
 from fflow.primitives.dot import dot_general_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
@@ -50,6 +51,7 @@ from fflow.sbp import B
 
 __all__ = [
     "gather_per_use",
+    "inserted",
     "use_groups",
     "eager_conversions",
     "is_alias",
@@ -135,7 +137,22 @@ def gather_per_use(program, stored):
                 eqns.append(Eqn(sbp_constraint_p, [o], {"sbp": split[key]}, [g], e.source_info))
                 rename.update({(r, o): g for r in grads[o]})
                 outvars = [g if w is o else w for w in outvars]
-    return Program(program.invars, program.constvars, eqns, outvars, program.consts)
+    new = Program(program.invars, program.constvars, eqns, outvars, program.consts)
+    made = {e.outputs[0].id for e in eqns if e.primitive is sbp_constraint_p}
+    made -= {e.outputs[0].id for e in program.eqns if e.primitive is sbp_constraint_p}
+    uses = sum(len(c) for c in copies.values())
+    _inserted[new] = (frozenset(made), uses, len(grads))
+    return new
+
+
+_inserted = weakref.WeakKeyDictionary()  # program -> (constraint output ids, uses, grads)
+
+
+def inserted(program):
+    """(ids of the output vars of the SBP constraints `gather_per_use` put into `program`,
+    number of parameter uses it gathers, number of gradients it reduce-scatters); empty
+    for any other program (shard_print.py lists them apart from the user's with_sbp)."""
+    return _inserted.get(program, (frozenset(), 0, 0))
 
 
 def _gradients(program, split):

@@ -10,6 +10,7 @@ its bytes, and the total bytes moved per call.
 
 from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import _ops_1d_names
+from fflow.transforms.shard_fsdp import inserted
 from fflow.transforms.shard_memory import _local_bytes, peak_memory
 from fflow.transforms.shard_plan import _code, _State
 
@@ -160,12 +161,18 @@ def explain(sp, every=True):
             f"  plus {_t(plan.hidden_time)} of communication hidden behind the backward pass "
             f"({plan.hidden_count} bucketed gradient all-reduces)"
         )
+    fsdp, uses, grads = inserted(sp.program)
+    if fsdp:
+        lines.append(
+            f"  under memory_limit: parameters stored split, all-gathered per use (FSDP: "
+            f"{uses} uses), {grads} gradients reduce-scattered where computed"
+        )
     lines.append("forced by annotations:")
     for n, (v, s) in enumerate(zip(sp.exec_program.invars, sp.in_sbps)):
         if any(not x.is_broadcast() for x in s):
             lines.append(f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}")
     for k, eqn in enumerate(sp.exec_program.eqns):
-        if eqn.primitive is sbp_constraint_p:
+        if eqn.primitive is sbp_constraint_p and eqn.outputs[0].id not in fsdp:
             where = eqn.source_info.short() if eqn.source_info else "?"
             lines.append(f"  with_sbp at {where}: eqn {k} = {_nd_text(eqn.params['sbp'])}")
     for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
