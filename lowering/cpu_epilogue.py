@@ -331,13 +331,14 @@ def emit(ctx, found, i, c_name, c_alias=None):
     in_c = None
     if not found["keep_product"]:
         in_c = next((v for v in found["outputs"] if v.aval.dtype == product.aval.dtype), None)
-    exprs, after = [f"{c_name}.ctypes.data"], []
+    exprs, after = [f"_ad({c_name})"], []
+    ctx.globals["_ad"] = native.address
     for kind, v in ptrs[1:]:
         dt = ctx.const(v.aval.dtype, "dt")
         if kind in ("out", "sum"):
             if v is in_c:
                 after.append(f"{ctx.name(v)} = {c_alias or ctx.name(product)}")
-                exprs.append(f"{c_name}.ctypes.data")
+                exprs.append(f"_ad({c_name})")
                 continue
             ctx.emit(f"{ctx.name(v)} = np.empty({tuple(v.aval.shape)}, {dt})")
             ctx.fresh.add(v)
@@ -349,9 +350,9 @@ def emit(ctx, found, i, c_name, c_alias=None):
             continue
         else:
             ctx.emit(f"{ctx.name(v)}_e = _contig({ctx.arg(v, True)}, {dt})")
-            exprs.append(f"{ctx.name(v)}_e.ctypes.data")
+            exprs.append(f"_ad({ctx.name(v)}_e)")
             continue
-        exprs.append(f"{ctx.name(v)}.ctypes.data")
+        exprs.append(f"_ad({ctx.name(v)})")
     if in_c is not None:
         ctx.fresh.add(in_c)
     for step, eqns in found["members"]:

@@ -215,6 +215,17 @@ static void release(job_t *j) {
   }
 }
 
+/* The caller's end of a job: 1 when no worker holds it any more (released here, so
+ * the caller needs no second call), else the handle for fflow_gemm_busy. */
+static long handle(job_t *j) {
+  pthread_mutex_lock(&j->lock);
+  int busy = j->refs > 1;
+  pthread_mutex_unlock(&j->lock);
+  if (busy) return (long)j;
+  release(j);
+  return 1;
+}
+
 static void *worker(void *arg) {
   (void)arg;
   long seen = 0;
@@ -330,7 +341,8 @@ static long *copy_args(long n, const long *args) {
 
 /* C = A @ B on up to `threads` threads, then the epilogue `epi` (or NULL; its `nepi`
  * pointers `epi_args` are copied) per chunk and `fin` (its `nsum` column sums).
- * Returns the job handle (for fflow_gemm_busy), or 0 with *error set. */
+ * Returns 1 (done), the job handle while a late worker holds it (for
+ * fflow_gemm_busy), or 0 with *error set. */
 long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, long lda,
                 const void *B, long ldb, void *C, long ldc, long nb0, long nb1, long sa0,
                 long sa1, long sb0, long sb1, long sc0, long sc1, int threads, int *error,
@@ -379,7 +391,7 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   lead(j);
   finish(j);
   *error = j->error;
-  return (long)j;
+  return handle(j);
 }
 
 /* Whether a worker still holds the job (its operands must stay alive). */
@@ -423,7 +435,7 @@ long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, l
   j->max_workers = threads - 1;
   lead(j);
   *error = j->error;
-  return (long)j;
+  return handle(j);
 }
 
 /* Several independent GEMMs as the chunks of one job: each runs whole on one thread
@@ -476,5 +488,5 @@ long fflow_gemm_list(int count, const long *desc, int threads, int *error) {
   lead(j);
   finish(j);
   *error = j->error;
-  return (long)j;
+  return handle(j);
 }

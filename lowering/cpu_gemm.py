@@ -29,6 +29,7 @@ _lib = None  # the loaded library, or False when unavailable
 _pid = None  # the process that started the pool's threads (a forked child has none)
 _pending = []  # (job, a, b): operands a late worker may still read
 _NO_TRANS, _TRANS = 111, 112
+_address = None  # native.address, set by _load
 _own = [False]  # fflow's GEMMs run other kernels than np.matmul (a private library)
 # With a private library, one-thread products of at least this many FLOPs call it too:
 # the C entry costs ~7 µs more than np.matmul; 128x64x256 (4 MFLOP) 34 -> 27 µs here.
@@ -119,6 +120,8 @@ def _load():
     _pid = os.getpid()
     from fflow.lowering import native  # the C compiler path
 
+    global _address
+    _address = native.address  # an array's data pointer, cheaper than .ctypes.data
     if not native.enabled():
         return _lib
     libs = [kernel_library(i["path"]) for i in threads.blas().info if i["api"] == "openblas"]
@@ -234,11 +237,11 @@ def matmul(a, b, out, n_threads, epi=None, ptrs=()):
         m,
         n,
         k,
-        a.ctypes.data,
+        _address(a.T if la[0] == _TRANS and a.ndim == 2 else a),  # same address
         la[1],
-        b.ctypes.data,
+        _address(b.T if lb[0] == _TRANS and b.ndim == 2 else b),
         lb[1],
-        out.ctypes.data,
+        _address(out),
         n,
         nb[0],
         nb[1],
@@ -254,10 +257,8 @@ def matmul(a, b, out, n_threads, epi=None, ptrs=()):
     )
     if job == 0:
         raise MemoryError("fflow GEMM pool: out of memory")
-    if lib.fflow_gemm_busy(job):
+    if job != 1:  # a late worker still reads a and b (1: done and released)
         _pending.append((job, a, b))
-    else:
-        lib.fflow_gemm_release(job)
     if error.value:
         raise MemoryError("fflow GEMM pool: out of memory for a chunk")
     return out
@@ -295,10 +296,10 @@ def _desc(a, b, out):
     la, lb = _layout(a, m, k), _layout(b, k, n)
     if la is None or lb is None or m * n * k == 0:
         return None
-    return (out.itemsize, la[0], lb[0], m, n, k, a.ctypes.data, la[1]) + (
-        b.ctypes.data,
+    return (out.itemsize, la[0], lb[0], m, n, k, _address(a.T if la[0] == _TRANS else a), la[1]) + (
+        _address(b.T if lb[0] == _TRANS else b),
         lb[1],
-        out.ctypes.data,
+        _address(out),
         n,
     )
 
@@ -324,10 +325,8 @@ def matmul2(a1, b1, out1, a2, b2, out2, n_threads, epi1=None, ptrs1=(), epi2=Non
     job = lib.fflow_gemm_list(2, desc, n_threads, ctypes.byref(error))
     if job == 0:
         raise MemoryError("fflow GEMM pool: out of memory")
-    if lib.fflow_gemm_busy(job):
+    if job != 1:
         _pending.append((job, (a1, b1, out1), (a2, b2, out2)))
-    else:
-        lib.fflow_gemm_release(job)
     if error.value:
         raise MemoryError("fflow GEMM pool: out of memory for a chunk")
     return out2
@@ -349,10 +348,8 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
     job = lib.fflow_parallel(fn, len(ptrs), args, out, n, unit, grain, n_threads, err)
     if job == 0:
         raise MemoryError("fflow thread pool: out of memory")
-    if lib.fflow_gemm_busy(job):
+    if job != 1:
         _pending.append((job, keep, None))
-    else:
-        lib.fflow_gemm_release(job)
     if error.value:
         raise MemoryError("fflow thread pool: out of memory for a chunk")
     return True

@@ -353,20 +353,21 @@ def emit(ctx, i):
         + "\n  }\n  free(scratch);\n}\n"
     )
     ctx.globals["_contig"] = native._contiguous
+    ctx.globals["_ad"] = native.address
     exprs = []
     for kind, v in b.ptrs:
         dt = ctx.const(v.aval.dtype, "dt")
         if kind in ("out", "rowout"):
             ctx.emit(f"{ctx.name(v)} = np.empty({tuple(v.aval.shape)}, {dt})")
             ctx.fresh.add(v)
-            exprs.append(f"{ctx.name(v)}.ctypes.data")
+            exprs.append(f"_ad({ctx.name(v)})")
         elif kind == "scalar" and v in ctx.splat:
             buf = np.array([ctx.globals[ctx.splat[v]]], dtype=v.aval.dtype)
             ctx.const(buf, "sbuf")  # kept alive with the kernel
             exprs.append(str(buf.ctypes.data))
         else:
             ctx.emit(f"{ctx.name(v)}_r = _contig({ctx.arg(v, True)}, {dt})")
-            exprs.append(f"{ctx.name(v)}_r.ctypes.data")
+            exprs.append(f"_ad({ctx.name(v)}_r)")
     kernel = f"native_{fname}"
     argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
     ctx.native_pending.append((fname, kernel, source, argtypes))

@@ -346,6 +346,20 @@ def _same_fs(a, b):
         return False
 
 
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def address(x):
+    """The address of `x`'s first element, as `x.ctypes.data`, which builds a ctypes
+    helper object (~0.95 us of thread time here; ~30 pointers per MLP step). For a
+    C-contiguous writable array ctypes' view of its buffer gives it in ~0.26 us;
+    anything else takes `x.ctypes.data`."""
+    try:
+        return _addressof(_from_buffer(x))
+    except (TypeError, ValueError, BufferError):
+        return x.ctypes.data
+
+
 def _contiguous(x, dtype):
     if type(x) is not np.ndarray or not x.flags.c_contiguous or x.dtype != dtype:
         return np.ascontiguousarray(x, dtype=dtype)
@@ -402,7 +416,7 @@ def emit_native_group(ctx, group, i):
     for v in arrays:
         n = f"{ctx.name(v)}_c"
         ctx.emit(f"{n} = _contig({ctx.name(v)}, {ctx.const(v.aval.dtype, 'dt')})")
-        ptrs.append(f"{n}.ctypes.data")
+        ptrs.append(f"_ad({n})")
         keep.append(n)
     for v in runtime:
         if v in scalars:
@@ -413,9 +427,10 @@ def emit_native_group(ctx, group, i):
         else:
             n = f"{ctx.name(v)}_c"
             ctx.emit(f"{n} = _contig({ctx.name(v)}, {ctx.const(v.aval.dtype, 'dt')})")
-            ptrs.append(f"{n}.ctypes.data")
+            ptrs.append(f"_ad({n})")
             keep.append(n)
-    call = f"{kernel}({', '.join(ptrs + [f'{out}.ctypes.data', str(group.size)])})"
+    ctx.globals["_ad"] = address
+    call = f"{kernel}({', '.join(ptrs + [f'_ad({out})', str(group.size)])})"
     if group.size >= PARALLEL_MIN_SIZE and any(
         "transcendental" in e.primitive.traits for e in group.eqns
     ):
@@ -425,7 +440,7 @@ def emit_native_group(ctx, group, i):
         unit = group.size // units * root.aval.dtype.itemsize
         grain = max(1, PARALLEL_GRAIN // (group.size // units))
         ctx.emit(
-            f"if _nt < 2 or not _par({kernel}_range, {_tuple(ptrs)}, {out}.ctypes.data, "
+            f"if _nt < 2 or not _par({kernel}_range, {_tuple(ptrs)}, _ad({out}), "
             f"{units}, {unit}, {grain}, _nt, {_tuple(keep)}):"
         )
         ctx.emit(call, indent=2)

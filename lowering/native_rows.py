@@ -173,8 +173,9 @@ def emit_softmax(ctx, eqn, i):
     xc = f"{ctx.name(x)}_c"
     ctx.emit(f"{xc} = _contig({ctx.name(x)}, {dt})")
     kernel = f"native_{fname}"
-    ptrs = [f"{xc}.ctypes.data"] + [f"{names[k]}.ctypes.data" for k in ("m", "e", "s")]
-    ptrs.append(f"{names['y']}.ctypes.data" if "y" in names else "None")
+    ctx.globals["_ad"] = native.address
+    ptrs = [f"_ad({xc})"] + [f"_ad({names[k]})" for k in ("m", "e", "s")]
+    ptrs.append(f"_ad({names['y']})" if "y" in names else "None")
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     ctx.emit(f"{kernel}({', '.join(ptrs)}, {rows}, {shape[-1]})")
     ctx.native_pending.append((fname, kernel, source, [ctypes.c_void_p] * 5 + [ctypes.c_long] * 2))
