@@ -142,6 +142,12 @@ def _out_memory(prob, k, s):
     )
 
 
+def _compute(prob, k, s):
+    """Equation k's compute seconds under candidate s (without the memory weight a plan
+    under memory pressure was searched with, shard_fsdp.weigh_memory)."""
+    return prob.comp[k][s] - (prob.pen[k][s] if prob.pen is not None else 0.0)
+
+
 def explain(sp, every=True):
     """The plan as text: totals, what the annotations forced, and per equation the chosen
     signature with its cost and its two best alternatives (the change each would make to
@@ -187,7 +193,7 @@ def explain(sp, every=True):
         where = f" {eqn.source_info.short()}" if eqn.source_info else ""
         head = (
             f"  {k:4d} {eqn.primitive.name}{where}: {_sig_text(prob.cands[k][s])} "
-            f"[{_t(prob.comp[k][s])}, {_b(b_in)}]"
+            f"[{_t(_compute(prob, k, s))}, {_b(b_in)}]"
         )
         alts = []
         others = [(st.delta(k, a), a) for a in range(len(prob.cands[k])) if a != s]
@@ -195,7 +201,8 @@ def explain(sp, every=True):
             _, ab = _incoming(prob, have, k, a)
             alts.append(
                 f"{_sig_text(prob.cands[k][a])} ({'+' if d >= 0 else ''}{_t(d)}, "
-                f"compute {_t(prob.comp[k][a])}, {_b(ab)} in, {_b(_out_memory(prob, k, a))} out)"
+                f"compute {_t(_compute(prob, k, a))}, {_b(ab)} in, "
+                f"{_b(_out_memory(prob, k, a))} out)"
             )
         lines.append(head + (" | " + "; ".join(alts) if alts else " | only choice"))
     outs = []
