@@ -6,8 +6,8 @@ is followed in the schedule by the steps that read its output: the bias add, the
 activation (ReLU, GELU, tanh...), in the backward pass the ReLU mask times the
 cotangent and the bias gradient (a sum over every axis but the last), and the SGD
 update of a weight from its gradient. Unfused, each is a NumPy or native pass over
-the M x N output. Here they become one native loop (`epi(args, r0, r1, c0, c1)`,
-rendered into the program's C library), which fflow's GEMM pool (lowering/cpu_gemm.c)
+the M x N output. Here they become one native loop (`epi(args, r0, r1, c0, c1,
+acc)`, rendered into the program's C library), which fflow's GEMM pool (lowering/cpu_gemm.c)
 runs on each chunk of the product right after computing it, on the same thread:
 several outputs (the pre-activation kept for the backward pass and the activation;
 the masked gradient and its column sums) in one pass, the first of them in the
@@ -17,10 +17,15 @@ A step joins the epilogue ("member") when it is elementwise over the output's sh
 and each of its other inputs is a literal, a scalar, a value that exists before the
 product, or a broadcast of such a value along rows (a bias) or columns; a
 `reduce_sum` over every axis but the last of a member's value joins as a column sum
-(accumulated in double, written per column). Members run at the product's position;
-their original steps are skipped. Arithmetic is the same IEEE operations as NumPy's
-(no FMA contraction, as in lowering/native.py); transcendental members need
-`native.NATIVE_MIN_SIZE` elements, as native groups do.
+(accumulated in double per chunk; the pool adds the chunks' sums in chunk order and
+`fname_sums` writes them). Steps up to `WINDOW` after the product are searched (SGD
+updates sit at the end of a step); a product computed transposed (a weight gradient
+of a 3-D activation) takes the steps after its transpose. Members run at the
+product's position; their original steps are skipped, and the values they make are
+recorded in `ctx.moved` (later fusions treat them as available from there).
+Arithmetic is the same IEEE operations as NumPy's (no FMA contraction, as in
+lowering/native.py); transcendental members need `native.NATIVE_MIN_SIZE` elements,
+as native groups do.
 """
 
 import ctypes
