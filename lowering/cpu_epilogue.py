@@ -115,12 +115,16 @@ def _is_colsum(step, chain, shape):
 
 def _broadcast(ctx, v, shape, m, n):
     """("row" | "col", source) when `v` broadcasts a vector along the rows (index c
-    of the M x N product: a bias) or the columns (index r), else None. Reshapes of
-    the source are looked through (same elements in the same order)."""
+    of the M x N product: a bias) or the columns (index r), ("scalar", x) when it
+    spreads a 0-d value, else None. Reshapes of the source are looked through (same
+    elements in the same order)."""
     from fflow.lowering import native  # the C compiler path
 
     prod = native._producers(ctx)
-    src = native.broadcast_source(prod.get(v), shape)
+    e = prod.get(v)
+    if e is not None and e.primitive is broadcast_in_dim_p and e.inputs[0].aval.shape == ():
+        return "scalar", e.inputs[0]  # a traced scalar (a learning rate) spread out
+    src = native.broadcast_source(e, shape)
     if src is None or src[2] != (n if src[0] == "row" else m):
         return None
     u = src[1]

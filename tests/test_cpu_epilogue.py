@@ -239,3 +239,30 @@ def test_weight_gradient_computed_transposed_takes_the_sgd_update():
     x2, t2 = x.reshape(-1, 131).astype(np.float64), t.reshape(-1, 127).astype(np.float64)
     ref = w - 0.01 * (x2.T @ (2 * (x2 @ w - t2)))
     np.testing.assert_allclose(np.asarray(f(*args)), ref, rtol=2e-5, atol=2e-5)
+
+
+def test_traced_learning_rate():
+    # the SGD update reads a learning rate passed as an argument (a 0-d value spread
+    # over the weight's shape), and a 2-D bias row of a larger parameter
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(131, 133)).astype(np.float32)
+    w = rng.normal(0, 0.2, (133, 129)).astype(np.float32)
+    b = rng.normal(size=129).astype(np.float32)
+
+    def step(w, b, x, lr):
+        def loss(w):
+            return jnp.sum(jnp.maximum(x @ w + b, 0.0) ** 2)
+
+        return w - lr * fflow.grad(loss)(w)
+
+    f = fflow.jit(step)
+    args = (jnp.asarray(w), jnp.asarray(b), jnp.asarray(x), jnp.asarray(np.float32(0.05)))
+    members = [e.members for e in f.lower(*args).entry.executable.epilogues]
+    assert ["mul", "sub"] in members  # w - lr * gw, lr read as a scalar
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    z = x64 @ w64 + b
+    ref = w64 - 0.05 * (x64.T @ (2 * np.maximum(z, 0)))
+    np.testing.assert_allclose(np.asarray(f(*args)), ref, rtol=2e-5, atol=2e-5)
+    args2 = args[:3] + (jnp.asarray(np.float32(0.5)),)  # a new rate, the same program
+    ref2 = w64 - 0.5 * (x64.T @ (2 * np.maximum(z, 0)))
+    np.testing.assert_allclose(np.asarray(f(*args2)), ref2, rtol=2e-5, atol=2e-5)
