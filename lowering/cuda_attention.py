@@ -18,8 +18,9 @@ A thread handles one row of a tile with TPR = 4 lanes of one warp (row maxima an
 sums by two xor shuffles). Causal attention without an explicit mask skips the tiles
 above the diagonal (every row keeps key 0, so skipping is exact).
 These are the SIMT FMA kernels, for f32/f64 and head sizes the tensor-core path does
-not take. bf16/fp16 forwards with h % 16 == 0, hv % 8 == 0 (both <= 128) run
-`cuda_attention_tc.py` (mma.m16n8k16, fp32 accumulate), chosen here at plan time;
+not take. bf16/fp16 forwards with h % 16 == 0, hv % 8 == 0 (both <= 128), and
+backwards that also have hv % 16 == 0, run `cuda_attention_tc.py` (mma.m16n8k16,
+fp32 accumulate), chosen here at plan time;
 `FFLOW_ATTN_TC=0` keeps the SIMT kernels.
 """
 
@@ -110,19 +111,20 @@ def _load_rows(dst, stride, src, r, rows0, nrows, width, head, heads, seq, guard
 
 def _use_tc(eqn):
     """The tensor-core kernel applies (decided at plan time from shapes and dtypes)."""
-    if os.environ.get("FFLOW_ATTN_TC", "1") == "0" or eqn.primitive is not attention_p:
+    if os.environ.get("FFLOW_ATTN_TC", "1") == "0":
         return None
-    c = _Ctx(eqn, "attn_fwd")
-    return c if tc.fits_fwd(c) else None
+    fwd = eqn.primitive is attention_p
+    c = _Ctx(eqn, "attn_fwd" if fwd else "attn_bwd")
+    return c if (tc.fits_fwd(c) if fwd else tc.fits_bwd(c)) else None
 
 
 def describe(eqn):
     """The launch-plan note of the attention kernel of `eqn`."""
+    direction = "fwd" if eqn.primitive is attention_p else "bwd"
     c = _use_tc(eqn)
     if c is not None:
-        return tc.describe(c)
-    simt = "fwd" if eqn.primitive is attention_p else "bwd"
-    return f"fused {eqn.primitive.name} (attention {simt}, SIMT FMA)"
+        return tc.describe(c, direction)
+    return f"fused {eqn.primitive.name} (attention {direction}, SIMT FMA)"
 
 
 def attention_fwd_kernel(eqn):
@@ -191,6 +193,9 @@ def attention_fwd_kernel(eqn):
 
 
 def attention_bwd_kernel(eqn):
+    c = _use_tc(eqn)
+    if c is not None:
+        return tc.bwd_kernel(c, eqn)
     c = _Ctx(eqn, "attn_bwd")
     k, T, acc = c.k, c.tile, c.acc
     q, kk, v = c.names[:3]

@@ -179,6 +179,241 @@ def fwd_kernel(c, eqn):
     return k.finish(body, (c.b * n, -(-t // BQ)), 32 * WARPS)
 
 
-def describe(c):
-    """Plan-text note of the tensor-core forward."""
-    return f"attention fwd (tensor cores mma.m16n8k16 {cuda_mma.kind_of(c.q_dtype)})"
+def describe(c, direction="fwd"):
+    """Plan-text note of a tensor-core kernel."""
+    return f"attention {direction} (tensor cores mma.m16n8k16 {cuda_mma.kind_of(c.q_dtype)})"
+
+
+# -- backward ---------------------------------------------------------------------------------
+BQ2 = 32  # query rows per shared tile in the dK/dV half
+
+
+def fits_bwd(c):
+    """Whether the tensor-core backward applies (dP = dO·Vᵀ needs hv % 16 == 0 too)."""
+    return fits_fwd(c) and c.hv % 16 == 0
+
+
+def _a_frags(dst, src, nkc, base, ok):
+    """A fragments of rows r0/r1 (16-bit, `base(i)` = offset of row i's element 0)."""
+    return [
+        f"unsigned {dst}[{nkc}][4];",
+        "#pragma unroll",
+        f"for (int kc = 0; kc < {nkc}; ++kc) {{",
+        "  #pragma unroll",
+        "  for (int r = 0; r < 4; ++r) {",
+        "    const int i = (r & 1) ? r1 : r0, d = kc * 16 + 2 * qd + 8 * (r >> 1);",
+        f"    {dst}[kc][r] = {ok('i')} ? ((const unsigned*){src})[({base('i')} + d) / 2] : 0u;",
+        "  }",
+        "}",
+    ]
+
+
+def _stage(tile, st, src, nrows, width, base, ok):
+    """Copy `nrows` rows of `width` 16-bit elements (as pairs) into a shared tile."""
+    w2 = width // 2
+    return [
+        f"for (int e = threadIdx.x; e < {nrows * w2}; e += blockDim.x) {{",
+        f"  const int rr = e / {w2}, d2 = e % {w2};",
+        f"  ((unsigned*)({tile} + rr * {st}))[d2] = {ok('rr')} ? "
+        f"((const unsigned*){src})[({base('rr')}) / 2 + d2] : 0u;",
+        "}",
+    ]
+
+
+def _mma_bt(mma, acc, afr, tile, st, nn, nkc):
+    """acc[nb] += A · tileᵀ: B[k][n] = tile[nb*8 + n][kc*16 + k] (rows hold pairs along k)."""
+    return [
+        f"float {acc}[{nn}][4];",
+        "#pragma unroll",
+        f"for (int nb = 0; nb < {nn}; ++nb) {{",
+        f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
+        "  #pragma unroll",
+        f"  for (int kc = 0; kc < {nkc}; ++kc) {{",
+        f"    const unsigned* tr = (const unsigned*)({tile} + (nb * 8 + g) * {st} + kc * 16 "
+        "+ 2 * qd);",
+        "    const unsigned bf[2] = {tr[0], tr[4]};",
+        f"    {mma}({acc}[nb], {afr}[kc], bf);",
+        "  }",
+        "}",
+    ]
+
+
+def _mma_pk(mma, pack, acc, x, tile, st, nvb, npc):
+    """acc[a] += X · tile: X's f32 C fragments re-packed as A, B[k][n] = tile[k][a*8 + n]."""
+    return [
+        "#pragma unroll",
+        f"for (int pc = 0; pc < {npc}; ++pc) {{",
+        f"  const unsigned pf[4] = {{{pack}({x}[2 * pc][0], {x}[2 * pc][1]), "
+        f"{pack}({x}[2 * pc][2], {x}[2 * pc][3]), {pack}({x}[2 * pc + 1][0], {x}[2 * pc + 1][1]), "
+        f"{pack}({x}[2 * pc + 1][2], {x}[2 * pc + 1][3])}};",
+        "  #pragma unroll",
+        f"  for (int a = 0; a < {nvb}; ++a) {{",
+        f"    const unsigned short* vc = {tile} + (pc * 16 + 2 * qd) * {st} + a * 8 + g;",
+        f"    const unsigned bf[2] = {{(unsigned)vc[0] | ((unsigned)vc[{st}] << 16), "
+        f"(unsigned)vc[{8 * st}] | ((unsigned)vc[{9 * st}] << 16)}};",
+        f"    {mma}({acc}[a], pf, bf);",
+        "  }",
+        "}",
+    ]
+
+
+def _zero(acc, nn):
+    return [
+        f"float {acc}[{nn}][4];",
+        f"for (int a = 0; a < {nn}; ++a)",
+        f"  {acc}[a][0] = {acc}[a][1] = {acc}[a][2] = {acc}[a][3] = 0.f;",
+    ]
+
+
+def bwd_kernel(c, eqn):
+    """dq, dk, dv on tensor cores: the SIMT kernel's two-halves grid (no atomics)."""
+    kind = cuda_mma.kind_of(c.q_dtype)
+    k = c.k
+    k.helper(cuda_mma.guard(kind), cuda_mma.helper(kind))
+    q, kk, v = c.names[:3]
+    out, lse, ct = c.names[3 + c.has_mask :]
+    dq, dk, dv = (k.output(o) for o in eqn.outputs)
+    h, hv, s, t, n, kh, g = c.h, c.hv, c.s, c.t, c.n, c.kh, c.g
+    bk = key_tile(h, hv)
+    sth, stv = h + 8, hv + 8
+    nqb, nkb = -(-t // BQ), -(-s // BQ)
+    mma, pack = f"fflow_mma_sync_{kind}", f"fflow_pack_{kind}"
+    scale, big, inv_s = c.lit(c.scale), c.lit(BIG_NEG), c.lit(1.0 / s)
+    smem = max(bk, BQ2) * (sth + stv)
+    load = c.rv.load
+
+    def row(head, seq, heads, width, off=""):  # element offset of row `off + i`
+        return lambda i: f"(((long long)b * {seq} + {off}{i}) * {heads} + {head}) * {width}"
+
+    def p_ds(sv, dpv, lse_v, d_v, qi, kj, head):
+        return [
+            "float p = 0.f, ds = 0.f;",
+            f"if ({qi} < {t} && {kj} < {s}) {{",
+            f"  const bool ok = {c.mask_ok('b', head, qi, kj)};",
+            # a fully masked row (lse == BIG_NEG: log(S) is below its ulp) averages all keys
+            f"  p = {lse_v} <= {big} ? {inv_s} : (ok ? expf({sv} * {scale} - {lse_v}) : 0.f);",
+            f"  ds = ok ? p * ({dpv} - {d_v}) : 0.f;",
+            "}",
+        ]
+
+    ind = lambda lines, d=1: ["  " * d + x for x in lines]  # noqa: E731
+    body = [
+        f"__shared__ unsigned smw[{smem // 2}];",
+        f"__shared__ float Ls[{BQ2}], Ds[{BQ2}];",
+        "unsigned short* const T0 = (unsigned short*)smw;",
+        "const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, qd = lane & 3;",
+        f"const int b = blockIdx.x / {n}, n = blockIdx.x % {n};",
+        f"if (blockIdx.y < {nqb}) {{  // dQ of 64 query rows, 16 per warp",
+        f"  unsigned short* const Kt = T0; unsigned short* const Vt = T0 + {bk * sth};",
+        f"  const int kvh = n / {g}, q0 = blockIdx.y * {BQ}, r0 = q0 + warp * 16 + g, r1 = r0 + 8;",
+        *ind(_a_frags("qf", q, h // 16, row("n", t, n, h), lambda i: f"{i} < {t}")),
+        *ind(_a_frags("of", ct, hv // 16, row("n", t, n, hv), lambda i: f"{i} < {t}")),
+        "  float L[2], D[2];",
+        "  for (int hh = 0; hh < 2; ++hh) {",
+        "    const int i = hh ? r1 : r0; float acc = 0.f;",
+        f"    L[hh] = i < {t} ? {lse}[((long long)b * {n} + n) * {t} + i] : 0.f;",
+        f"    if (i < {t}) for (int d = qd; d < {hv}; d += 4) {{",
+        f"      const long long e = (((long long)b * {t} + i) * {n} + n) * {hv} + d;",
+        f"      acc += {load(f'{ct}[e]')} * {load(f'{out}[e]')};",
+        "    }",
+        "    for (int sh = 1; sh <= 2; sh <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, sh);",
+        "    D[hh] = acc;",
+        "  }",
+        *ind(_zero("dqa", h // 8)),
+        f"  const int kend = {f'(q0 + {BQ} < {s} ? q0 + {BQ} : {s})' if c.skip else s};",
+        f"  for (int k0 = 0; k0 < kend; k0 += {bk}) {{",
+        "    __syncthreads();",
+        *ind(
+            _stage(
+                "Kt", sth, kk, bk, h, row("kvh", s, kh, h, "k0 + "), lambda r: f"k0 + {r} < {s}"
+            ),
+            2,
+        ),  # fmt: skip
+        *ind(
+            _stage(
+                "Vt", stv, v, bk, hv, row("kvh", s, kh, hv, "k0 + "), lambda r: f"k0 + {r} < {s}"
+            ),
+            2,
+        ),  # fmt: skip
+        "    __syncthreads();",
+        *ind(_mma_bt(mma, "sc", "qf", "Kt", sth, bk // 8, h // 16), 2),
+        *ind(_mma_bt(mma, "dp", "of", "Vt", stv, bk // 8, hv // 16), 2),
+        f"    for (int nb = 0; nb < {bk // 8}; ++nb) for (int e = 0; e < 4; ++e) {{",
+        "      const int qi = (e >> 1) ? r1 : r0, j = k0 + nb * 8 + 2 * qd + (e & 1);",
+        *ind(p_ds("sc[nb][e]", "dp[nb][e]", "L[e >> 1]", "D[e >> 1]", "qi", "j", "n"), 3),
+        "      sc[nb][e] = ds;",
+        "    }",
+        *ind(_mma_pk(mma, pack, "dqa", "sc", "Kt", sth, h // 8, bk // 16), 2),
+        "  }",
+        "  for (int hh = 0; hh < 2; ++hh) {",
+        "    const int i = hh ? r1 : r0;",
+        f"    if (i >= {t}) continue;",
+        f"    for (int a = 0; a < {h // 8}; ++a) {{",
+        f"      const long long e = (((long long)b * {t} + i) * {n} + n) * {h} + a * 8 + 2 * qd;",
+        f"      {dq}[e] = {c.rq.store(f'dqa[a][2 * hh] * {scale}')};",
+        f"      {dq}[e + 1] = {c.rq.store(f'dqa[a][2 * hh + 1] * {scale}')};",
+        "    }",
+        "  }",
+        "} else {  // dK, dV of 64 keys of key/value head n, 16 per warp",
+        f"  if (n >= {kh}) return;",
+        f"  unsigned short* const Qt = T0; unsigned short* const Ot = T0 + {BQ2 * sth};",
+        f"  const int kvh = n, k0 = (blockIdx.y - {nqb}) * {BQ}, r0 = k0 + warp * 16 + g, "
+        "r1 = r0 + 8;",
+        *ind(_a_frags("kf", kk, h // 16, row("kvh", s, kh, h), lambda i: f"{i} < {s}")),
+        *ind(_a_frags("vf", v, hv // 16, row("kvh", s, kh, hv), lambda i: f"{i} < {s}")),
+        *ind(_zero("dka", h // 8)),
+        *ind(_zero("dva", hv // 8)),
+        f"  for (int gg = 0; gg < {g}; ++gg) {{",
+        f"    const int hn = kvh * {g} + gg;",
+        f"    for (int q0 = {f'(k0 / {BQ2}) * {BQ2}' if c.skip else 0}; q0 < {t}; q0 += {BQ2}) {{",
+        "      __syncthreads();",
+        *ind(
+            _stage("Qt", sth, q, BQ2, h, row("hn", t, n, h, "q0 + "), lambda r: f"q0 + {r} < {t}"),
+            3,
+        ),  # fmt: skip
+        *ind(
+            _stage(
+                "Ot", stv, ct, BQ2, hv, row("hn", t, n, hv, "q0 + "), lambda r: f"q0 + {r} < {t}"
+            ),
+            3,
+        ),  # fmt: skip
+        f"      for (int rr = threadIdx.x; rr < {BQ2}; rr += blockDim.x) {{",
+        "        const int i = q0 + rr; float acc = 0.f;",
+        f"        if (i < {t}) for (int d = 0; d < {hv}; ++d) {{",
+        f"          const long long e = (((long long)b * {t} + i) * {n} + hn) * {hv} + d;",
+        f"          acc += {load(f'{ct}[e]')} * {load(f'{out}[e]')};",
+        "        }",
+        "        Ds[rr] = acc;",
+        f"        Ls[rr] = i < {t} ? {lse}[((long long)b * {n} + hn) * {t} + i] : 0.f;",
+        "      }",
+        "      __syncthreads();",
+        *ind(_mma_bt(mma, "st", "kf", "Qt", sth, BQ2 // 8, h // 16), 3),
+        *ind(_mma_bt(mma, "dpt", "vf", "Ot", stv, BQ2 // 8, hv // 16), 3),
+        f"      for (int nb = 0; nb < {BQ2 // 8}; ++nb) for (int e = 0; e < 4; ++e) {{",
+        "        const int kj = (e >> 1) ? r1 : r0, ii = nb * 8 + 2 * qd + (e & 1), i = q0 + ii;",
+        *ind(p_ds("st[nb][e]", "dpt[nb][e]", "Ls[ii]", "Ds[ii]", "i", "kj", "hn"), 4),
+        "        st[nb][e] = p; dpt[nb][e] = ds;",
+        "      }",
+        *ind(_mma_pk(mma, pack, "dva", "st", "Ot", stv, hv // 8, BQ2 // 16), 3),
+        *ind(_mma_pk(mma, pack, "dka", "dpt", "Qt", sth, h // 8, BQ2 // 16), 3),
+        "    }",
+        "  }",
+        "  for (int hh = 0; hh < 2; ++hh) {",
+        "    const int j = hh ? r1 : r0;",
+        f"    if (j >= {s}) continue;",
+        f"    for (int a = 0; a < {h // 8}; ++a) {{",
+        f"      const long long e = (((long long)b * {s} + j) * {kh} + kvh) * {h} + a * 8"
+        " + 2 * qd;",
+        f"      {dk}[e] = {c.rk.store(f'dka[a][2 * hh] * {scale}')};",
+        f"      {dk}[e + 1] = {c.rk.store(f'dka[a][2 * hh + 1] * {scale}')};",
+        "    }",
+        f"    for (int a = 0; a < {hv // 8}; ++a) {{",
+        f"      const long long e = (((long long)b * {s} + j) * {kh} + kvh) * {hv} + a * 8"
+        " + 2 * qd;",
+        f"      {dv}[e] = {c.rv.store('dva[a][2 * hh]')};",
+        f"      {dv}[e + 1] = {c.rv.store('dva[a][2 * hh + 1]')};",
+        "    }",
+        "  }",
+        "}",
+    ]
+    return k.finish(body, (c.b * n, nqb + nkb), 32 * WARPS)

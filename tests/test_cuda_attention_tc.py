@@ -80,30 +80,92 @@ def test_forward_on_tensor_cores_matches_float64(kind, case):
     assert np.abs(got - ref).mean() < tol / 4
 
 
+def _grads64(q, k, v, ct, valid):
+    """dq, dk, dv of sum(attention * ct) in float64 (grouped heads summed into dk, dv)."""
+    q, k, v, ct = (np.asarray(x, np.float64) for x in (q, k, v, ct))
+    n, kh = q.shape[2], k.shape[2]
+    kr, vr = np.repeat(k, n // kh, 2), np.repeat(v, n // kh, 2)
+    sc = 1 / np.sqrt(q.shape[-1])
+    logits = np.where(valid, np.einsum("btnh,bsnh->bnts", q, kr) * sc, -1e300)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = np.einsum("btnh,bsnh->bnts", ct, vr)
+    ds = np.where(valid, p * (dp - (dp * p).sum(-1, keepdims=True)), 0) * sc
+    dq = np.einsum("bnts,bsnh->btnh", ds, kr)
+    group = lambda x: x.reshape(*x.shape[:2], kh, n // kh, x.shape[-1]).sum(3)  # noqa: E731
+    dk = group(np.einsum("bnts,btnh->bsnh", ds, q))
+    dv = group(np.einsum("bnts,btnh->bsnh", p, ct))
+    return dq, dk, dv
+
+
+BWD_CASES = [  # (b, t, s, n, kh, h, causal, padding mask)
+    (1, 70, 70, 2, 1, 64, True, False),
+    (2, 9, 33, 2, 2, 64, False, True),
+    (1, 40, 24, 2, 1, 128, False, False),
+]
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+@pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "b{}t{}s{}n{}kh{}h{}{}{}".format(*c))
+def test_backward_on_tensor_cores_matches_float64(kind, case):
+    b, t, s, n, kh, h, causal, padded = case
+    dtype = _dtype(kind)
+    rng = np.random.default_rng(100 + sum(case[:6]))
+    q, ct = (rng.standard_normal((b, t, n, h)).astype(dtype) for _ in range(2))
+    k, v = (rng.standard_normal((b, s, kh, h)).astype(dtype) for _ in range(2))
+    mask = None
+    if padded:
+        mask = np.arange(s)[None, None, None, :] < (s - 7 * np.arange(b))[:, None, None, None]
+        mask = np.broadcast_to(mask, (b, 1, t, s)).copy()
+        mask[:, :, 1] = False  # a fully masked query row: its dv share is 1/s, no dq/dk
+    kw = {"is_causal": causal} | ({"mask": mask} if padded else {})
+
+    def bwd(q, k, v, ct):
+        _, vjp = fflow.vjp(lambda q, k, v: nn.dot_product_attention(q, k, v, **kw), q, k, v)
+        return vjp(ct)
+
+    exe = _compile(bwd, q, k, v, ct)
+    kerns = exe.plan.kernels
+    assert [kern.kind for kern in kerns] == ["attn_fwd", "attn_bwd"]
+    assert all("fflow_mma_sync_" + kind in kern.source for kern in kerns)
+    got = exe(*(to_backend(a) for a in (q, k, v, ct)))
+    refs = _grads64(q, k, v, ct, _valid(b, t, s, causal, mask))
+    tol = 1e-2 if kind == "bf16" else 2e-3  # P and dS are rounded to 16 bits
+    for name, g, r in zip("qkv", got, refs):
+        g = np.asarray(g, np.float64)
+        scale = np.abs(r).max()
+        assert np.abs(g - r).max() <= tol * scale, (name, np.abs(g - r).max() / scale)
+        assert np.abs(g - r).mean() <= tol / 8 * scale, name
+
+
 def test_plan_names_the_tensor_core_kernel_and_f32_stays_simt():
     q16 = np.zeros((2, 64, 4, 64), BF16 if BF16 is not None else np.float16)
     q32 = np.zeros((2, 64, 4, 64), np.float32)
     texts = []
     for q in (q16, q32):
-        prog = cuda_backend._optimize(
-            fflow.make_jaxpr(lambda q: nn.dot_product_attention(q, q, q, is_causal=True))(q)
-        )
+        fn = lambda q: fflow.grad(lambda q: nn.dot_product_attention(q, q, q).sum())(q)  # noqa: E731
+        prog = cuda_backend._optimize(fflow.make_jaxpr(fn)(q))
         texts.append(cuda_backend.plan_text(cuda_backend.Plan(prog)))
     kind = "bf16" if BF16 is not None else "f16"
-    assert f"attention fwd (tensor cores mma.m16n8k16 {kind})" in texts[0], texts[0]
+    for direction in ("fwd", "bwd"):
+        assert f"attention {direction} (tensor cores mma.m16n8k16 {kind})" in texts[0], texts[0]
     assert "tensor cores" not in texts[1] and "SIMT" in texts[1], texts[1]
 
 
 @pytest.mark.parametrize("h", [64, 128])
-def test_full_size_forward_builds_for_sm80_sm90_with_mma(h):
+def test_full_size_kernels_build_for_sm80_sm90_with_mma(h):
     if not nvrtc_required():
         pytest.skip("libnvrtc does not load here")
     q = np.zeros((8, 512, 16, h), BF16 if BF16 is not None else np.float16)
-    prog = cuda_backend._optimize(
-        fflow.make_jaxpr(lambda q, k, v: nn.dot_product_attention(q, k, v, is_causal=True))(q, q, q)
-    )
-    (kern,) = cuda_backend.Plan(prog).kernels
-    ptx = nvrtc.compile_ptx(kern.source, arch="compute_80").decode()
-    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32") >= 1
-    for arch in ("sm_80", "sm_90"):
-        assert nvrtc.compile_cubin(kern.source, arch=arch)[:4] == b"\x7fELF"
+
+    def fn(q, k, v):
+        return fflow.grad(lambda q: nn.dot_product_attention(q, k, v, is_causal=True).sum())(q)
+
+    prog = cuda_backend._optimize(fflow.make_jaxpr(fn)(q, q, q))
+    kerns = [kern for kern in cuda_backend.Plan(prog).kernels if kern.kind.startswith("attn")]
+    assert [kern.kind for kern in kerns] == ["attn_fwd", "attn_bwd"]
+    for kern in kerns:
+        ptx = nvrtc.compile_ptx(kern.source, arch="compute_80").decode()
+        assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx, kern.kind
+        for arch in ("sm_80", "sm_90"):
+            assert nvrtc.compile_cubin(kern.source, arch=arch)[:4] == b"\x7fELF"
