@@ -151,8 +151,15 @@ def _cell(shape, dtype):
     key = (tuple(shape), np.dtype(dtype))
     cell = _cells.get(key)
     if cell is None:
+        nbytes = int(np.prod(key[0], dtype=np.int64)) * key[1].itemsize
+        if _cell_bytes[0] + nbytes > KEEP_BYTES:
+            return None  # over the budget: the caller takes the general path (`_empty`)
+        _cell_bytes[0] += nbytes
         cell = _cells[key] = [np.empty(key[0], key[1])]
     return cell
+
+
+_cell_bytes = [0]  # bytes of the cells' buffers (at most KEEP_BYTES, as `_empty`'s)
 
 
 def _raw(a):
@@ -297,15 +304,21 @@ def planned(name, comm, ranks, params, shape, dtype):
     size = int(np.prod(shape, dtype=np.int64))
     nbytes, kind = size * dtype.itemsize, _name(dtype)
     typed = kind in _NATIVE and size > 0  # mpi4py maps these dtypes to MPI types
+    fn = OPS[name]
+
+    def general(rt, x, what):
+        return fn(rt, comm, ranks, x, params, what)
+
     if name != "all_reduce" or not typed or nbytes >= _large[0] or p < 2:
-        fn = OPS[name]
-        return lambda rt, x, what: fn(rt, comm, ranks, x, params, what)
+        return general
     q, r = divmod(size, p)
     mine = q + (comm.Get_rank() < r)
     moved = ((size - mine) + (p - 1) * mine) * dtype.itemsize
     if exact_native(dtype, op, p) or not _det[0]:
         start, mpi_op = comm.Iallreduce, _native_op(op)
         keep = _cell(shape, dtype)
+        if keep is None:
+            return general
 
         def native(rt, x, what):
             out = keep[0]
@@ -320,10 +333,12 @@ def planned(name, comm, ranks, params, shape, dtype):
         return native
     if nbytes * p > _small[0]:
         if size % p:  # uneven chunks
-            return lambda rt, x, what: all_reduce(rt, comm, ranks, x, params, what)
-        return _planned_two_step(comm, ranks, shape, dtype, op, moved)
+            return general
+        return _planned_two_step(comm, ranks, shape, dtype, op, moved) or general
     gather, fn = comm.Iallgather, _REDUCE[op]
     keep = _cell((p, size), dtype)
+    if keep is None:
+        return general
 
     def rows(rt, x, what):  # one all-gather, then the ordered reduction into row 0
         buf = keep[0]
@@ -349,6 +364,8 @@ def _planned_two_step(comm, ranks, shape, dtype, op, moved):
     width = int(np.prod(shape, dtype=np.int64)) // p
     a2a, gather, in_place = comm.Ialltoall, comm.Iallgather, _mpi().IN_PLACE
     keep = _cell((p, width), dtype)
+    if keep is None:
+        return None
 
     def two_step(rt, x, what):
         buf = keep[0]

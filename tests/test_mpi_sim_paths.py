@@ -195,3 +195,33 @@ def test_cache_hit_call_uses_numpy_inputs_in_place_but_never_aliases_them():
     g = fflow.shard(lambda x, k: x * k, pl, in_sbp=(S(0), B))
     np.testing.assert_array_equal(np.asarray(g(np.ones(4, np.float32), 3.0)), np.full(4, 3.0))
     np.testing.assert_array_equal(np.asarray(g(np.ones(4, np.float32), 2)), np.full(4, 2.0))
+
+
+def test_planned_all_reduce_buffers_stay_within_the_keep_budget(monkeypatch):
+    """Planned all-reduces (mpi_ops.planned) keep one result buffer per (shape, dtype),
+    at most mpi_ops.KEEP_BYTES in all; past that budget they take the general path,
+    whose buffers come from the capped `_empty`."""
+    from fflow import mpi_ops
+
+    class Comm:  # two members; only what planning reads
+        Iallgather = Iallreduce = Ialltoall = None
+
+        def Get_size(self):
+            return 2
+
+        def Get_rank(self):
+            return 0
+
+    monkeypatch.setattr(mpi_ops, "_cells", {})
+    monkeypatch.setattr(mpi_ops, "_cell_bytes", [0])
+    monkeypatch.setattr(mpi_ops, "KEEP_BYTES", 4096)
+
+    def plan(n):  # float32 max of 2 members: the one-all-gather path, rows (2, n)
+        return mpi_ops.planned("all_reduce", Comm(), (0, 1), {"op": "max"}, (n,), np.float32)
+
+    assert plan(256).__name__ == "rows"  # (2, 256) float32: 2 KB kept
+    assert plan(256).__name__ == "rows"  # the same buffer again: nothing more kept
+    assert mpi_ops._cell_bytes[0] == 2048
+    assert plan(512).__name__ == "general"  # 4 KB more would pass the 4 KB budget
+    assert plan(128).__name__ == "rows"  # 1 KB still fits
+    assert mpi_ops._cell_bytes[0] == 3072
