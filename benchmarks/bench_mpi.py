@@ -66,6 +66,14 @@ both modes, mpi_ops.mpi_large_bytes), one run at load 1.3-1.8, det / native vs r
 1.06 / 1.03x (was 1.33-1.50x), 64 MB 0.29 / 0.28x; 4 ranks 64 KB 1.30 / 1.16x, 256 KB
 2.21 / 1.19x (the one-all-gather path), 1 MB 0.99 / 1.12x, 4 MB 0.74x, 16 MB 0.96 /
 0.83x, 64 MB 0.35 / 0.34x. DP MLP 2 ranks: fflow 1.23x of 1 process, hand DP 1.31x.
+
+Session 6 (a one-collective program's cache hit runs a planned runner: runtime_mpi._runner,
+mpi_ops.planned; all-gather path up to 512 KB moved, so 4 ranks x 256 KB take the two-step
+path). Load 5-12 all session (no quiet run; 4-rank rows were scheduler slices), 2 ranks,
+same launch, det / raw: before vs after (two alternating launches each, load 5-6): 1 KB
+1.23x vs 1.05-1.09x, 64 KB 1.17x vs 1.09x, 256 KB 1.11x vs 1.04x; same program with the
+runner disabled vs enabled in one launch: 1 KB 1.82 vs 1.30x, 64 KB 1.32 vs 1.17x, 256 KB
+1.12 vs 1.05x. DP table: new column "every rank alone, no comm": the weak-scaling floor.
 """
 
 import json
