@@ -55,6 +55,7 @@ the price of two collectives (all-to-all + all-gather) instead of MPI's one.
 """
 
 import sys
+import time
 from itertools import accumulate
 from sys import getrefcount
 
@@ -64,15 +65,15 @@ from fflow.config import config
 from fflow.primitives.collectives import _ex_combine, _reduce_parts
 from fflow.sharding import balanced
 
-_det, _small, _large = [True], [1 << 19], [2 << 20]  # config values (set by the hooks)
-_modes = {}  # (deterministic, allgather bytes, large bytes) -> a small int
+_det, _small, _large, _tune = [True], [1 << 19], [2 << 20], [4]  # config (set by hooks)
+_modes = {}  # (deterministic, allgather bytes, large bytes, tune calls) -> a small int
 mode = [0]  # the current setting's int: planned collectives (`planned`) are kept per mode
 
 
 def _setter(cell, kind):
     def hook(v):
         cell[0] = kind(v)
-        mode[0] = _modes.setdefault((_det[0], _small[0], _large[0]), len(_modes))
+        mode[0] = _modes.setdefault((_det[0], _small[0], _large[0], _tune[0]), len(_modes))
 
     return hook
 
@@ -83,6 +84,8 @@ config.define("mpi_deterministic", True, hook=_setter(_det, bool))
 # all-reduces of at most this many bytes (value bytes x ranks) are one all-gather and an
 # ordered reduction (config mpi_allgather_bytes; see the module docstring for why 512 KB)
 config.define("mpi_allgather_bytes", 1 << 19, hook=_setter(_small, int))
+# calls per path timed before a planned all-reduce near that limit picks one (`_tuned`)
+config.define("mpi_tune_calls", 4, hook=_setter(_tune, int))
 _NATIVE = ("float32", "float64", "int32", "int64", "uint32", "uint64", "int8", "uint8")
 _HALF = ("float16", "bfloat16")
 _REDUCIBLE = frozenset(_NATIVE + _HALF)
@@ -331,14 +334,24 @@ def planned(name, comm, ranks, params, shape, dtype):
             return out
 
         return native
-    if nbytes * p > _small[0]:
-        if size % p:  # uneven chunks
-            return general
-        return _planned_two_step(comm, ranks, shape, dtype, op, moved) or general
+    rows = two = None
+    if nbytes * p <= _small[0] * 4:
+        rows = _planned_rows(comm, ranks, shape, dtype, op, moved)
+    if size % p == 0 and nbytes * p > _small[0] // 4:
+        two = _planned_two_step(comm, ranks, shape, dtype, op, moved)
+    static = rows if nbytes * p <= _small[0] else two
+    if _tune[0] > 0 and rows is not None and two is not None:
+        return _tuned(comm, ranks, [static, two if static is rows else rows], _tune[0])
+    return static or general
+
+
+def _planned_rows(comm, ranks, shape, dtype, op, moved):
+    """The one-all-gather path of `all_reduce`, planned (None over the buffer budget)."""
+    p, size = comm.Get_size(), int(np.prod(shape, dtype=np.int64))
     gather, fn = comm.Iallgather, _REDUCE[op]
     keep = _cell((p, size), dtype)
     if keep is None:
-        return general
+        return None
 
     def rows(rt, x, what):  # one all-gather, then the ordered reduction into row 0
         buf = keep[0]
@@ -354,6 +367,39 @@ def planned(name, comm, ranks, params, shape, dtype):
         return acc.reshape(shape)
 
     return rows
+
+
+def _tuned(comm, ranks, candidates, calls):
+    """Near the all-gather limit (value bytes x ranks within 4x of mpi_allgather_bytes)
+    both deterministic paths fit and give the same bits; which is faster depends on the
+    machine and its load (quiet: the two-step path from 256 KB values at 4 ranks; loaded:
+    one synchronization fewer wins). The first `calls` calls of each run in turn and are
+    timed; then one all-reduce (MAX) of each path's median time over the group picks the
+    same path on every rank, used from then on. Config mpi_tune_calls (0: the limit
+    alone decides)."""
+    times = [[] for _ in candidates]
+    state = [0, None]  # calls so far, the chosen path
+    perf = time.perf_counter
+
+    def tuned(rt, x, what):
+        best = state[1]
+        if best is not None:
+            return best(rt, x, what)
+        k = state[0] % len(candidates)
+        state[0] += 1
+        t0 = perf()
+        y = candidates[k](rt, x, what)
+        times[k].append(perf() - t0)
+        if state[0] == calls * len(candidates):
+            mine = np.array([np.median(t) for t in times])
+            slowest = np.empty_like(mine)
+            rt.wait([comm.Iallreduce(mine, slowest, op=_native_op("max"))], ranks, what)
+            state[1] = candidates[int(np.argmin(slowest))]
+        return y
+
+    tuned.candidates = candidates
+    tuned.chosen = lambda: state[1]
+    return tuned
 
 
 def _planned_two_step(comm, ranks, shape, dtype, op, moved):
