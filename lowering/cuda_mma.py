@@ -10,8 +10,10 @@
   computes the same tile from the 32 lanes' registers. Every lane of the warp
   must call it together (the `sync` in its name also tells the shim to run the
   kernel's threads as fibers).
-- `fflow_pack_<kind>(float lo, float hi)`: two floats rounded to 16 bits and
-  packed into one register (lo in the low half), as an A/B fragment register holds.
+- `fflow_pack_<kind>(float lo, float hi)`: two floats rounded to nearest even to
+  16 bits and packed into one register (lo in the low half), as an A/B fragment
+  register holds: one `cvt.rn.<kind>x2.f32` on a GPU, the PREAMBLE's conversions
+  on the host.
 
 Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
 type"); g = lane >> 2, q = lane % 4:
@@ -52,7 +54,13 @@ def helper(kind):
 #endif
 }}
 __device__ __forceinline__ unsigned fflow_pack_{kind}(float lo, float hi) {{
+#ifdef __CUDA_ARCH__
+  unsigned r;  // cvt's first source goes to the upper half
+  asm("cvt.rn.{kind}x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
   return (unsigned){narrow}(lo) | ((unsigned){narrow}(hi) << 16);
+#endif
 }}"""
 
 

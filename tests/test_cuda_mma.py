@@ -20,11 +20,18 @@ extern "C" __global__ void mma_test(const unsigned* a, const unsigned* b, const 
   fflow_mma_sync_KIND(acc, ar, br);
   for (int r = 0; r < 4; ++r) d[t * 4 + r] = acc[r];
 }
+extern "C" __global__ void pack_test(const float* x, unsigned* y) {
+  y[threadIdx.x] = fflow_pack_KIND(x[2 * threadIdx.x], x[2 * threadIdx.x + 1]);
+}
 """
 
 
 def source(kind):
-    return PREAMBLE + cuda_mma.helper(kind) + KERNEL.replace("KIND", kind)
+    return (
+        PREAMBLE
+        + cuda_mma.helper(kind)
+        + KERNEL.replace("KIND", kind).replace("_test", "_test_" + kind)
+    )
 
 
 def fragments(A, B, C):
@@ -66,7 +73,7 @@ def test_emulated_mma_matches_numpy_on_random_fragments(kind):
         warps.append((A, B, C, fragments(A, B, C)))
     a, b, c = (np.concatenate([w[3][i] for w in warps]) for i in range(3))
     d = np.zeros((64, 4), np.float32)
-    ShimModule(source(kind)).get_function("mma_test")((1,), (64,), (a, b, c, d))
+    ShimModule(source(kind)).get_function("mma_test_" + kind)((1,), (64,), (a, b, c, d))
     for w, (A, B, C, _) in enumerate(warps):
         ref = A.astype(np.float64) @ B.astype(np.float64) + C
         got = unpack_d(d[32 * w : 32 * w + 32])
@@ -76,12 +83,27 @@ def test_emulated_mma_matches_numpy_on_random_fragments(kind):
         assert np.abs(got - wrong).max() > 0.1
 
 
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_pack_rounds_to_nearest_even_low_half_first(kind):
+    dtype = BF16 if kind == "bf16" else np.dtype(np.float16)
+    if dtype is None:
+        pytest.skip("ml_dtypes missing")
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(64) * 10).astype(np.float32)
+    x[:4] = [1 + 2**-9, 1 + 3 * 2**-9, -0.0, 65504.0]  # ties round to even; -0 keeps its sign
+    y = np.zeros(32, np.uint32)
+    ShimModule(source(kind)).get_function("pack_test_" + kind)((1,), (32,), (x, y))
+    bits = x.astype(dtype).view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(y, bits[0::2] | bits[1::2] << 16)
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_builds_mma_sync(arch):
     if not nvrtc_required():
         pytest.skip("libnvrtc does not load here")
-    src = source("bf16") + source("f16").replace(PREAMBLE, "").replace("mma_test", "mma_test16")
+    src = source("bf16") + source("f16").replace(PREAMBLE, "")
     ptx = nvrtc.compile_ptx(src, arch="compute_" + arch[3:]).decode()
+    assert "cvt.rn.bf16x2.f32" in ptx and "cvt.rn.f16x2.f32" in ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert nvrtc.compile_cubin(src, arch=arch)[:4] == b"\x7fELF"
