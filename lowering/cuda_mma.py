@@ -22,6 +22,13 @@ type"); g = lane >> 2, q = lane % 4:
 - B register r holds B[2q + 8 r + {0, 1}][g];
 - C/D element i is C[g + 8 (i >> 1)][2q + (i & 1)].
 
+- `fflow_ldmatrix_sync_x4[_trans](unsigned r[4], const unsigned short* row)`:
+  `ldmatrix.sync.aligned.m8n8.x4[.trans].b16` from shared memory (generic address;
+  rows 16-byte aligned): lane 8j + i passes row i of 8x8 matrix j; register j gets
+  row lane/4, elements 2(lane%4), +1, or with `.trans` column lane/4, rows 2(lane%4),
+  +1. Non-transposed rows of Kᵀ's source K give B fragments of Q·Kᵀ; transposed rows
+  of V give B fragments of P·V. Both kinds share them (own `#ifndef` guard).
+
 So an f32 C fragment of S (two adjacent 16x8 tiles) re-packs in registers into the
 A fragment of P for the next product, without shared memory.
 
@@ -53,6 +60,26 @@ def helper(kind):
   fflow_shim::mma16816(d, a, b, {widen});
 #endif
 }}
+#ifndef FFLOW_LDMATRIX
+#define FFLOW_LDMATRIX
+__device__ __forceinline__ void fflow_ldmatrix_sync_x4(unsigned* r, const unsigned short* row) {{
+#ifdef __CUDA_ARCH__
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.b16 {{%0, %1, %2, %3}}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(row));
+#else
+  fflow_shim::ldmatrix_x4(r, row, false);
+#endif
+}}
+__device__ __forceinline__ void fflow_ldmatrix_sync_x4_trans(unsigned* r,
+                                                             const unsigned short* row) {{
+#ifdef __CUDA_ARCH__
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.b16 {{%0, %1, %2, %3}}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(row));
+#else
+  fflow_shim::ldmatrix_x4(r, row, true);
+#endif
+}}
+#endif
 __device__ __forceinline__ unsigned fflow_pack_{kind}(float lo, float hi) {{
 #ifdef __CUDA_ARCH__
   unsigned r;  // cvt's first source goes to the upper half

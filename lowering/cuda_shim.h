@@ -351,6 +351,25 @@ static inline void mma16816(float* d, const unsigned* a, const unsigned* b,
   memcpy(d, out, sizeof(out));
 }
 
+// ldmatrix.sync.aligned.m8n8.x4[.trans].b16, emulated: lane 8j + i gives the address of
+// row i of matrix j; register j of lane l receives row l/4, elements 2(l%4) and +1 (low
+// half first) of matrix j, or with .trans column l/4, rows 2(l%4) and +1.
+static const unsigned short* ldm_rows[1024];
+
+static inline void ldmatrix_x4(unsigned* r, const unsigned short* row, bool trans) {
+  const int t = linear_tid(), w0 = t - t % 32, lane = t % 32;
+  if (w0 + 32 > nthreads) fail("ldmatrix needs a full warp of 32 threads");
+  ldm_rows[t] = row;
+  wait(WAIT_WARP);
+  const int a = lane / 4, c = 2 * (lane % 4);
+  for (int j = 0; j < 4; ++j) {
+    const unsigned short* const* m = ldm_rows + w0 + 8 * j;
+    const unsigned lo = trans ? m[c][a] : m[a][c], hi = trans ? m[c + 1][a] : m[a][c + 1];
+    r[j] = lo | (hi << 16);
+  }
+  wait(WAIT_WARP);
+}
+
 }  // namespace fflow_shim
 
 static inline void __syncthreads() { fflow_shim::wait(fflow_shim::WAIT_BLOCK); }

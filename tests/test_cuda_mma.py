@@ -20,6 +20,14 @@ extern "C" __global__ void mma_test(const unsigned* a, const unsigned* b, const 
   fflow_mma_sync_KIND(acc, ar, br);
   for (int r = 0; r < 4; ++r) d[t * 4 + r] = acc[r];
 }
+extern "C" __global__ void ldm_test(const unsigned short* m, unsigned* y) {
+  __shared__ uint4 raw[32 * 16 / 8];  // 32 rows of 8, padded to 16; 16-byte aligned
+  unsigned short* const tile = (unsigned short*)raw;
+  for (int e = threadIdx.x; e < 256; e += 32) tile[(e / 8) * 16 + e % 8] = m[e];
+  __syncthreads();
+  fflow_ldmatrix_sync_x4(y + threadIdx.x * 8, tile + threadIdx.x * 16);
+  fflow_ldmatrix_sync_x4_trans(y + threadIdx.x * 8 + 4, tile + threadIdx.x * 16);
+}
 extern "C" __global__ void pack_test(const float* x, unsigned* y) {
   y[threadIdx.x] = fflow_pack_KIND(x[2 * threadIdx.x], x[2 * threadIdx.x + 1]);
 }
@@ -97,6 +105,21 @@ def test_pack_rounds_to_nearest_even_low_half_first(kind):
     np.testing.assert_array_equal(y, bits[0::2] | bits[1::2] << 16)
 
 
+def test_emulated_ldmatrix_x4_and_trans_match_the_ptx_layout():
+    """Lane 8j + i gives row i of matrix j; register j of lane l: row l/4, cols 2(l%4)
+    and +1 (low half first); .trans: column l/4, rows 2(l%4) and +1."""
+    m = np.random.default_rng(2).integers(0, 1 << 16, (32, 8)).astype(np.uint16)
+    y = np.zeros((32, 8), np.uint32)
+    ShimModule(source("bf16")).get_function("ldm_test_bf16")((1,), (32,), (m, y))
+    pair = lambda lo, hi: np.uint32(lo) | np.uint32(hi) << np.uint32(16)  # noqa: E731
+    for lane in range(32):
+        a, c = lane // 4, 2 * (lane % 4)
+        for j in range(4):
+            mat = m[8 * j : 8 * j + 8].astype(np.uint32)
+            assert y[lane, j] == pair(mat[a, c], mat[a, c + 1]), (lane, j)
+            assert y[lane, 4 + j] == pair(mat[c, a], mat[c + 1, a]), (lane, j, "trans")
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_builds_mma_sync(arch):
     if not nvrtc_required():
@@ -104,6 +127,8 @@ def test_nvrtc_builds_mma_sync(arch):
     src = source("bf16") + source("f16").replace(PREAMBLE, "")
     ptx = nvrtc.compile_ptx(src, arch="compute_" + arch[3:]).decode()
     assert "cvt.rn.bf16x2.f32" in ptx and "cvt.rn.f16x2.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.b16" in ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
     assert nvrtc.compile_cubin(src, arch=arch)[:4] == b"\x7fELF"
