@@ -103,6 +103,7 @@ def test_quantiles_match_numpy(case, q):
         np.asarray(jnp.median(x, axis=axis, keepdims=keepdims)),
         np.median(x, axis=axis, keepdims=keepdims),
         rtol=1e-5,
+        atol=1e-6,  # as the quantiles: a mean of float32 subnormals keeps few significant bits
     )
     np.testing.assert_allclose(
         np.asarray(jnp.percentile(x, np.array([10, 90]), axis=axis)),
