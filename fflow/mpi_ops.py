@@ -335,7 +335,7 @@ def planned(name, comm, ranks, params, shape, dtype):
 
         return native
     rows = two = None
-    if nbytes * p <= _small[0] * 4:
+    if nbytes * p <= _small[0] * 8:
         rows = _planned_rows(comm, ranks, shape, dtype, op, moved)
     if size % p == 0 and nbytes * p > _small[0] // 4:
         two = _planned_two_step(comm, ranks, shape, dtype, op, moved)
@@ -370,13 +370,13 @@ def _planned_rows(comm, ranks, shape, dtype, op, moved):
 
 
 def _tuned(comm, ranks, candidates, calls):
-    """Near the all-gather limit (value bytes x ranks within 4x of mpi_allgather_bytes)
-    both deterministic paths fit and give the same bits; which is faster depends on the
-    machine and its load (quiet: the two-step path from 256 KB values at 4 ranks; loaded:
-    one synchronization fewer wins). The first `calls` calls of each run in turn and are
-    timed; then one all-reduce (MAX) of each path's median time over the group picks the
-    same path on every rank, used from then on. Config mpi_tune_calls (0: the limit
-    alone decides)."""
+    """Near the all-gather limit (value bytes x ranks from a quarter to 8x of
+    mpi_allgather_bytes: 32 KB-1 MB values at 4 ranks) both deterministic paths fit and
+    give the same bits; which is faster depends on the machine and its load (quiet: the
+    two-step path from 256 KB values at 4 ranks; loaded: one synchronization fewer
+    wins). The first `calls` calls of each run in turn and are timed; then one
+    all-reduce (MAX) of each path's median time over the group picks the same path on
+    every rank, used from then on. Config mpi_tune_calls (0: the limit alone decides)."""
     times = [[] for _ in candidates]
     state = [0, None]  # calls so far, the chosen path
     perf = time.perf_counter
