@@ -58,57 +58,38 @@ def fwd_kernel(c, eqn):
     out, lse = k.output(eqn.outputs[0]), k.output(eqn.outputs[1])
     h, hv, s, t, n, kh = c.h, c.hv, c.s, c.t, c.n, c.kh
     bk = key_tile(h, hv)
-    ks2 = (h + 8) // 2  # K tile row stride in 16-bit pairs (padding spreads banks)
-    vst = hv + 8  # V tile row stride in 16-bit elements
+    sth, vst = h + 8, hv + 8  # tile row strides (16-bit; padding spreads banks)
     nkc, nsb, nvb, npc = h // 16, bk // 8, hv // 8, bk // 16
     mma, pack = f"fflow_mma_sync_{kind}", f"fflow_pack_{kind}"
-    pair = "const unsigned*"
     unroll = "#pragma unroll"
+
+    krow = lambda i: f"(((long long)b * {s} + k0 + {i}) * {kh} + kvh) * {h}"  # noqa: E731
+    vrow = lambda i: f"(((long long)b * {s} + k0 + {i}) * {kh} + kvh) * {hv}"  # noqa: E731
     body = [
-        f"__shared__ unsigned Ks[{bk * ks2}];",
-        f"__shared__ unsigned short Vs[{bk * vst}];",
+        f"__shared__ uint4 smraw[{bk * (sth + vst) // 8}];  // 16-byte rows for ldmatrix",
+        f"unsigned short* const Kt = (unsigned short*)smraw; unsigned short* const Vt = Kt + "
+        f"{bk * sth};",
         "const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, qd = lane & 3;",
         f"const int b = blockIdx.x / {n}, n = blockIdx.x % {n}, kvh = n / {c.g};",
         f"const int q0 = blockIdx.y * {BQ}, r0 = q0 + warp * 16 + g, r1 = r0 + 8;",
         # Q as A fragments: register r holds row g + 8 (r & 1), cols 2qd + 8 (r >> 1)
-        f"unsigned qf[{nkc}][4];",
-        f"{unroll}",
-        f"for (int kc = 0; kc < {nkc}; ++kc) {{",
-        f"  {unroll}",
-        "  for (int r = 0; r < 4; ++r) {",
-        "    const int i = (r & 1) ? r1 : r0, d = kc * 16 + 2 * qd + 8 * (r >> 1);",
-        f"    qf[kc][r] = i < {t} ? (({pair}){q})"
-        f"[((((long long)b * {t} + i) * {n} + n) * {h} + d) / 2] : 0u;",
-        "  }",
-        "}",
+        *_a_frags(
+            "qf",
+            q,
+            nkc,
+            lambda i: f"(((long long)b * {t} + {i}) * {n} + n) * {h}",
+            lambda i: f"{i} < {t}",
+        ),  # fmt: skip
         f"float m[2] = {{-3.0e38f, -3.0e38f}}, l[2] = {{0.f, 0.f}}, o[{nvb}][4];",
         "#pragma unroll",
         f"for (int a = 0; a < {nvb}; ++a) o[a][0] = o[a][1] = o[a][2] = o[a][3] = 0.f;",
         f"const int kend = {f'(q0 + {BQ} < {s} ? q0 + {BQ} : {s})' if c.skip else s};",
         f"for (int k0 = 0; k0 < kend; k0 += {bk}) {{",
         "  __syncthreads();",
-        f"  for (int e = threadIdx.x; e < {bk * h // 2}; e += blockDim.x) {{",
-        f"    const int rr = e / {h // 2}, d2 = e % {h // 2}, j = k0 + rr;",
-        f"    Ks[rr * {ks2} + d2] = j < {s} ? (({pair}){kk})"
-        f"[(((long long)b * {s} + j) * {kh} + kvh) * {h // 2} + d2] : 0u;",
-        "  }",
-        f"  for (int e = threadIdx.x; e < {bk * hv}; e += blockDim.x) {{",
-        f"    const int rr = e / {hv}, d = e % {hv}, j = k0 + rr;",
-        f"    Vs[rr * {vst} + d] = j < {s} ? "
-        f"{v}[(((long long)b * {s} + j) * {kh} + kvh) * {hv} + d] : (unsigned short)0;",
-        "  }",
+        *["  " + x for x in _stage("Kt", sth, kk, bk, h, krow, lambda r: f"k0 + {r} < {s}")],
+        *["  " + x for x in _stage("Vt", vst, v, bk, hv, vrow, lambda r: f"k0 + {r} < {s}")],
         "  __syncthreads();",
-        f"  float sc[{nsb}][4];",
-        f"  {unroll}",
-        f"  for (int nb = 0; nb < {nsb}; ++nb) {{",
-        "    sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0.f;",
-        f"    {unroll}",
-        f"    for (int kc = 0; kc < {nkc}; ++kc) {{",
-        f"      const unsigned* kr = Ks + (nb * 8 + g) * {ks2} + kc * 8 + qd;",
-        "      const unsigned bf[2] = {kr[0], kr[4]};",
-        f"      {mma}(sc[nb], qf[kc], bf);",
-        "    }",
-        "  }",
+        *["  " + x for x in _mma_bt(mma, "sc", "qf", "Kt", sth, nsb, nkc)],
         "  float mx[2] = {-3.0e38f, -3.0e38f};",
         f"  {unroll}",
         f"  for (int nb = 0; nb < {nsb}; ++nb) {{",
@@ -150,23 +131,8 @@ def fwd_kernel(c, eqn):
         f"  for (int a = 0; a < {nvb}; ++a) {{",
         "    o[a][0] *= alpha[0]; o[a][1] *= alpha[0]; o[a][2] *= alpha[1]; o[a][3] *= alpha[1];",
         "  }",
-        f"  {unroll}",
-        f"  for (int pc = 0; pc < {npc}; ++pc) {{",
-        "    const float* s0 = sc[2 * pc];",
-        "    const float* s1 = sc[2 * pc + 1];",
-        f"    const unsigned pf[4] = {{{pack}(s0[0], s0[1]), {pack}(s0[2], s0[3]), "
-        f"{pack}(s1[0], s1[1]), {pack}(s1[2], s1[3])}};",
-        f"    const unsigned short* vr = Vs + (pc * 16 + 2 * qd) * {vst} + g;",
-        f"    {unroll}",
-        f"    for (int a = 0; a < {nvb}; ++a) {{",
-        "      const unsigned short* vc = vr + a * 8;",
-        f"      const unsigned bf[2] = {{(unsigned)vc[0] | ((unsigned)vc[{vst}] << 16), "
-        f"(unsigned)vc[{8 * vst}] | ((unsigned)vc[{9 * vst}] << 16)}};",
-        f"      {mma}(o[a], pf, bf);",
-        "    }",
-        "  }",
+        *["  " + x for x in _mma_pk(mma, pack, "o", "sc", "Vt", vst, nvb, npc)],
         "}",
-        "#pragma unroll",
         "for (int hh = 0; hh < 2; ++hh) {",
         "  const int qi = hh ? r1 : r0;",
         f"  if (qi >= {t}) continue;",
@@ -225,7 +191,26 @@ def _stage(tile, st, src, nrows, width, base, ok):
 
 
 def _mma_bt(mma, acc, afr, tile, st, nn, nkc):
-    """acc[nb] += A · tileᵀ: B[k][n] = tile[nb*8 + n][kc*16 + k] (rows hold pairs along k)."""
+    """acc[nb] = A · tileᵀ: B[k][n] = tile[nb*8 + n][kc*16 + k] (rows hold pairs along k).
+
+    With an even number of k chunks, one ldmatrix.x4 gives the B fragments of two:
+    lane 8j + i passes row nb*8 + i, columns from kc2*32 + 8j."""
+    if nkc % 2 == 0:
+        return [
+            f"float {acc}[{nn}][4];",
+            "#pragma unroll",
+            f"for (int nb = 0; nb < {nn}; ++nb) {{",
+            f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
+            "  #pragma unroll",
+            f"  for (int kc2 = 0; kc2 < {nkc // 2}; ++kc2) {{",
+            "    unsigned bq[4];",
+            f"    fflow_ldmatrix_sync_x4(bq, {tile} + (nb * 8 + (lane & 7)) * {st} + kc2 * 32 "
+            "+ (lane >> 3) * 8);",
+            f"    {mma}({acc}[nb], {afr}[2 * kc2], bq);",
+            f"    {mma}({acc}[nb], {afr}[2 * kc2 + 1], bq + 2);",
+            "  }",
+            "}",
+        ]
     return [
         f"float {acc}[{nn}][4];",
         "#pragma unroll",
@@ -243,7 +228,30 @@ def _mma_bt(mma, acc, afr, tile, st, nn, nkc):
 
 
 def _mma_pk(mma, pack, acc, x, tile, st, nvb, npc):
-    """acc[a] += X · tile: X's f32 C fragments re-packed as A, B[k][n] = tile[k][a*8 + n]."""
+    """acc[a] += X · tile: X's f32 C fragments re-packed as A, B[k][n] = tile[k][a*8 + n].
+
+    With an even number of 8-column blocks, one ldmatrix.x4.trans gives the B fragments
+    of two: lane 8j + i passes row pc*16 + (j & 1)*8 + i, columns from (2*a2 + j/2)*8."""
+    pf = (
+        f"  const unsigned pf[4] = {{{pack}({x}[2 * pc][0], {x}[2 * pc][1]), "
+        f"{pack}({x}[2 * pc][2], {x}[2 * pc][3]), {pack}({x}[2 * pc + 1][0], {x}[2 * pc + 1][1]), "
+        f"{pack}({x}[2 * pc + 1][2], {x}[2 * pc + 1][3])}};"
+    )
+    if nvb % 2 == 0:
+        return [
+            "#pragma unroll",
+            f"for (int pc = 0; pc < {npc}; ++pc) {{",
+            pf,
+            "  #pragma unroll",
+            f"  for (int a2 = 0; a2 < {nvb // 2}; ++a2) {{",
+            "    unsigned bv[4];",
+            f"    fflow_ldmatrix_sync_x4_trans(bv, {tile} + (pc * 16 + ((lane >> 3) & 1) * 8 "
+            f"+ (lane & 7)) * {st} + (2 * a2 + (lane >> 4)) * 8);",
+            f"    {mma}({acc}[2 * a2], pf, bv);",
+            f"    {mma}({acc}[2 * a2 + 1], pf, bv + 2);",
+            "  }",
+            "}",
+        ]
     return [
         "#pragma unroll",
         f"for (int pc = 0; pc < {npc}; ++pc) {{",
@@ -303,7 +311,7 @@ def bwd_kernel(c, eqn):
 
     ind = lambda lines, d=1: ["  " * d + x for x in lines]  # noqa: E731
     body = [
-        f"__shared__ unsigned smw[{smem // 2}];",
+        f"__shared__ uint4 smw[{smem // 8}];  // 16-byte rows for ldmatrix",
         f"__shared__ float Ls[{BQ2}], Ds[{BQ2}];",
         "unsigned short* const T0 = (unsigned short*)smw;",
         "const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, qd = lane & 3;",

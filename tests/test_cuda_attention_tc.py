@@ -70,7 +70,8 @@ def test_forward_on_tensor_cores_matches_float64(kind, case):
 
     exe = _compile(fwd, q, k, v)
     assert [kern.kind for kern in exe.plan.kernels] == ["attn_fwd"]
-    assert "fflow_mma_sync_" + kind in exe.plan.kernels[0].source
+    src = exe.plan.kernels[0].source
+    assert "fflow_mma_sync_" + kind in src and "fflow_ldmatrix_sync_x4(" in src
     (out,) = exe(*(to_backend(a) for a in (q, k, v)))
     ref = _ref64(q, k, v, _valid(b, t, s, causal, mask))
     got = np.asarray(out, np.float64)
@@ -128,6 +129,7 @@ def test_backward_on_tensor_cores_matches_float64(kind, case):
     kerns = exe.plan.kernels
     assert [kern.kind for kern in kerns] == ["attn_fwd", "attn_bwd"]
     assert all("fflow_mma_sync_" + kind in kern.source for kern in kerns)
+    assert all("fflow_ldmatrix_sync_x4_trans(" in kern.source for kern in kerns)
     got = exe(*(to_backend(a) for a in (q, k, v, ct)))
     refs = _grads64(q, k, v, ct, _valid(b, t, s, causal, mask))
     tol = 1e-2 if kind == "bf16" else 2e-3  # P and dS are rounded to 16 bits
