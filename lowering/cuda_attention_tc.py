@@ -178,6 +178,18 @@ def _a_frags(dst, src, nkc, base, ok):
     ]
 
 
+def _a_ldm(dst, tile, st, nkc):
+    """A fragments of the warp's 16 rows of a shared tile, one ldmatrix.x4 per k chunk:
+    lane 8j + i passes row (j & 1)*8 + i, columns from kc*16 + (j >> 1)*8."""
+    return [
+        f"unsigned {dst}[{nkc}][4];",
+        "#pragma unroll",
+        f"for (int kc = 0; kc < {nkc}; ++kc)",
+        f"  fflow_ldmatrix_sync_x4({dst}[kc], {tile} + (warp * 16 + (lane & 7) + ((lane >> 3) & 1)"
+        f" * 8) * {st} + kc * 16 + (lane >> 4) * 8);",
+    ]
+
+
 def _stage(tile, st, src, nrows, width, base, ok):
     """Copy `nrows` rows of `width` 16-bit elements (as pairs) into a shared tile."""
     w2 = width // 2
@@ -292,7 +304,8 @@ def bwd_kernel(c, eqn):
     nqb, nkb = -(-t // BQ), -(-s // BQ)
     mma, pack = f"fflow_mma_sync_{kind}", f"fflow_pack_{kind}"
     scale, big, inv_s = c.lit(c.scale), c.lit(BIG_NEG), c.lit(1.0 / s)
-    smem = max(bk, BQ2) * (sth + stv)
+    # dQ half: K and V tiles; dK/dV half: Q and dO tiles plus the block's 64 V rows
+    smem = max(bk * (sth + stv), BQ2 * (sth + stv) + BQ * stv)
     load = c.rv.load
 
     def row(head, seq, heads, width, off=""):  # element offset of row `off + i`
@@ -374,10 +387,17 @@ def bwd_kernel(c, eqn):
         "} else {  // dK, dV of 64 keys of key/value head n, 16 per warp",
         f"  if (n >= {kh}) return;",
         f"  unsigned short* const Qt = T0; unsigned short* const Ot = T0 + {BQ2 * sth};",
+        f"  unsigned short* const Vk = Ot + {BQ2 * stv};",
         f"  const int kvh = n, k0 = (blockIdx.y - {nqb}) * {BQ}, r0 = k0 + warp * 16 + g, "
         "r1 = r0 + 8;",
         *ind(_a_frags("kf", kk, h // 16, row("kvh", s, kh, h), lambda i: f"{i} < {s}")),
-        *ind(_a_frags("vf", v, hv // 16, row("kvh", s, kh, hv), lambda i: f"{i} < {s}")),
+        # V's A fragments are re-read from shared memory by ldmatrix (registers: h=128
+        # would spill holding both K's and V's)
+        *ind(
+            _stage(
+                "Vk", stv, v, BQ, hv, row("kvh", s, kh, hv, "k0 + "), lambda r: f"k0 + {r} < {s}"
+            )
+        ),  # fmt: skip
         *ind(_zero("dka", h // 8)),
         *ind(_zero("dva", hv // 8)),
         f"  for (int gg = 0; gg < {g}; ++gg) {{",
@@ -405,6 +425,7 @@ def bwd_kernel(c, eqn):
         "      }",
         "      __syncthreads();",
         *ind(_mma_bt(mma, "st", "kf", "Qt", sth, BQ2 // 8, h // 16), 3),
+        *ind(_a_ldm("vf", "Vk", stv, hv // 16), 3),
         *ind(_mma_bt(mma, "dpt", "vf", "Ot", stv, BQ2 // 8, hv // 16), 3),
         "      #pragma unroll",
         f"      for (int nb = 0; nb < {BQ2 // 8}; ++nb) for (int e = 0; e < 4; ++e) {{",
