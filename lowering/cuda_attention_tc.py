@@ -190,6 +190,34 @@ def _a_ldm(dst, tile, st, nkc):
     ]
 
 
+def _mma_bt_ldm(mma, acc, atile, tile, st, nn, nkc):
+    """Like _mma_bt with A = the warp's 16 rows of the shared `atile` (same stride),
+    loaded by ldmatrix one k-chunk pair at a time (8 live registers, not 4·nkc)."""
+    if nkc % 2:
+        return _a_ldm("af", atile, st, nkc) + _mma_bt(mma, acc, "af", tile, st, nn, nkc)
+    arow = f"{atile} + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {st} + (lane >> 4) * 8"
+    return [
+        f"float {acc}[{nn}][4];",
+        "#pragma unroll",
+        f"for (int nb = 0; nb < {nn}; ++nb)",
+        f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
+        "#pragma unroll",
+        f"for (int kc2 = 0; kc2 < {nkc // 2}; ++kc2) {{",
+        "  unsigned a0[4], a1[4];",
+        f"  fflow_ldmatrix_sync_x4(a0, {arow} + kc2 * 32);",
+        f"  fflow_ldmatrix_sync_x4(a1, {arow} + kc2 * 32 + 16);",
+        "  #pragma unroll",
+        f"  for (int nb = 0; nb < {nn}; ++nb) {{",
+        "    unsigned bq[4];",
+        f"    fflow_ldmatrix_sync_x4(bq, {tile} + (nb * 8 + (lane & 7)) * {st} + kc2 * 32 "
+        "+ (lane >> 3) * 8);",
+        f"    {mma}({acc}[nb], a0, bq);",
+        f"    {mma}({acc}[nb], a1, bq + 2);",
+        "  }",
+        "}",
+    ]
+
+
 def _stage(tile, st, src, nrows, width, base, ok):
     """Copy `nrows` rows of `width` 16-bit elements (as pairs) into a shared tile."""
     w2 = width // 2
@@ -299,7 +327,9 @@ def bwd_kernel(c, eqn):
     out, lse, ct = c.names[3 + c.has_mask :]
     dq, dk, dv = (k.output(o) for o in eqn.outputs)
     h, hv, s, t, n, kh, g = c.h, c.hv, c.s, c.t, c.n, c.kh, c.g
-    bk = key_tile(h, hv)
+    # dQ half: S and dP tiles are 2·bk/8·4 registers beside 4·(h+hv)/16 of Q/dO fragments
+    # and h/2 of dQ; 32 keys keep h=128 under 255 registers
+    bk = min(key_tile(h, hv), 32 if max(h, hv) > 64 else 64)
     sth, stv = h + 8, hv + 8
     nqb, nkb = -(-t // BQ), -(-s // BQ)
     mma, pack = f"fflow_mma_sync_{kind}", f"fflow_pack_{kind}"
@@ -425,8 +455,7 @@ def bwd_kernel(c, eqn):
         "      }",
         "      __syncthreads();",
         *ind(_mma_bt(mma, "st", "kf", "Qt", sth, BQ2 // 8, h // 16), 3),
-        *ind(_a_ldm("vf", "Vk", stv, hv // 16), 3),
-        *ind(_mma_bt(mma, "dpt", "vf", "Ot", stv, BQ2 // 8, hv // 16), 3),
+        *ind(_mma_bt_ldm(mma, "dpt", "Vk", "Ot", stv, BQ2 // 8, hv // 16), 3),
         "      #pragma unroll",
         f"      for (int nb = 0; nb < {BQ2 // 8}; ++nb) for (int e = 0; e < 4; ++e) {{",
         "        const int kj = (e >> 1) ? r1 : r0, ii = nb * 8 + 2 * qd + (e & 1), i = q0 + ii;",
