@@ -155,7 +155,8 @@ def describe(c, direction="fwd"):
 
 
 # -- backward ---------------------------------------------------------------------------------
-BQ2 = 32  # query rows per shared tile in the dK/dV half
+BQ2 = 32  # query rows per shared tile in the dK/dV half (4 threads per row for D)
+assert BQ2 * 4 == 32 * WARPS
 
 
 def fits_bwd(c):
@@ -444,14 +445,18 @@ def bwd_kernel(c, eqn):
             ),
             3,
         ),  # fmt: skip
-        f"      for (int rr = threadIdx.x; rr < {BQ2}; rr += blockDim.x) {{",
-        "        const int i = q0 + rr; float acc = 0.f;",
-        f"        if (i < {t}) for (int d = 0; d < {hv}; ++d) {{",
-        f"          const long long e = (((long long)b * {t} + i) * {n} + hn) * {hv} + d;",
-        f"          acc += {load(f'{ct}[e]')} * {load(f'{out}[e]')};",
+        "      __syncthreads();",
+        # D = rowsum(dO * O): 4 lanes per query row (dO from the staged tile), 2 shuffles
+        "      {",
+        "        const int rr = threadIdx.x / 4, i = q0 + rr; float acc = 0.f;",
+        f"        if (i < {t}) for (int d = threadIdx.x % 4; d < {hv}; d += 4)",
+        f"          acc += {load(f'Ot[rr * {stv} + d]')} * "
+        f"{load(f'{out}[(((long long)b * {t} + i) * {n} + hn) * {hv} + d]')};",
+        "        for (int sh = 1; sh <= 2; sh <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, sh);",
+        "        if (threadIdx.x % 4 == 0) {",
+        "          Ds[rr] = acc;",
+        f"          Ls[rr] = i < {t} ? {lse}[((long long)b * {n} + hn) * {t} + i] : 0.f;",
         "        }",
-        "        Ds[rr] = acc;",
-        f"        Ls[rr] = i < {t} ? {lse}[((long long)b * {n} + hn) * {t} + i] : 0.f;",
         "      }",
         "      __syncthreads();",
         *ind(_mma_bt(mma, "st", "kf", "Qt", sth, BQ2 // 8, h // 16), 3),
