@@ -16,6 +16,7 @@ import ctypes
 import glob
 import hashlib
 import os
+import re
 import site
 import sys
 import tempfile
@@ -263,7 +264,7 @@ def compile_cubin(source, name="fflow_kernel.cu", arch=DEFAULT_ARCH, options=())
     return cubin
 
 
-def _compile(source, name, arch, options, ptx=False):
+def _compile(source, name, arch, options, ptx=False, log_out=None):
     lib = load_library()
     prog = ctypes.c_void_p()
     with _lock:
@@ -279,6 +280,8 @@ def _compile(source, name, arch, options, ptx=False):
             arr = (ctypes.c_char_p * len(opts))(*opts)
             status = lib.nvrtcCompileProgram(prog, len(opts), arr)
             log = _log(lib, prog)
+            if log_out is not None:
+                log_out.append(log)
             if status != 0:
                 numbered = "\n".join(
                     f"{i + 1:4d}  {line}" for i, line in enumerate(source.splitlines())
@@ -306,3 +309,34 @@ def _log(lib, prog):
     buf = ctypes.create_string_buffer(max(size.value, 1))
     lib.nvrtcGetProgramLog(prog, buf)
     return buf.value.decode(errors="replace")
+
+
+_PTXAS_STACK = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"Used (\d+) registers.*?(\d+) bytes smem")
+
+
+def resource_usage(source, arch=DEFAULT_ARCH):
+    """ptxas's report for each kernel of `source` (compiled with `--ptxas-options=-v`).
+
+    Returns {kernel name: {"registers", "stack", "spill_stores", "spill_loads", "smem"}}
+    (bytes except registers). Not cached: for tests and the device check.
+
+    Example (needs libnvrtc):
+        >>> src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+        >>> resource_usage(src)["k"]["spill_stores"]  # doctest: +SKIP
+        0
+    """
+    logs = []
+    _compile(source, "fflow_kernel.cu", arch, ("--ptxas-options=-v",), log_out=logs)
+    out, name = {}, None
+    for line in logs[-1].splitlines():
+        if "Function properties for " in line:
+            name = line.split("Function properties for ", 1)[1].strip()
+            out[name] = {}
+        elif name is not None and (m := _PTXAS_STACK.search(line)):
+            out[name].update(zip(("stack", "spill_stores", "spill_loads"), map(int, m.groups())))
+        elif name is not None and (m := _PTXAS_USED.search(line)):
+            out[name].update(registers=int(m.group(1)), smem=int(m.group(2)))
+    return out

@@ -171,3 +171,7 @@ def test_full_size_kernels_build_for_sm80_sm90_with_mma(h):
         assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx, kern.kind
         for arch in ("sm_80", "sm_90"):
             assert nvrtc.compile_cubin(kern.source, arch=arch)[:4] == b"\x7fELF"
+        # ptxas keeps every fragment and accumulator in registers: no local memory
+        (usage,) = nvrtc.resource_usage(kern.source, "sm_90").values()
+        assert usage["stack"] == usage["spill_stores"] == usage["spill_loads"] == 0, usage
+        assert usage["smem"] <= 48 * 1024, usage
