@@ -422,7 +422,7 @@ def run_cases(c):
         q, k, v, ct = (f32(rng, *sz["attn16"]).astype(bf16) for _ in range(4))
         out, dq, dk, dv = attention_ref(*(a.astype(np.float64) for a in (q, k, v, ct)))
         c.program("attention fwd bf16 (mma, causal)", attention, [q, k, v], [out], 2e-2)
-        c.program("attention bwd bf16 (fused, causal)", bwd, [q, k, v, ct], [dq, dk, dv], 3e-2)
+        c.program("attention bwd bf16 (mma, causal)", bwd, [q, k, v, ct], [dq, dk, dv], 3e-2)
 
     def mlp():
         b, *widths = sz["mlp"]
