@@ -220,13 +220,18 @@ def _mma_bt_ldm(mma, acc, atile, tile, st, nn, nkc):
 
 
 def _stage(tile, st, src, nrows, width, base, ok):
-    """Copy `nrows` rows of `width` 16-bit elements (as pairs) into a shared tile."""
-    w2 = width // 2
+    """Copy `nrows` rows of `width` 16-bit elements into a shared tile: 16 bytes a
+    thread when rows are whole 16-byte units (global rows and tile strides then are
+    16-byte aligned), else 4 bytes (pairs)."""
+    vec, per = ("uint4", 8) if width % 8 == 0 and st % 8 == 0 else ("unsigned", 2)
+    zero = "{0u, 0u, 0u, 0u}" if vec == "uint4" else "0u"
+    w = width // per
     return [
-        f"for (int e = threadIdx.x; e < {nrows * w2}; e += blockDim.x) {{",
-        f"  const int rr = e / {w2}, d2 = e % {w2};",
-        f"  ((unsigned*)({tile} + rr * {st}))[d2] = {ok('rr')} ? "
-        f"((const unsigned*){src})[({base('rr')}) / 2 + d2] : 0u;",
+        f"for (int e = threadIdx.x; e < {nrows * w}; e += blockDim.x) {{",
+        f"  const int rr = e / {w}, dv = e % {w};",
+        f"  {vec} val = {zero};",
+        f"  if ({ok('rr')}) val = ((const {vec}*){src})[({base('rr')}) / {per} + dv];",
+        f"  (({vec}*)({tile} + rr * {st}))[dv] = val;",
         "}",
     ]
 

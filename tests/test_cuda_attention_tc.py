@@ -169,6 +169,9 @@ def test_full_size_kernels_build_for_sm80_sm90_with_mma(h):
     for kern in kerns:
         ptx = nvrtc.compile_ptx(kern.source, arch="compute_80").decode()
         assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx, kern.kind
+        # tiles arrive 16 bytes a thread and leave shared memory by ldmatrix
+        assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.u32" in ptx, kern.kind
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.b16" in ptx, kern.kind
         for arch in ("sm_80", "sm_90"):
             assert nvrtc.compile_cubin(kern.source, arch=arch)[:4] == b"\x7fELF"
         # ptxas keeps every fragment and accumulator in registers: no local memory
