@@ -761,6 +761,7 @@ class _State:
                 self.wants[i][w] = self.wants[i].get(w, 0) + 1
         self.vc = [None] * len(prob.avals)  # current conversion cost per var (lazy)
         self.wk = [None] * len(prob.avals)  # per var: (price class, wants, requests)
+        self.best_memo = {}  # cone moves: (local_key, rule) -> _best's answer
 
     def _cur(self, i):
         c = self.vc[i]
@@ -967,7 +968,9 @@ def _cone_move(st, i, lab):
     for k, j in prob.consumers[i]:
         if prob.cin[k][st.sig[k]][j] == lab:
             continue
-        best, best_d = _best(st, k, lambda s, k=k, j=j: prob.cin[k][s][j] == lab)
+        best, best_d = _best_memo(
+            st, k, ("c", j, lab), lambda s, k=k, j=j: prob.cin[k][s][j] == lab
+        )
         if best is None:
             break
         take(k, best, best_d)
@@ -985,7 +988,12 @@ def _cone_move(st, i, lab):
             outs = zip(prob.eqn_outs[k], prob.cout[k][s])
             return all(o == pulled[v] for v, o in outs if v in pulled)
 
-        best, best_d = _best(st, k, follows)
+        rule = (
+            "f",
+            tuple(p for p, u in enumerate(ins) if u in moved),
+            tuple(pulled.get(v) for v in prob.eqn_outs[k]),
+        )
+        best, best_d = _best_memo(st, k, rule, follows)
         if best is not None and best != st.sig[k]:
             take(k, best, best_d, pull=True)
     if total < -1e-12:
@@ -993,6 +1001,16 @@ def _cone_move(st, i, lab):
     for k, s in reversed(journal):
         st.apply(k, s)
     return False
+
+
+def _best_memo(st, k, rule, ok):
+    """`_best`, reused for the same equation in the same surroundings (`local_key`) under
+    the same rule (`ok` depends only on the rule and the SBPs in the local key)."""
+    key = (st.local_key(k), rule)
+    hit = st.best_memo.get(key)
+    if hit is None:
+        hit = st.best_memo[key] = _best(st, k, ok)
+    return hit
 
 
 def _best(st, k, ok):
