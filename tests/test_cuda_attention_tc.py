@@ -178,3 +178,20 @@ def test_full_size_kernels_build_for_sm80_sm90_with_mma(h):
         (usage,) = nvrtc.resource_usage(kern.source, "sm_90").values()
         assert usage["stack"] == usage["spill_stores"] == usage["spill_loads"] == 0, usage
         assert usage["smem"] <= 48 * 1024, usage
+
+
+def test_amp_bf16_training_step_runs_attention_on_tensor_cores():
+    """f32 parameters under fflow.amp(..., "bf16"): attention sees bf16 operands, so its
+    forward and backward both plan the tensor-core kernels."""
+    import fflow.numpy as jnp
+
+    def loss(q, k, v):
+        return jnp.sum(nn.dot_product_attention(q, k, v, is_causal=True))
+
+    q = np.ones((2, 32, 2, 16), np.float32)
+    step = fflow.grad(fflow.amp(loss, "bf16"), argnums=(0, 1, 2))
+    text = cuda_backend.plan_text(
+        cuda_backend.Plan(cuda_backend._optimize(fflow.make_jaxpr(step)(q, q, q)))
+    )
+    for direction in ("fwd", "bwd"):
+        assert f"attention {direction} (tensor cores mma.m16n8k16 bf16)" in text, text
