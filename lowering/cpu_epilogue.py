@@ -76,9 +76,10 @@ class Epilogue:
         return f"Epilogue[{' '.join(self.members)}] {self.m}x{self.n}"
 
 
-def _index(ctx):
-    """value -> step index of its producer, and value -> step indices that read it."""
-    found = getattr(ctx, "_epi_index", None)
+def step_index(ctx, attr):
+    """value -> step index of its producer, and value -> step indices that read it,
+    cached on `ctx` under `attr` (each pass its own: a pass may change ctx.steps)."""
+    found = getattr(ctx, attr, None)
     if found is None:
         made, uses = {}, {}
         for k, step in enumerate(ctx.steps):
@@ -88,8 +89,13 @@ def _index(ctx):
                 for v in e.inputs:
                     if type(v) is Var:
                         uses.setdefault(v, set()).add(k)
-        found = ctx._epi_index = (made, uses)
+        found = (made, uses)
+        setattr(ctx, attr, found)
     return found
+
+
+def _index(ctx):
+    return step_index(ctx, "_epi_index")
 
 
 def _member_eqns(step, shape):

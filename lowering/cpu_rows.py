@@ -25,6 +25,7 @@ lowering/native.py's renderer), transcendental ones over full rows only from
 import ctypes
 
 import numpy as np
+from fflow.lowering.cpu_epilogue import step_index
 from fflow.lowering.schedule import FusionGroup, is_fusible
 from fflow.primitives.reduction import reduce_sum_p
 from fflow.primitives.shape import broadcast_in_dim_p, reshape_p
@@ -48,18 +49,7 @@ class RowGroup:
 
 
 def _index(ctx):
-    found = getattr(ctx, "_rows_index", None)
-    if found is None:
-        made, uses = {}, {}
-        for k, step in enumerate(ctx.steps):
-            for e in step.eqns if type(step) is FusionGroup else [step]:
-                for o in e.outputs:
-                    made[o] = k
-                for v in e.inputs:
-                    if type(v) is Var:
-                        uses.setdefault(v, set()).add(k)
-        found = ctx._rows_index = (made, uses)
-    return found
+    return step_index(ctx, "_rows_index")
 
 
 def _full_shape(step):

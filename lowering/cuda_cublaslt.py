@@ -29,11 +29,9 @@ Example (on a GPU; the launch plan shows `GEMM+bias+gelu (cuBLASLt epilogue ...)
 import ctypes
 import glob
 import os
-import site
-import sys
 
 import numpy as np
-from fflow.lowering import cuda_gemm, cuda_layout
+from fflow.lowering import cuda_gemm, cuda_layout, nvrtc
 
 # cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t, preferences (cublasLt.h)
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
@@ -73,12 +71,7 @@ def _candidate_paths():
             folders += [os.path.dirname(ln.split()[-1]) for ln in f if "libcublas" in ln]
     except OSError:
         pass
-    roots = list(sys.path)
-    try:
-        roots += site.getsitepackages() + [site.getusersitepackages()]
-    except AttributeError:  # pragma: no cover - virtualenv without site helpers
-        pass
-    for root in dict.fromkeys(roots):
+    for root in nvrtc.site_roots():
         folders += [os.path.join(root, "nvidia", sub, "lib") for sub in ("cu13", "cublas")]
     cuda = os.environ.get("CUDA_PATH") or "/usr/local/cuda"
     folders += [os.path.join(cuda, "lib64"), os.path.join(cuda, "lib")]

@@ -69,16 +69,22 @@ def write_atomic(path, data):
         raise
 
 
-def _candidate_paths():
-    env = os.environ.get("FFLOW_NVRTC_LIB")
-    if env:
-        yield env
+def site_roots():
+    """sys.path and the site-packages folders, once each: where pip puts the nvidia-*
+    wheels whose libraries (NVRTC, cuBLAS/cuBLASLt) fflow loads."""
     roots = list(sys.path)
     try:
         roots += site.getsitepackages() + [site.getusersitepackages()]
     except AttributeError:  # pragma: no cover - virtualenv without site helpers
         pass
-    for root in dict.fromkeys(roots):
+    return list(dict.fromkeys(roots))
+
+
+def _candidate_paths():
+    env = os.environ.get("FFLOW_NVRTC_LIB")
+    if env:
+        yield env
+    for root in site_roots():
         if not root or not os.path.isdir(os.path.join(root, "nvidia")):
             continue
         for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*"):

@@ -60,7 +60,7 @@ import threading
 import weakref
 
 import numpy as np
-from fflow.lowering.effects import is_effectful
+from fflow.lowering.passes import dce
 from fflow.primitives.binary import div_p
 from fflow.primitives.convert import convert_element_type_p
 from fflow.primitives.dot import dot_general_p
@@ -252,18 +252,6 @@ def rewrite_program(program):
     return _fold_transposes(new), log + ctx.log
 
 
-def _dce(program):
-    live = {v for v in program.outvars if type(v) is Var}
-    kept = []
-    for eqn in reversed(program.eqns):
-        if is_effectful(eqn) or any(v in live for v in eqn.outputs):
-            kept.append(eqn)
-            live.update(v for v in eqn.inputs if type(v) is Var)
-    kept.reverse()
-    used = [(v, c) for v, c in zip(program.constvars, program.consts) if v in live]
-    return program.replace(eqns=kept, constvars=[v for v, _ in used], consts=[c for _, c in used])
-
-
 def _fold_transposes(program):
     """transpose(transpose(x)) -> one transpose, or x itself: the primitive's [B, T, N, H]
     layout undoes the usual head-major transposes around a hand-written attention (and
@@ -290,7 +278,7 @@ def _fold_transposes(program):
             made[e.outputs[0]] = (e.inputs[0], e.params["permutation"])
         eqns.append(e)
     outvars = [name(v) for v in program.outvars]
-    return _dce(program.replace(eqns=eqns, outvars=outvars))
+    return dce(program.replace(eqns=eqns, outvars=outvars))
 
 
 def rewrite_traced(trace):
