@@ -250,6 +250,20 @@ def main(n, fail_rank=None):
     mpi and fflow.config.update("mpi_allgather_bytes", ag_limit)
     mpi and fflow.config.update("mpi_deterministic", True)
 
+    # a sharded call's last-hit memo (transforms/shard.py `_last`, checked by identity):
+    # arrays with the very sharding object of the last hit but another shape or dtype
+    # run their own program, and the first array again its own
+    rm = np.random.default_rng(23)
+    f = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=B)
+    xs = [rm.normal(size=s).astype(d) for s, d in [((6, 4), "f4"), ((8, 4), "f4"), ((6, 4), "f8")]]
+    gs = [fflow.make_global_array(per_device(v, (P,), pl), pl, P) for v in xs]
+    for g in gs[1:]:
+        g._sharding = gs[0]._sharding  # equal shardings, one object
+    for k, g in enumerate([gs[0]] * 3 + gs[1:] + [gs[0]]):
+        r = np.asarray(f(g))
+        out[f"memo_{k}"] = r
+        out_text[f"memo_{k}_type"] = f"{r.dtype} {r.shape}"
+
     # the default one-all-gather limit (mpi_allgather_bytes, value bytes x ranks) at
     # its edge: the largest float32 value on that path and the next even size (the
     # two-step path), sum and max, ten calls (from the second on planned: both paths

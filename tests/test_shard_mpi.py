@@ -105,6 +105,17 @@ def test_mpi_equals_simulated(n):
     for key in ("native_switch_0", "switch_1", "switch_2", "switch_3"):
         np.testing.assert_allclose(mpi[key], ref.sum(0), rtol=1e-6, err_msg=key)
     assert mpi["switch_1"] == mpi["switch_2"] == mpi["switch_3"] == sim["switch_1"]
+    # the last-hit memo: another shape or dtype under the same sharding object runs its
+    # own program (NumPy's sums of the per-device values; MPI == simulated)
+    rm = np.random.default_rng(23)
+    xs = [rm.normal(size=s).astype(d) for s, d in [((6, 4), "f4"), ((8, 4), "f4"), ((6, 4), "f8")]]
+    for k, x in enumerate([xs[0]] * 3 + xs[1:] + [xs[0]]):
+        dt = x.dtype.type
+        ref = sum(x * dt((j + 1) / (n + 1)) + dt(j * 0.25) for j in range(n))
+        for res in (mpi, sim):
+            assert res[f"memo_{k}_type"] == f"{x.dtype} {x.shape}", k
+            np.testing.assert_allclose(res[f"memo_{k}"], ref, rtol=1e-6, err_msg=str(k))
+        assert mpi[f"memo_{k}"] == sim[f"memo_{k}"], k
     # the default all-gather limit's edge (both paths, tuned): one result for all ten
     # calls, the simulated runtime's bytes, NumPy's reduction of the values
     for src, d in itertools.product(("P", "P(max)"), (0, n)):
