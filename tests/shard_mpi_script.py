@@ -25,6 +25,15 @@ except ImportError:  # pragma: no cover
     bfloat16 = None
 
 
+# the pairs boxed as one collective on mesh axis 1 of a dim mesh axis 0 already splits
+NESTED = [
+    ((S(0), P), (S(0), S(0))),
+    ((S(0), S(0)), (S(0), B)),
+    ((S(0), B), (S(0), S(0))),
+    ((S(0), S(1)), (S(0), S(0))),
+]
+
+
 def per_device(x, nd, pl):
     """Device i's shard of the logical `x` under `nd`; partial values differ per device."""
 
@@ -162,6 +171,15 @@ def main(n, fail_rank=None):
         for src in sbps2:
             for dst in sbps2:
                 out[f"mesh_{src}_{dst}"] = boxed(x6, mesh, src, dst)
+        # nested splits (dim 0 even over the mesh): one reduce-scatter / all-gather /
+        # slice on mesh axis 1 inside axis 0's pieces; total bytes sent per pair
+        x8 = np.random.default_rng(8).normal(size=(8, 6)).astype(np.float32)
+        out_text["nested_x"] = x8.tolist()
+        for src, dst in NESTED:
+            before = rt.bytes_moved
+            out[f"nested_{src}_{dst}"] = boxed(x8, mesh, src, dst)
+            sent = rt.bytes_moved - before
+            out_text[f"nested_bytes_{src}_{dst}"] = rt.comm.allreduce(sent) if mpi else sent
     else:
         tp = fflow.shard(sgd_step, pl, in_sbp=(S(1), S(0), B), out_sbp=(B, S(1), S(0)))
     a, b = w1, w2

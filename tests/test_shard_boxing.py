@@ -172,3 +172,32 @@ def test_plans_of_evenly_split_shapes_scale_from_a_small_one():
             want = _plan((8, 12, 5), 4, (2, 2), src, dst)
             assert [s.bytes for s in got.steps] == [s.bytes for s in want.steps], (src, dst)
             assert got.collectives() == want.collectives()
+
+
+@pytest.mark.parametrize("h", [(2, 2), (2, 4)])
+def test_nested_split_on_the_inner_mesh_axis_is_one_collective(h):
+    # (S(0), P) -> (S(0), S(0)) is one reduce-scatter on mesh axis 1 inside axis 0's
+    # halves (device (a0, a1) gets chunk a0*n1 + a1), half the bytes of the all-reduce
+    # and slice planned before; gathers, slices and all-to-alls nest the same way
+    pl = _placement(h)
+    n1 = h[1]
+    x = np.random.default_rng(3).normal(size=(8, 6)).astype(np.float32)
+    t = x.nbytes
+    want = {
+        ((S(0), P), (S(0), S(0))): ("reduce_scatter", (n1 - 1) * t),  # was 2 (n1-1) t
+        ((S(0), S(0)), (S(0), B)): ("all_gather", (n1 - 1) * t),
+        ((S(0), B), (S(0), S(0))): ("shard_slice", 0),
+        ((S(0), S(1)), (S(0), S(0))): ("all_to_all", t - t // n1),
+    }
+    for (src, dst), (op, nbytes) in want.items():
+        bp = plan_boxing(x.shape, x.dtype, h, src, dst)
+        assert [s.describe().split("[")[0] for s in bp.steps] == [op], (src, dst)
+        assert bp.steps[0].axes == (1,)
+        assert check_conversion(x, src, dst, pl) == nbytes, (src, dst)
+    # the outer axis cannot split inside the inner one's pieces (wrong chunk order),
+    # and uneven rows (6 over 2x2: nested 2,1,2,1 vs the layout's 2,2,1,1) are refused
+    for shape, src in [((8, 6), (P, S(0))), ((3 * h[1], 5), (S(0), P))]:
+        x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
+        bp = plan_boxing(shape, x.dtype, h, src, (S(0), S(0)))
+        assert "reduce_scatter" not in bp.collectives()
+        check_conversion(x, src, (S(0), S(0)), pl)

@@ -60,6 +60,17 @@ def test_mpi_equals_simulated(n):
     x3 = np.arange(5 * 7 * 6, dtype=np.float32).reshape(5, 7, 6)
     for key in [k for k in sim if k.startswith(("a2a3d_", "ag3d_"))]:
         assert mpi[key] == sim[key] == x3.tolist(), key  # boxing keeps the logical value
+    if n == 4:  # nested splits on the 2x2 mesh: NumPy values, one collective's bytes
+        x8 = np.asarray(sim["nested_x"], np.float32)
+        t = x8.nbytes
+        # (S(0), P) shards: x * (k + 1) / 5 + k / 4 on the P position k of mesh axis 1
+        sums = {"P": sum(x8 * np.float32((k + 1) / 5) + np.float32(k * 0.25) for k in range(2))}
+        cases = [("(S(0), P)", "P", t), ("(S(0), S(0))", "", t), ("(S(0), B)", "", 0)]
+        for src, kind, nbytes in cases + [("(S(0), S(1))", "", t // 2)]:
+            dst = "(S(0), B)" if src == "(S(0), S(0))" else "(S(0), S(0))"
+            key = f"nested_{src}_{dst}"
+            np.testing.assert_allclose(mpi[key], sums.get(kind, x8), rtol=1e-6, atol=1e-6)
+            assert mpi["nested_bytes_" + key[7:]] == sim["nested_bytes_" + key[7:]] == nbytes
     # independent reference for the large all-reduces: NumPy over the per-device values
     rl = np.random.default_rng(11)  # the script's draws, in its order
     for shape in [(160, 64), (161, 63)]:

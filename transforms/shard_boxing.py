@@ -9,7 +9,11 @@ cost function of OneFlow's sbp_infer_util.cpp, plus partial max/min):
 
 N-D conversions run per mesh axis (merged mesh axes when both SBPs merge them the
 same way, see `sharding.canonical`): a shortest-path search over per-axis steps,
-each valid when no other axis splits the tensor dimension the step touches. When
+each valid when no other axis splits the tensor dimension the step touches, or
+when every axis that does precedes the step's axes and the dim divides evenly by all
+of them (a nested split: device (a0, a1) holds chunk a0*n1 + a1, the layout of
+(S(0), S(0)); so (S(0), P) -> (S(0), S(0)) is one reduce-scatter, not an all-reduce
+and a slice). When
 no such path exists, the general slice-intersection `exchange` moves exactly the
 pieces each device lacks. Costs are exact byte counts (uneven splits included);
 the runtimes measure the bytes their messages carry, and both agree. A dim that
@@ -176,9 +180,21 @@ def _step_bytes_of(shape, itemsize, hierarchy, work, cur, w, x, y):
     return total
 
 
-def _valid_step(cur, w, x, y):
-    for v, s in enumerate(cur):
-        if v != w and s.is_split() and (s == x or s == y):
+def _valid_step(shape, hierarchy, work, cur, w, x, y):
+    # a step may touch a tensor dim other axes split only as the innermost split: every
+    # such axis precedes the step's mesh axes (device (a0, a1) then holds chunk
+    # a0*n1 + a1, the layout `local_box` gives), and the dim divides evenly by all
+    # of them (uneven nested pieces differ from the merged layout's balanced pieces)
+    for s in (x, y):
+        if not s.is_split():
+            continue
+        count = math.prod(hierarchy[m] for m in work[w])
+        for v, t in enumerate(cur):
+            if v != w and t == s:
+                if max(work[v]) > min(work[w]):
+                    return False
+                count *= math.prod(hierarchy[m] for m in work[v])
+        if count != math.prod(hierarchy[m] for m in work[w]) and shape[s.axis] % count:
             return False
     return True
 
@@ -254,7 +270,7 @@ def _search(shape, itemsize, hierarchy, work, start, goal):
             if x == g:
                 continue
             for y in [g] if g == B else [g, B]:
-                if y == x or not _valid_step(cur, w, x, y):
+                if y == x or not _valid_step(shape, hierarchy, work, cur, w, x, y):
                     continue
                 nb = _step_bytes(shape, itemsize, hierarchy, work, cur, w, x, y)
                 before = _expand(hierarchy, work, cur)
