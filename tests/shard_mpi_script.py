@@ -277,10 +277,12 @@ def main(n, fail_rank=None):
     gs = [fflow.make_global_array(per_device(v, (P,), pl), pl, P) for v in xs]
     for g in gs[1:]:
         g._sharding = gs[0]._sharding  # equal shardings, one object
+    f2 = fflow.shard(lambda a, b: b, pl, in_sbp=(P, P), out_sbp=B)  # (the second changes)
     for k, g in enumerate([gs[0]] * 3 + gs[1:] + [gs[0]]):
-        r = np.asarray(f(g))
-        out[f"memo_{k}"] = r
-        out_text[f"memo_{k}_type"] = f"{r.dtype} {r.shape}"
+        for tag, r in [("", f(g)), ("2", f2(gs[0], g))]:
+            r = np.asarray(r)
+            out[f"memo{tag}_{k}"] = r
+            out_text[f"memo{tag}_{k}_type"] = f"{r.dtype} {r.shape}"
 
     # the default one-all-gather limit (mpi_allgather_bytes, value bytes x ranks) at
     # its edge: the largest float32 value on that path and the next even size (the

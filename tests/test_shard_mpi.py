@@ -123,10 +123,9 @@ def test_mpi_equals_simulated(n):
     for k, x in enumerate([xs[0]] * 3 + xs[1:] + [xs[0]]):
         dt = x.dtype.type
         ref = sum(x * dt((j + 1) / (n + 1)) + dt(j * 0.25) for j in range(n))
-        for res in (mpi, sim):
-            assert res[f"memo_{k}_type"] == f"{x.dtype} {x.shape}", k
-            np.testing.assert_allclose(res[f"memo_{k}"], ref, rtol=1e-6, err_msg=str(k))
-        assert mpi[f"memo_{k}"] == sim[f"memo_{k}"], k
+        for res, key in itertools.product((mpi, sim), (f"memo_{k}", f"memo2_{k}")):
+            assert res[key + "_type"] == f"{x.dtype} {x.shape}", key
+            np.testing.assert_allclose(res[key], ref, rtol=1e-6, err_msg=key)
     # the default all-gather limit's edge (both paths, tuned): one result for all ten
     # calls, the simulated runtime's bytes, NumPy's reduction of the values
     for src, d in itertools.product(("P", "P(max)"), (0, n)):

@@ -397,19 +397,22 @@ class Sharded:
         __tracebackhide__ = True  # noqa: F841  (pytest and IPython hide this frame)
         try:  # (api_boundary inlined: one frame less on the hottest path)
             last = self._last
-            if (
-                last is not None
-                and core._state.trace is array_mod.root_trace
-                and len(args) == len(last[0])
-            ):
+            if last is not None and core._state.trace is array_mod.root_trace:
                 # the hottest case first: the same shardings as the last direct hit
-                for x, (sh, shape, dtype) in zip(args, last[0]):
-                    if type(x) is not array_mod.Array or x._sharding is not sh:
-                        break
-                    v = x._value
-                    if v.dtype is not dtype or v.shape != shape:
-                        break
+                checks = last[0]
+                if len(args) != len(checks):
+                    same = False
+                elif len(checks) == 1:  # (one array written out: a quarter of the loop)
+                    x, (sh, shape, dtype) = args[0], checks[0]
+                    same = (
+                        type(x) is array_mod.Array
+                        and x._sharding is sh
+                        and x._value.dtype is dtype
+                        and x._value.shape == shape
+                    )
                 else:
+                    same = _same_as_last(args, checks)
+                if same:
                     sp, out_tree, captured, _ = last[1]
                     fast = sp._fast  # (runtime, its one-collective runner) or None
                     outs = None
@@ -445,6 +448,18 @@ class Sharded:
         if out is not None:
             return out[0]
         return _finish(*self._entry(args))[0]
+
+
+def _same_as_last(args, checks):
+    """Whether positional `args` are global Arrays with the very sharding and dtype
+    objects, and equal shapes, of `checks` (a sharded call's last direct hit)."""
+    for x, (sh, shape, dtype) in zip(args, checks):
+        if type(x) is not array_mod.Array or x._sharding is not sh:
+            return False
+        v = x._value
+        if v.dtype is not dtype or v.shape != shape:
+            return False
+    return True
 
 
 def _finish(sp, out_tree, leaves):
