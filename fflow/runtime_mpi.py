@@ -238,6 +238,9 @@ class MPIRuntime:
         what = _What(self, 0, eqn.primitive, np.broadcast_to(np.zeros((), dtype), shape), ranks, sp)
         control, perf, of = self.control, time.perf_counter, GlobalValue.of
         single = meta[0] if outs == [None] else None
+        if single is not None:  # (its fields as locals: read on every call)
+            s_shape, s_dtype, s_weak, s_sh = single
+            new, gv_t = object.__new__, GlobalValue
 
         def run(args):
             if _debug[0]:
@@ -245,16 +248,17 @@ class MPIRuntime:
             fn = plans.get(mode[0])
             if fn is None:
                 fn = plans[mode[0]] = mpi_ops.planned(name, comm, ranks, params, shape, dtype)
-            self.collective_count += 1
-            what.count = self.collective_count
+            what.count = self.collective_count = self.collective_count + 1
             if control.left:
                 control.check_group(ranks, what)
             t0 = perf()
             y = fn(self, args[k]._value.shards[i], what)
             self.comm_seconds += perf() - t0
-            if single is not None:
-                out = Array(of(single[0], single[1], single[3], {i: y}), single[2])
-                out._sharding = single[3]
+            if single is not None:  # (GlobalValue.of written out: a call less)
+                gv = new(gv_t)
+                gv.shape, gv.dtype, gv.sharding, gv.shards = s_shape, s_dtype, s_sh, {i: y}
+                out = Array(gv, s_weak)
+                out._sharding = s_sh
                 return [out]
             res = []
             for (shape_o, dtype_o, weak, sh), o in zip(meta, outs):
