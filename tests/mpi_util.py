@@ -1,4 +1,12 @@
-"""What the MPI tests share: whether mpi4py and an mpiexec are here to launch ranks."""
+"""What the MPI tests share: whether mpi4py and an mpiexec are here to launch ranks, and
+running a test script on ranks for the RESULT line it prints."""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def mpi_available():
@@ -12,3 +20,17 @@ def mpi_available():
     except (ImportError, SystemExit):
         return False
     return True
+
+
+def launch_result(script, n, timeout=240):
+    """Run tests/<script> on `n` ranks (`python -m fflow.launch -n n`, MPI runtime) and
+    return the JSON after its "RESULT " line; a failing launch fails the test with the
+    ranks' output."""
+    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
+    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n), os.path.join(HERE, script)]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=os.path.dirname(HERE), env=env
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])

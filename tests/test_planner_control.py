@@ -5,14 +5,9 @@ Scans longer than shard unrolls (64 steps) run split when their body needs no
 communication (transforms/shard_plan_control.py): on simulated devices, 2-D meshes
 and under fflow.launch."""
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from mpi_util import mpi_available
+from mpi_util import launch_result, mpi_available
 from shard_plan_scan_script import D_IN, D_OUT, run, run_while
 
 import fflow
@@ -114,16 +109,7 @@ def test_long_gradient_accumulation_keeps_gradients_partial_through_the_loop(mes
 @pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 @pytest.mark.parametrize("n", [2, 4])
 def test_long_gradient_accumulation_on_mpi_ranks(n):
-    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
-    here = os.path.dirname(os.path.abspath(__file__))
-    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n)]
-    cmd.append(os.path.join(here, "shard_plan_scan_script.py"))
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=240, cwd=os.path.dirname(here), env=env
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    out = launch_result("shard_plan_scan_script.py", n)
     assert out["devices"] == n
     _check_accumulation(out)
     _check_while(out["while"])

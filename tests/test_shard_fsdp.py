@@ -8,9 +8,7 @@ measured on simulated devices; the budget is below every plan without per-use
 gathering; values against a float64 NumPy Adam step on 2 and 4 simulated devices and
 under `python -m fflow.launch -n 2` / `-n 4`; a loose budget keeps ZeRO-2 / DP."""
 
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 from fflow.transforms import shard_exec
 from fflow.transforms.shard_fsdp import gather_per_use, use_groups
 from fflow.transforms.staging import trace_to_program
-from mpi_util import mpi_available
+from mpi_util import launch_result, mpi_available
 from shard_fsdp_script import DIMS, init, peaks_without_fsdp, run, step
 from test_planner_memory import local_peak
 
@@ -28,7 +26,6 @@ from fflow.core import ShapedArray
 from fflow.sharding import H200, B, S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import planner_models as pm  # noqa: E402
@@ -185,12 +182,6 @@ def test_outputs_converted_for_the_caller_count():
 @pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 @pytest.mark.parametrize("n", [2, 4])
 def test_fsdp_adam_step_on_mpi_ranks(n):
-    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
-    script = os.path.join(HERE, "shard_fsdp_script.py")
-    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n), script]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    out = launch_result("shard_fsdp_script.py", n)
     assert out["devices"] == n
     _check(out)

@@ -8,22 +8,14 @@ priced as if serial and the planner reduce-scattered the hidden layers' gradient
 updated them split and all-gathered the weights. Values against a float64 NumPy step
 with the backward pass written out, on simulated devices and under fflow.launch."""
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from fflow.transforms.shard_cost import hidden_time
-from mpi_util import mpi_available
+from mpi_util import launch_result, mpi_available
 from shard_plan_dp_script import DIMS, run
 
 import fflow
 from fflow.config import config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_hidden_time_is_the_overlap_on_one_link():
@@ -84,13 +76,7 @@ def test_without_buckets_nothing_is_hidden():
 @pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 @pytest.mark.parametrize("n", [2, 4])
 def test_dp_mlp_on_mpi_ranks(n):
-    env = {k: v for k, v in os.environ.items() if k != "FFLOW_RUNTIME"}
-    script = os.path.join(HERE, "shard_plan_dp_script.py")
-    cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n), script]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    out = launch_result("shard_plan_dp_script.py", n)
     assert out["devices"] == n
     _check(out)
 
