@@ -241,36 +241,31 @@ def _mma_bt(mma, acc, afr, tile, st, nn, nkc):
 
     With an even number of k chunks, one ldmatrix.x4 gives the B fragments of two:
     lane 8j + i passes row nb*8 + i, columns from kc2*32 + 8j."""
+    head = [
+        f"float {acc}[{nn}][4];",
+        "#pragma unroll",
+        f"for (int nb = 0; nb < {nn}; ++nb) {{",
+        f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
+        "  #pragma unroll",
+    ]
     if nkc % 2 == 0:
-        return [
-            f"float {acc}[{nn}][4];",
-            "#pragma unroll",
-            f"for (int nb = 0; nb < {nn}; ++nb) {{",
-            f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
-            "  #pragma unroll",
+        body = [
             f"  for (int kc2 = 0; kc2 < {nkc // 2}; ++kc2) {{",
             "    unsigned bq[4];",
             f"    fflow_ldmatrix_sync_x4(bq, {tile} + (nb * 8 + (lane & 7)) * {st} + kc2 * 32 "
             "+ (lane >> 3) * 8);",
             f"    {mma}({acc}[nb], {afr}[2 * kc2], bq);",
             f"    {mma}({acc}[nb], {afr}[2 * kc2 + 1], bq + 2);",
-            "  }",
-            "}",
         ]
-    return [
-        f"float {acc}[{nn}][4];",
-        "#pragma unroll",
-        f"for (int nb = 0; nb < {nn}; ++nb) {{",
-        f"  {acc}[nb][0] = {acc}[nb][1] = {acc}[nb][2] = {acc}[nb][3] = 0.f;",
-        "  #pragma unroll",
-        f"  for (int kc = 0; kc < {nkc}; ++kc) {{",
-        f"    const unsigned* tr = (const unsigned*)({tile} + (nb * 8 + g) * {st} + kc * 16 "
-        "+ 2 * qd);",
-        "    const unsigned bf[2] = {tr[0], tr[4]};",
-        f"    {mma}({acc}[nb], {afr}[kc], bf);",
-        "  }",
-        "}",
-    ]
+    else:
+        body = [
+            f"  for (int kc = 0; kc < {nkc}; ++kc) {{",
+            f"    const unsigned* tr = (const unsigned*)({tile} + (nb * 8 + g) * {st} + kc * 16 "
+            "+ 2 * qd);",
+            "    const unsigned bf[2] = {tr[0], tr[4]};",
+            f"    {mma}({acc}[nb], {afr}[kc], bf);",
+        ]
+    return head + body + ["  }", "}"]
 
 
 def _mma_pk(mma, pack, acc, x, tile, st, nvb, npc):
