@@ -60,6 +60,7 @@ import threading
 import weakref
 
 import numpy as np
+from fflow.lowering.pad_sums import use_counts
 from fflow.lowering.passes import dce
 from fflow.primitives.binary import div_p
 from fflow.primitives.convert import convert_element_type_p
@@ -211,14 +212,7 @@ def rewrite_program(program):
         program = program.replace(eqns=eqns)
     if not _candidates(program):
         return program, log
-    counts = {}
-    for e in program.eqns:
-        for v in e.inputs:
-            if type(v) is Var:
-                counts[v] = counts.get(v, 0) + 1
-    for v in program.outvars:
-        if type(v) is Var:
-            counts[v] = counts.get(v, 0) + 1
+    counts = use_counts(program)
     ctx = _Context()
     box = []
 
