@@ -26,7 +26,8 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
 
 Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
 large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
-`SMALL_GEMM_FLOPS`, `WINDOW`, `PROBE_EVERY`, `PROBE_MAX` and `BUSY_WEIGHT` below;
+`SMALL_GEMM_FLOPS`, `WINDOW`, `WARMUP`, `FIRST_SAMPLES`, `PROBE_EVERY`, `PROBE_MAX` and
+`BUSY_WEIGHT` below;
 `threads.picks` counts the calls per thread count (the benchmarks print it).
 
 Example:
@@ -58,6 +59,12 @@ import numpy as np
 SMALL_GEMM_FLOPS = 16e6
 # StepThreads: samples kept per thread count, and how often another count is probed.
 WINDOW = 5
+# StepThreads: the first calls at each count are not samples (they pay one-time costs:
+# the pool's first job, a worker's first scratch, new heap pages; measured 9.5 ms
+# against 1.9-2.2 ms for the 4M-element elementwise chain on 2 threads), then
+# FIRST_SAMPLES calls at each count are timed before the best one is kept.
+WARMUP = 1
+FIRST_SAMPLES = 3
 PROBE_EVERY = 16
 PROBE_MAX = 1024
 # StepThreads: weight of the newest free-core sample in the running average
@@ -508,7 +515,9 @@ class StepThreads:
     last calls: a thread of another library that spins for a moment after its own
     call, seen at one call's start, does not cost the next calls their threads;
     another process that keeps a core busy does, from its first sample on).
-    Otherwise the count with the best median of its last `WINDOW` calls runs, and
+    Each count's first `WARMUP` calls are not timed samples (one-time costs), then
+    every count that fits is timed `FIRST_SAMPLES` times (a median of 3 outvotes one
+    outlier). Then the count with the best median of its last `WINDOW` calls runs, and
     now and then another count is probed once: right after a probe wins, the gap
     to the next probe is `PROBE_EVERY` calls; each losing probe doubles it (up to
     `PROBE_MAX`), so a machine that stays busy pays for almost no probes.
@@ -521,6 +530,7 @@ class StepThreads:
             choices.add(self.cores // 2)
         self.choices = sorted(choices)
         self.samples = {c: collections.deque(maxlen=WINDOW) for c in self.choices}
+        self.warm = dict.fromkeys(self.choices, 0)  # untimed first calls per count
         self.current = self.choices[-1]
         self.calls = 0
         self.gap = PROBE_EVERY
@@ -541,8 +551,8 @@ class StepThreads:
         )
         free = max(1, self.cores - int(self.busy + 0.25))  # busy in 3 of 4 recent calls: taken
         fits = [c for c in self.choices if c <= free]
-        for c in fits:  # first calls: samples of every count
-            if len(self.samples[c]) < 2:
+        for c in fits:  # first calls: warm-up, then samples of every count
+            if len(self.samples[c]) < FIRST_SAMPLES:
                 return c
         current = max(c for c in fits if c <= self.current)
         if self.calls >= self.next_probe and len(fits) > 1:
@@ -554,6 +564,9 @@ class StepThreads:
     def record(self, threads, seconds):
         samples = self.samples.get(threads)
         if samples is None:
+            return
+        if self.warm[threads] < WARMUP:  # a first call at this count: not a sample
+            self.warm[threads] += 1
             return
         if threads != self.current and self.calls >= self.next_probe:
             # a probe: it wins outright or the next one waits twice as long
