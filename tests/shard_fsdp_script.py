@@ -1,6 +1,7 @@
 """Run by tests/test_shard_fsdp.py on simulated devices (imported) and under
-`python -m fflow.launch -n 2` / `-n 4` (as a script): an MLP Adam step with only the
-batch annotated (S(0)) and a memory budget below every plan that keeps the
+`python -m fflow.launch -n 2` / `-n 4` (as a script; FSDP_MESH=2x2 in the environment
+makes the 4 ranks a 2x2 mesh): an MLP Adam step with only the batch annotated (S(0),
+on a 2-D mesh (S(0), S(0)): split over every device) and a memory budget below every plan that keeps the
 parameters whole or gathers each once (data parallelism, ZeRO-1/2, parameters split
 with one shared gather), so only FSDP fits: parameters and Adam state stored split,
 each weight all-gathered for its forward use and again for its backward use.
@@ -9,6 +10,7 @@ parameters, the bytes of live arrays measured before every stage of the device
 programs, and the same step in float64 NumPy (backward written out), as JSON."""
 
 import json
+import os
 
 import numpy as np
 from fflow.transforms import shard_exec
@@ -89,15 +91,30 @@ def numpy_step(params, opt, x, y):
     return loss, new_p, new_o
 
 
+def mesh_placement(n, mesh=None):
+    """The placement of `n` devices: 1-D, or the 2-D mesh "2x2" names."""
+    if not mesh:
+        return fflow.placement("cpu", list(range(n)))
+    shape = tuple(int(k) for k in mesh.split("x"))
+    assert np.prod(shape) == n, (mesh, n)
+    return fflow.placement("cpu", np.arange(n).reshape(shape).tolist())
+
+
+def batch_sbp(pl):
+    """The batch split over every device (on a 2-D mesh a nested split of dim 0)."""
+    return (S(0),) * pl.ndim
+
+
 def peaks_without_fsdp(pl, args):
     """The liveness peaks of the plans that do not gather per use: parameters and state
-    as given (B), the Adam state split, and parameters split too (one gather each)."""
+    as given (B), the Adam state split, and parameters split too (one gather each),
+    split over every device (every dim here has an even share)."""
     from fflow.transforms.shard_memory import peak_memory
 
-    split = S(0)
+    split, whole, data = batch_sbp(pl), (B,) * pl.ndim, batch_sbp(pl)
     out = []
-    for p_sbp, o_sbp in ((B, B), (B, split), (split, split)):
-        sp = fflow.shard(step, pl, in_sbp=(p_sbp, o_sbp, S(0), S(0)), profile=H200).plan(*args)
+    for p_sbp, o_sbp in ((whole, whole), (whole, split), (split, split)):
+        sp = fflow.shard(step, pl, in_sbp=(p_sbp, o_sbp, data, data), profile=H200).plan(*args)
         out.append(peak_memory(sp.plan.problem, sp.plan.sig_index)[0])
     return out
 
@@ -106,7 +123,8 @@ def run(pl):
     params, opt, x, y = init()
     args = (params, opt, x, y)
     budget = min(peaks_without_fsdp(pl, args)) - 1
-    fn = fflow.shard(step, pl, in_sbp=(None, None, S(0), S(0)), profile=H200, memory_limit=budget)
+    data = batch_sbp(pl)
+    fn = fflow.shard(step, pl, in_sbp=(None, None, data, data), profile=H200, memory_limit=budget)
     sp = fn.plan(*args)
     conversions = [
         (list(v.aval.shape), str(have), str(want), bp.collectives(), bp.bytes)
@@ -130,6 +148,8 @@ def run(pl):
     ref_loss, ref_p, ref_o = numpy_step(params, opt, x, y)
     return {
         "devices": pl.size,
+        "mesh": list(pl.hierarchy),
+        "stored": [str(s) for s in sp.in_sbps],
         "budget": budget,
         "peak": sp.peak_memory,
         "measured": seen[0],
@@ -146,6 +166,6 @@ def run(pl):
 
 if __name__ == "__main__":
     n = runtime().device_count()
-    result = run(fflow.placement("cpu", list(range(n))))
+    result = run(mesh_placement(n, os.environ.get("FSDP_MESH")))
     if runtime().rank == 0:
         print("RESULT " + json.dumps(result))

@@ -17,7 +17,7 @@ from fflow.transforms import shard_exec
 from fflow.transforms.shard_fsdp import gather_per_use, use_groups
 from fflow.transforms.staging import trace_to_program
 from mpi_util import launch_result, mpi_available
-from shard_fsdp_script import DIMS, init, peaks_without_fsdp, run, step
+from shard_fsdp_script import DIMS, init, mesh_placement, peaks_without_fsdp, run, step
 from test_planner_memory import local_peak
 
 import fflow
@@ -179,9 +179,85 @@ def test_outputs_converted_for_the_caller_count():
     np.testing.assert_allclose(np.asarray(f(x)), x * 2.0)
 
 
+def _split_everywhere(out):
+    """Every parameter and Adam state leaf stored split by every mesh axis (the batch's
+    two leaves come last): a device holds a quarter of it on 2x2, not a half."""
+    stored = out["stored"][:-2]
+    assert stored and all(s.count("S(") == len(out["mesh"]) for s in stored), stored
+
+
+def test_fsdp_adam_step_on_2x2_mesh():
+    """Batch split over the 2x2 mesh, budget below every plan without per-use gathers:
+    state stored split over both mesh axes, each weight gathered per use, the step
+    equals float64 NumPy and fits by device 0's liveness count and by measured bytes."""
+    pl = mesh_placement(4, "2x2")
+    out = run(pl)
+    _check(out)
+    _split_everywhere(out)
+    params, opt, x, y = init()
+    data = (S(0), S(0))
+    f = fflow.shard(
+        step, pl, in_sbp=(None, None, data, data), profile=H200, memory_limit=out["budget"]
+    )
+    sp = f.plan(params, opt, x, y)
+    assert all(local_peak(sp, k) <= sp.peak_memory for k in range(4))
+    assert local_peak(sp) == sp.peak_memory <= out["budget"]
+
+
 @pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
 @pytest.mark.parametrize("n", [2, 4])
 def test_fsdp_adam_step_on_mpi_ranks(n):
     out = launch_result("shard_fsdp_script.py", n)
     assert out["devices"] == n
     _check(out)
+
+
+@pytest.mark.skipif(not mpi_available(), reason="no mpi4py/mpiexec")
+def test_fsdp_adam_step_on_mpi_ranks_2x2(monkeypatch):
+    """The 2x2 FSDP step on 4 ranks equals float64 NumPy, and the simulated run."""
+    monkeypatch.setenv("FSDP_MESH", "2x2")
+    out = launch_result("shard_fsdp_script.py", 4)
+    assert out["mesh"] == [2, 2]
+    _check(out)
+    _split_everywhere(out)
+    sim = run(mesh_placement(4, "2x2"))
+    assert (sim["peak"], sim["bytes"], sim["stored"]) == (out["peak"], out["bytes"], out["stored"])
+    np.testing.assert_allclose(out["loss"], sim["loss"], rtol=1e-6)
+    for got, ref in zip(out["got"], sim["got"]):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_transformer_grads_on_2x2_mesh_under_tight_budgets():
+    """Transformer loss and gradients (planner_models, no optimizer), batch split over the
+    2x2 mesh, budgets from 10% under the data-parallel peak down to where nothing
+    fits: every plan returned fits by every device's liveness count and gives the
+    unsharded value and gradients; the tightest fitting one gathers per use with the
+    parameters stored split over both mesh axes."""
+    pl = mesh_placement(4, "2x2")
+    params = pm.init(2, 32)
+    x, y = pm.data(8, 8, 32)
+    fn = pm.step_fn(4, adam=False)
+    data = (S(0), S(0))
+    in_sbp = (None, data, data)
+    ref_v, ref_g = fn(params, x, y)
+    ref, _ = fflow.tree_util.tree_flatten(ref_g)
+    peak = local_peak(fflow.shard(fn, pl, in_sbp=in_sbp, profile=H200).plan(params, x, y))
+    kinds = []
+    for frac in (0.9, 0.7):
+        limit = int(frac * peak)
+        f = fflow.shard(fn, pl, in_sbp=in_sbp, profile=H200, memory_limit=limit)
+        try:
+            sp = f.plan(params, x, y)
+        except ValueError as e:
+            assert f"memory_limit={limit}" in str(e)
+            kinds.append("none")
+            continue
+        assert max(local_peak(sp, k) for k in range(4)) == sp.peak_memory <= limit, frac
+        kinds.append("fsdp" if sp.gathered_per_use else sp.storage_rung)
+        if sp.gathered_per_use:
+            assert all(s == (S(d),) * 2 for s in sp.in_sbps[:-2] for d in [s[0].axis])
+        v, g = f(params, x, y)
+        np.testing.assert_allclose(float(v), float(ref_v), rtol=1e-5)
+        for a, r in zip(fflow.tree_util.tree_flatten(g)[0], ref):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(r), rtol=2e-4, atol=2e-6)
+    assert "fsdp" in kinds and kinds[-1] == "none", kinds

@@ -507,13 +507,22 @@ def _sources(values):
 
 
 def _split_state(shape, hierarchy):
-    """How state is stored split under a memory budget: along mesh axis 0, on its first
-    dim that axis divides evenly (None if there is none)."""
-    p = hierarchy[0]
+    """How state is stored split under a memory budget: over every mesh axis, so a
+    device holds 1/p of it (ZeRO / FSDP over the whole mesh). The first dim the whole
+    mesh divides evenly is split by every axis (a nested split: one all-gather or
+    reduce-scatter over all devices moves it); else each axis splits the first dim it
+    divides evenly that no earlier axis split, and an axis that divides none keeps it
+    whole (None if no axis splits it)."""
+    p = int(np.prod(hierarchy))
     for d, n in enumerate(shape):
         if n >= p and n % p == 0:
-            return (Split(d),) + (B,) * (len(hierarchy) - 1)
-    return None
+            return (Split(d),) * len(hierarchy)
+    nd = []
+    for h in hierarchy:
+        used = {s.axis for s in nd if s != B}
+        d = next((d for d, n in enumerate(shape) if d not in used and n >= h and n % h == 0), None)
+        nd.append(B if d is None else Split(d))
+    return tuple(nd) if any(s != B for s in nd) else None
 
 
 def _lift_closed_over(program, pl):

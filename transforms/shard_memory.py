@@ -13,7 +13,9 @@ last unannotated positional argument split (the optimizer state of
 `step(params, opt_state, batch)`: ZeRO-1; gradients then reduce-scatter into it,
 ZeRO-2), then the one before it as well (the parameters: ZeRO-3 / FSDP), each
 matching output (same shape and dtype, in order) stored the same way so the next
-step gets what this one returned. The fastest plan that fits wins.
+step gets what this one returned. "Split" is over every mesh axis (shard.py
+`_split_state`), so each device holds 1/p of the state on a 2-D mesh too. The
+fastest plan that fits wins.
 """
 
 from fflow.transforms.shard_fsdp import eager_conversions, is_alias, local_bytes
