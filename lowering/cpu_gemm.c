@@ -406,9 +406,11 @@ int fflow_gemm_busy(long handle) {
 void fflow_gemm_release(long handle) { release((job_t *)handle); }
 
 /* out[s..e) = fn over chunks of 0..n on up to `threads` threads (see the header);
- * `args` (nargs pointers) are copied. Returns the job handle, or 0 with *error set. */
+ * `args` (nargs pointers) are copied. Chunks start at multiples of `align` indices, so
+ * a vectorized loop puts every index in the same lane position (vector body or tail)
+ * on any thread count: the same bits. Returns the job handle, or 0 with *error set. */
 long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, long unit,
-                    long grain, int threads, int *error) {
+                    long grain, long align, int threads, int *error) {
   job_t *j = calloc(1, sizeof(job_t));
   long *copy = malloc((nargs ? nargs : 1) * sizeof(long));
   if (!j || !copy) {
@@ -427,6 +429,7 @@ long fflow_parallel(void *fn, long nargs, const long *args, void *out, long n, l
   if (parts > MAXCH) parts = MAXCH;
   if (parts < 1) parts = 1;
   long step = (n + parts - 1) / parts;
+  if (align > 1) step = (step + align - 1) / align * align;
   int c = 0;
   for (long s = 0; s < n; s += step) j->bounds[c++] = s;
   j->bounds[c] = n;

@@ -146,7 +146,7 @@ def _load():
     )
     lib.fflow_parallel.restype = ctypes.c_long
     lib.fflow_parallel.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
-    lib.fflow_parallel.argtypes += [ctypes.c_void_p] + [ctypes.c_long] * 3
+    lib.fflow_parallel.argtypes += [ctypes.c_void_p] + [ctypes.c_long] * 4
     lib.fflow_parallel.argtypes += [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     lib.fflow_gemm_list.restype = ctypes.c_long
     lib.fflow_gemm_list.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
@@ -332,11 +332,12 @@ def matmul2(a1, b1, out1, a2, b2, out2, n_threads, epi1=None, ptrs1=(), epi2=Non
     return out2
 
 
-def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
+def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep, align=1):
     """Run the native chunk loop at address `fn` over indices 0..n on `n_threads`
     threads of the pool: `fn(ptrs, out + s*unit, s, e)` per chunk of at least `grain`
-    indices (lowering/native.py renders these). `keep`: the arrays behind `ptrs`,
-    alive until no late worker reads them. False when the pool is unavailable."""
+    indices, each starting at a multiple of `align` (lowering/native.py renders these).
+    `keep`: the arrays behind `ptrs`, alive until no late worker reads them. False
+    when the pool is unavailable."""
     lib = _lib if _lib is not None else _load()
     if not lib or _pid != os.getpid():
         return False
@@ -345,7 +346,7 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep):
     if _pending:
         _collect()
     err = ctypes.byref(error)
-    job = lib.fflow_parallel(fn, len(ptrs), args, out, n, unit, grain, n_threads, err)
+    job = lib.fflow_parallel(fn, len(ptrs), args, out, n, unit, grain, align, n_threads, err)
     if job == 0:
         raise MemoryError("fflow thread pool: out of memory")
     if job != 1:

@@ -42,6 +42,9 @@ ARITH_MIN_SIZE = 1 << 14
 # pool (lowering/cpu_gemm.c); pure arithmetic is bound by memory, one thread fills it.
 PARALLEL_MIN_SIZE = 1 << 18
 PARALLEL_GRAIN = 1 << 14
+# chunk starts of flat loops: a multiple of every vector loop's step (16 floats per
+# AVX-512 vector, unrolled up to 4 times), so a chunk's tail is the whole loop's tail
+VECTOR_ALIGN = 64
 CFLAGS = [
     "-O3",
     "-march=native",
@@ -439,9 +442,13 @@ def emit_native_group(ctx, group, i):
         ctx.gemm_pool = True
         unit = group.size // units * root.aval.dtype.itemsize
         grain = max(1, PARALLEL_GRAIN // (group.size // units))
+        # chunks of a flat loop start at multiples of VECTOR_ALIGN elements: each
+        # element meets the same vector code (libmvec's or the scalar tail's) on any
+        # thread count; rows of a broadcast loop do already
+        align = VECTOR_ALIGN if units == group.size else 1
         ctx.emit(
             f"if _nt < 2 or not _par({kernel}_range, {_tuple(ptrs)}, _ad({out}), "
-            f"{units}, {unit}, {grain}, _nt, {_tuple(keep)}):"
+            f"{units}, {unit}, {grain}, _nt, {_tuple(keep)}, {align}):"
         )
         ctx.emit(call, indent=2)
         ctx.native_pending.append((fname + "_range", kernel + "_range", None, None))

@@ -1,0 +1,120 @@
+"""The CPU backend's native elementwise loops (lowering/native.py) on large arrays, run
+in chunks on fflow's thread pool: the benchmark's chain tanh(gelu(a*x+b))*c and its
+gradient against float64 NumPy written here, with NaN/inf, saturating and tiny values,
+odd sizes (a ragged last chunk), strided inputs, and 1-3 pool threads."""
+
+import math
+
+import numpy as np
+import pytest
+from fflow.lowering import native
+
+import fflow
+import fflow.numpy as jnp
+
+pytestmark = pytest.mark.skipif(not native.enabled(), reason="no C compiler")
+
+A, B, C = 1.5, 0.25, 0.75
+K = math.sqrt(2 / math.pi)
+N = native.PARALLEL_MIN_SIZE + 3  # the pool path, a last chunk shorter than the others
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 88.0, -88.0, 9.0, -9.0]
+SPECIAL += [1e4, -1e4, 1e-30, -1e-30, 1e-40, -1e-40, 3.9, -3.9, 0.5, -0.5]
+
+
+def chain(x):
+    u = A * x + B
+    return jnp.tanh(0.5 * u * (1 + jnp.tanh(K * (u + 0.044715 * u**3)))) * C
+
+
+def chain64(x):
+    u = A * x.astype(np.float64) + B
+    return np.tanh(0.5 * u * (1 + np.tanh(K * (u + 0.044715 * u**3)))) * C
+
+
+def grad64(x):
+    u = A * x.astype(np.float64) + B
+    t = np.tanh(K * (u + 0.044715 * u**3))
+    g = 0.5 * u * (1 + t)
+    dg = 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * K * (1 + 3 * 0.044715 * u * u)
+    h = np.tanh(g)
+    return C * (1 - h * h) * dg * A
+
+
+def data(n, seed=0, scale=2.0):
+    x = (np.random.default_rng(seed).normal(size=n) * scale).astype(np.float32)
+    x[: len(SPECIAL)] = SPECIAL
+    return x
+
+
+def on_threads(threads, fn, *args):
+    fflow.config.update("blas_threads", threads)
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*args))
+    finally:
+        fflow.config.update("blas_threads", 0)
+
+
+def assert_close(got, want, rtol, atol):
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def assert_pooled(fn, x):
+    text = fn.lower(x).as_text()
+    assert "native loop" in text and "_par(" in text  # one C loop, chunked on the pool
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_chain_forward_matches_float64(threads):
+    x = data(N)
+    f = fflow.jit(chain)
+    assert_pooled(f, x)
+    with np.errstate(all="ignore"):
+        want = chain64(x)
+    got = on_threads(threads, f, x)
+    assert_close(got, want, rtol=2e-6, atol=1e-6)
+    assert got[1] == np.float32(C) and np.isnan(got[2])  # +inf saturates; -inf: inf * 0
+    assert got[3] == got[4]  # +0 and -0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_chain_gradient_matches_float64(threads):
+    x = data(N, seed=1)
+    x[: len(SPECIAL)] = np.clip(np.nan_to_num(x[: len(SPECIAL)]), -20, 20)  # finite grads
+    g = fflow.jit(fflow.grad(lambda x: jnp.sum(chain(x))))
+    assert_pooled(g, x)
+    got = on_threads(threads, g, x)
+    assert_close(got, grad64(x), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a[::2],  # every other element
+        lambda a: a[: 512 * 1031].reshape(512, 1031).T,  # transposed, 2-D
+        lambda a: a[1 : 2 * N + 1].reshape(-1, 2)[:, 0],  # starts off the buffer's start
+    ],
+)
+def test_strided_inputs(view):
+    x = view(data(3 * N, seed=2))
+    assert not x.flags.c_contiguous
+    f = fflow.jit(chain)
+    got = on_threads(2, f, x)
+    with np.errstate(all="ignore"):
+        assert_close(got, chain64(x), rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [N, 3 * N + 17, 1 << 20])
+def test_same_bits_on_any_thread_count_and_every_call(n):
+    # chunks are the same loop over index ranges: identical results for 1, 2, 3 threads
+    x = data(n, seed=3)
+    f = fflow.jit(lambda x: jnp.exp(-x * x) * jnp.tanh(x) + jnp.log1p(jnp.abs(x)))
+    one = on_threads(1, f, x)
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = np.exp(-x64 * x64) * np.tanh(x64) + np.log1p(np.abs(x64))
+    assert_close(one, want, rtol=2e-6, atol=1e-6)
+    for threads in (2, 3, 2):
+        np.testing.assert_array_equal(on_threads(threads, f, x), one)
