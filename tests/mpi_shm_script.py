@@ -1,0 +1,105 @@
+"""Run by tests/test_mpi_shm.py under `python -m fflow.launch -n N` and on N simulated
+devices: planned P -> B all-reduces (cache hits of a one-collective program) on every
+deterministic path, with the shared-memory window (fflow/mpi_shm.py) on and off; prints
+each call's result as JSON (rank 0).
+
+Each case calls one program CALLS times on new data and keeps every result (so result
+buffers must not be reused while held). A last section makes rank N-1 slow after every
+barrier of the window and alternates the two window paths call by call on one window:
+a member that overwrote the slots a slow member still reads would change the numbers.
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+import fflow
+from fflow.sharding import B, P, partial_max, partial_min, runtime
+
+CALLS = 6
+# (mpi_allgather_bytes, mpi_tune_calls): the all-gather / rows path, the two-step path,
+# both timed in turn (the tuner)
+LIMITS = [(1 << 19, 0), (1 << 4, 0), (1 << 19, 2)]
+KINDS = [("float32", P), ("float32", partial_max), ("float32", partial_min), ("float64", P)]
+SHAPES = [(9, 7), (8, 8), (3,), (1,), (0,)]
+
+
+def parts(seed, shape, dtype, n, src):
+    """The per-device partial values of draw `seed` (distinct per device)."""
+    x = np.random.default_rng(seed).normal(size=shape).astype(dtype) * 8
+    return [(x * dtype((k + 1) / (n + 1)) + dtype(k * 0.25)).astype(dtype) for k in range(n)]
+
+
+def global_of(vals, pl, src, mpi, rt):
+    if mpi:
+        return fflow.make_global_array(vals[pl.ranks.index(rt.rank)], pl, src)
+    return fflow.make_global_array(vals, pl, src)
+
+
+def set_config(mpi, **kv):
+    if mpi:  # (the MPI options exist once fflow.mpi_ops is loaded, on MPI ranks)
+        for k, v in kv.items():
+            fflow.config.update(k, v)
+
+
+def main(n):
+    rt = runtime()
+    mpi = hasattr(rt, "world")
+    pl = fflow.placement("cpu", list(range(n)))
+    out = {}
+    case = 0
+    for shm in (True, False):
+        for limit, tune in LIMITS:
+            set_config(mpi, mpi_shared_memory=shm, mpi_allgather_bytes=limit, mpi_tune_calls=tune)
+            for (dt, src), shape in [(k, s) for k in KINDS for s in SHAPES]:
+                case += 1
+                f = fflow.shard(lambda a: a, pl, in_sbp=src, out_sbp=B)
+                dtype = np.dtype(dt).type
+                gs = [
+                    global_of(parts([case, c], shape, dtype, n, src), pl, src, mpi, rt)
+                    for c in range(CALLS)
+                ]
+                kept = [f(g) for g in gs]
+                key = f"{shm}_{limit}_{tune}_{dt}_{src}_{shape}"
+                out[key] = [np.asarray(r).tolist() for r in kept]
+    set_config(mpi, mpi_shared_memory=True, mpi_allgather_bytes=1 << 19, mpi_tune_calls=4)
+
+    # a slow member: rank n-1 sleeps after every barrier of a new window, while the rows
+    # path (one barrier) and the two-step path alternate on that window call by call
+    if mpi:
+        from fflow import mpi_shm
+
+        base = mpi_shm._Window
+
+        class Slow(base):
+            def __init__(self, *a):
+                super().__init__(*a)
+                sync = self.sync
+
+                def slow(rt_, ranks, what):
+                    sync(rt_, ranks, what)
+                    if rt_.rank == n - 1:
+                        time.sleep(0.003)
+
+                self.sync = slow
+
+        mpi_shm._Window = Slow
+    f = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=B)
+    slow = []
+    for c in range(16):
+        set_config(mpi, mpi_tune_calls=0, mpi_allgather_bytes=(1 << 4) if c % 2 else 1 << 30)
+        g = global_of(parts([999, c], (48, 40), np.float32, n, P), pl, P, mpi, rt)
+        slow.append(np.asarray(f(g)).tolist())
+    out["slow"] = slow
+    if mpi:
+        mpi_shm._Window = base
+        out["windows"] = sorted({w.cap for w in mpi_shm._windows.values()})
+        out["slow_class"] = [type(w).__name__ for w in mpi_shm._windows.values()].count("Slow")
+    if rt.rank == 0:
+        print("RESULT " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

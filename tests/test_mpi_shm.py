@@ -1,0 +1,48 @@
+"""Planned deterministic all-reduces through the shared-memory window (fflow/mpi_shm.py)
+and through MPI's messages, at 2 and 4 ranks under `python -m fflow.launch`: every path
+(rows, two-step, tuned), float32 sum/max/min and float64 sums, uneven and tiny sizes,
+results kept across calls, and a slow member; the bits equal the simulated runtime's and
+the values equal NumPy's reduction of the per-device values."""
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+from mpi_util import mpi_available
+from test_shard_mpi import ROOT, result_of, run
+
+pytest.importorskip("mpi4py")
+pytestmark = pytest.mark.skipif(not mpi_available(), reason="no mpiexec (pip install mpich)")
+
+SCRIPT = os.path.join(ROOT, "tests", "mpi_shm_script.py")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_shared_memory_all_reduce_equals_simulated_and_numpy(n):
+    import mpi_shm_script as s
+
+    mpi = result_of(run([SCRIPT, str(n)], n=n, timeout=240))
+    sim = result_of(run([SCRIPT, str(n)], timeout=240))
+    case = 0
+    for shm, (limit, tune) in itertools.product((True, False), s.LIMITS):
+        for (dt, src), shape in [(k, sh) for k in s.KINDS for sh in s.SHAPES]:
+            case += 1
+            key = f"{shm}_{limit}_{tune}_{dt}_{src}_{shape}"
+            assert mpi[key] == sim[key], key  # bit for bit (json floats are exact)
+            for c, got in enumerate(mpi[key]):
+                rows = np.stack(s.parts([case, c], shape, np.dtype(dt).type, n, src))
+                name = str(src)
+                ref = rows.max(0) if "max" in name else rows.min(0) if "min" in name else None
+                if ref is None:
+                    np.testing.assert_allclose(got, rows.sum(0), rtol=1e-6, err_msg=key)
+                else:
+                    assert got == ref.tolist(), key
+    # the slow member: every call's numbers are the simulated runtime's and NumPy's
+    assert mpi["slow"] == sim["slow"]
+    for c, got in enumerate(mpi["slow"]):
+        rows = np.stack(s.parts([999, c], (48, 40), np.float32, n, s.P))
+        np.testing.assert_allclose(got, rows.sum(0), rtol=1e-6)
+    # the float32 sums of 2 ranks are MPI's own reduction (same bits): no window there
+    assert mpi["slow_class"] == (1 if n > 2 else 0)
+    assert mpi["windows"] == ([4096, 8192] if n > 2 else [4096])
