@@ -4,7 +4,10 @@
  * too and, after spinning at most twice its own chunk time for the workers, computes
  * every chunk a worker still holds into scratch and publishes it itself (the first
  * copy to arrive wins, the same bits), so a worker the OS descheduled cannot stall
- * the step.
+ * the step. Publishing takes no lock: the first copy claims the chunk (0 -> 2) with
+ * one atomic exchange and writes it outside any lock, so a worker preempted in the
+ * middle of its copy holds up nothing but the caller's final wait for that chunk (a
+ * mutex held for the copy made the caller's next publish sleep a time slice).
  *
  * Late workers may still read A and B after fflow_gemm returns: the caller keeps the
  * operands alive until fflow_gemm_busy(job) says the job was released.
@@ -23,6 +26,7 @@
  * timing); then `fin(args, acc)` writes the sums.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -66,9 +70,8 @@ typedef struct job {
   int n;
   long bounds[MAXCH + 1];
   int next, left, refs, max_workers, joined, error;
-  unsigned char finished[MAXCH];
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
+  unsigned char finished[MAXCH];   /* 0 open, 2 being written (claimed), 1 done */
+  pthread_mutex_t lock;            /* joined and refs */
 } job_t;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -161,38 +164,41 @@ static void finish(job_t *j) {
   j->fin(j->epi_args, j->acc);
 }
 
+/* Chunk k is in: `scratch` holds a worker's (or a backup's) copy, or NULL when the
+ * caller computed it in place (it claimed k, no one else has it). The first copy to
+ * claim k writes it and runs its epilogue; later copies are dropped. */
 static void publish(job_t *j, int k, const char *scratch) {
-  pthread_mutex_lock(&j->lock);
-  if (!j->finished[k]) {
-    if (scratch) {
-      long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
-      if (j->axis == 4) {
-        const job_t *g = &j->list[k];
-        for (long r = 0; r < g->M; r++)
-          memcpy(g->C + r * g->ldc * g->isz, scratch + r * g->N * g->isz, g->N * g->isz);
-      } else if (j->axis == 3) {
-        memcpy(j->C + s * j->unit, scratch, (e - s) * j->unit);
-      } else if (j->axis == 0) {
-        long mn = j->M * j->N * isz;
-        for (long b = s; b < e; b++) {
-          long b0 = b / j->nb1, b1 = b % j->nb1;
-          char *C = j->C + b0 * j->sc0 + b1 * j->sc1;
-          for (long r = 0; r < j->M; r++)
-            memcpy(C + r * j->ldc * isz, scratch + (b - s) * mn + r * j->N * isz, j->N * isz);
-        }
-      } else if (j->axis == 1) {
-        for (long r = s; r < e; r++)
-          memcpy(j->C + r * j->ldc * isz, scratch + (r - s) * j->N * isz, j->N * isz);
-      } else {
-        long w = (e - s) * isz;
-        for (long r = 0; r < j->M; r++) memcpy(j->C + (r * j->ldc + s) * isz, scratch + r * w, w);
+  unsigned char open = 0;
+  if (!__atomic_compare_exchange_n(&j->finished[k], &open, 2, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return;
+  if (scratch) {
+    long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
+    if (j->axis == 4) {
+      const job_t *g = &j->list[k];
+      for (long r = 0; r < g->M; r++)
+        memcpy(g->C + r * g->ldc * g->isz, scratch + r * g->N * g->isz, g->N * g->isz);
+    } else if (j->axis == 3) {
+      memcpy(j->C + s * j->unit, scratch, (e - s) * j->unit);
+    } else if (j->axis == 0) {
+      long mn = j->M * j->N * isz;
+      for (long b = s; b < e; b++) {
+        long b0 = b / j->nb1, b1 = b % j->nb1;
+        char *C = j->C + b0 * j->sc0 + b1 * j->sc1;
+        for (long r = 0; r < j->M; r++)
+          memcpy(C + r * j->ldc * isz, scratch + (b - s) * mn + r * j->N * isz, j->N * isz);
       }
-      epilogue(j, k); /* only the copy that wins runs it: once per chunk */
+    } else if (j->axis == 1) {
+      for (long r = s; r < e; r++)
+        memcpy(j->C + r * j->ldc * isz, scratch + (r - s) * j->N * isz, j->N * isz);
+    } else {
+      long w = (e - s) * isz;
+      for (long r = 0; r < j->M; r++) memcpy(j->C + (r * j->ldc + s) * isz, scratch + r * w, w);
     }
-    j->finished[k] = 1;
-    if (--j->left == 0) pthread_cond_broadcast(&j->cond);
+    epilogue(j, k); /* only the copy that wins runs it: once per chunk */
   }
-  pthread_mutex_unlock(&j->lock);
+  __atomic_store_n(&j->finished[k], 1, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&j->left, 1, __ATOMIC_ACQ_REL);
 }
 
 static void release(job_t *j) {
@@ -201,7 +207,6 @@ static void release(job_t *j) {
   pthread_mutex_unlock(&j->lock);
   if (last) {
     pthread_mutex_destroy(&j->lock);
-    pthread_cond_destroy(&j->cond);
     free(j->args);
     free(j->epi_args);
     free(j->acc);
@@ -237,7 +242,7 @@ static void *worker(void *arg) {
     int join = 0;
     if (j) {
       pthread_mutex_lock(&j->lock);
-      if (j->joined < j->max_workers && j->left > 0) {
+      if (j->joined < j->max_workers && __atomic_load_n(&j->left, __ATOMIC_ACQUIRE) > 0) {
         j->joined++;
         j->refs++;
         join = 1;
@@ -290,7 +295,6 @@ static double now(void) {
 /* Publish job j to the workers, compute chunks here, back up late ones. */
 static void lead(job_t *j) {
   pthread_mutex_init(&j->lock, NULL);
-  pthread_cond_init(&j->cond, NULL);
 
   if (j->max_workers > 0) {
     pthread_mutex_lock(&g_lock);
@@ -327,6 +331,14 @@ static void lead(job_t *j) {
       publish(j, k, scratch);
       free(scratch);
     }
+  }
+  /* a worker may still be writing a chunk it claimed: wait until it is in (a short
+   * copy; yield the core in case that worker waits for it) */
+  for (int spins = 0; __atomic_load_n(&j->left, __ATOMIC_ACQUIRE) > 0; spins++) {
+    if (spins < 1000)
+      __builtin_ia32_pause();
+    else
+      sched_yield();
   }
   pthread_mutex_lock(&g_lock);
   if (g_job == j) g_job = NULL; /* late workers skip it */

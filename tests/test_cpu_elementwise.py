@@ -118,3 +118,55 @@ def test_same_bits_on_any_thread_count_and_every_call(n):
     assert_close(one, want, rtol=2e-6, atol=1e-6)
     for threads in (2, 3, 2):
         np.testing.assert_array_equal(on_threads(threads, f, x), one)
+
+
+STALL_SOURCE = """
+#include <pthread.h>
+#include <unistd.h>
+static pthread_t caller;
+int stalled;
+void set_caller(void) { caller = pthread_self(); }
+/* out[i] = x[i] + i/2; a worker stalls 300 ms in its first chunk (descheduled), the
+ * caller takes 1 ms per chunk so that the worker joins */
+void fill(long *a, char *o, long s, long e) {
+  if (pthread_equal(pthread_self(), caller)) usleep(1000);
+  else if (!__atomic_exchange_n(&stalled, 1, __ATOMIC_SEQ_CST)) usleep(300000);
+  const float *x = (const float *)a[0];
+  float *out = (float *)o;
+  for (long i = s; i < e; i++) out[i - s] = x[i] + 0.5f * (float)i;
+}
+"""
+
+
+def test_a_stalled_pool_worker_neither_stalls_the_caller_nor_writes_late():
+    import ctypes
+    import time
+
+    from fflow.lowering import cpu_gemm
+
+    from fflow import threads
+
+    if threads.available_cores() < 2:
+        pytest.skip("one core: no pool worker")
+    lib = native.load_library(STALL_SOURCE)
+    lib.set_caller()
+    fill = ctypes.cast(lib.fill, ctypes.c_void_p).value
+    n = 64 * 1024 + 5
+    x = np.random.default_rng(4).normal(size=n).astype(np.float32)
+    out = np.full(n, np.nan, np.float32)
+    want = x + np.float32(0.5) * np.arange(n, dtype=np.float32)
+    t0 = time.perf_counter()
+    ran = cpu_gemm.parallel(
+        fill, (native.address(x),), native.address(out), n, 4, 1024, 2, (x,), 64
+    )
+    elapsed = time.perf_counter() - t0
+    if not ran:
+        pytest.skip("no C thread pool")
+    np.testing.assert_array_equal(out, want)  # the caller backed up the stalled chunk
+    assert elapsed < 0.25  # it did not wait for the stalled worker (300 ms)
+    out[:] = 0  # the worker wakes up later: its copy must be dropped, not written here
+    time.sleep(0.45)
+    assert not out.any()
+    again = np.zeros(n, np.float32)
+    assert cpu_gemm.parallel(fill, (native.address(x),), native.address(again), n, 4, 1024, 2, (x,))
+    np.testing.assert_array_equal(again, want)  # the pool still works
