@@ -12,6 +12,7 @@ every rank running the 1-process step at once without communication (the floor o
 weak scaling here: the ranks share the machine's memory bandwidth and caches).
 
     python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
+    python benchmarks/bench_mpi.py --allreduce-only [--ranks 4]   # the all-reduce table
 
 Times are medians (max over ranks per repetition); ratios are fflow / raw MPI.
 The last DP row runs with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), which
@@ -89,27 +90,32 @@ from common import ROOT, parse_args
 SIZES = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _timed(comm, fns, reps):
-    """Per name, the median over reps of the slowest rank's time for one call of
-    fns[name] = (setup, fn) (setup runs untimed before the call); the calls are
-    interleaved round-robin (the order rotates every round), so every variant sees the
-    same share of a machine whose load changes."""
+def _rounds(comm, fns, reps, rounds):
+    """Per name, one median per round of the slowest rank's time for a call of
+    fns[name] = (setup, fn) (setup runs untimed before each call). Within a round the
+    calls are interleaved one by one and the order rotates every repetition, so every
+    variant sees the same share of a machine whose load changes (4 ranks on 2 cores are
+    oversubscribed: a rank waits for a peer's time slice); the rounds show the spread."""
     for setup, fn in fns.values():
         setup()
-        fn()
-        fn()
+        for _ in range(3):
+            fn()
     names = list(fns)
     out = {name: [] for name in names}
-    for r in range(reps):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            setup, fn = fns[name]
-            setup()
-            comm.Barrier()
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            out[name].append(comm.allreduce(dt, op=_max()))
-    return {name: statistics.median(ts) for name, ts in out.items()}
+    for _ in range(rounds):
+        times = {name: [] for name in names}
+        for r in range(reps):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                setup, fn = fns[name]
+                setup()
+                comm.Barrier()
+                t0 = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t0
+                times[name].append(comm.allreduce(dt, op=_max()))
+        for name in names:
+            out[name].append(statistics.median(times[name]))
+    return out
 
 
 def _max():
@@ -118,13 +124,21 @@ def _max():
     return MPI.MAX
 
 
-def _mode(deterministic):
+def _mode(deterministic, shared=True):
     import fflow
 
-    return lambda: fflow.config.update("mpi_deterministic", deterministic)
+    def setup():
+        fflow.config.update("mpi_deterministic", deterministic)
+        fflow.config.update("mpi_shared_memory", shared)
+
+    return setup
 
 
-def allreduce_rows(sizes):
+def allreduce_rows(sizes, tiny=False):
+    """Per size: raw comm.Allreduce, fflow's P -> B in deterministic mode (the default),
+    the same without the shared-memory window (MPI messages only) and in native mode,
+    interleaved call by call; per variant the per-round medians (5 rounds of 40 calls
+    up to 1 MB, fewer for the large sizes)."""
     import fflow
     from fflow.sharding import B, P, runtime
 
@@ -136,16 +150,19 @@ def allreduce_rows(sizes):
     rows = []
     for nbytes in sizes:
         count = nbytes // 4
-        reps = 60 if nbytes <= (1 << 20) else 15
+        rounds, reps = (2, 4) if tiny else (5, 40) if nbytes <= 1 << 20 else (5, 8)
+        if nbytes >= 64 << 20 and not tiny:
+            rounds, reps = 3, 4
         local = np.random.default_rng(comm.Get_rank()).normal(size=count).astype(np.float32)
         g = fflow.make_global_array(local, pl, P)
         out = np.empty_like(local)
         fns = {
             "raw": (_mode(True), lambda a=local, o=out: comm.Allreduce(a, o)),
             "deterministic": (_mode(True), lambda g=g: ident(g)),
+            "det_messages": (_mode(True, False), lambda g=g: ident(g)),
             "native": (_mode(False), lambda g=g: ident(g)),
         }
-        row = _timed(comm, fns, reps)
+        row = _rounds(comm, fns, reps, rounds)
         _mode(True)()
         row["bytes"] = nbytes
         rows.append(row)
@@ -280,18 +297,20 @@ def worker(tiny):
     batch = 16 if tiny else 256
     result = {}
     if "--dp-only" not in sys.argv:
-        result["allreduce"] = allreduce_rows(sizes)
-    result["dp"] = dp_rows(batch, dims, 3 if tiny else 15)
+        result["allreduce"] = allreduce_rows(sizes, tiny)
+    if "--allreduce-only" not in sys.argv:
+        result["dp"] = dp_rows(batch, dims, 3 if tiny else 15)
     if fflow.process_index() == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def launch(n, tiny, extra_env=None, dp_only=False):
+def launch(n, tiny, extra_env=None, dp_only=False, allreduce_only=False):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.update(extra_env or {})
     env.pop("FFLOW_RUNTIME", None)
     me = os.path.abspath(__file__)
     args = [me, "--worker"] + (["--tiny"] if tiny else []) + (["--dp-only"] if dp_only else [])
+    args += ["--allreduce-only"] if allreduce_only else []
     cmd = [sys.executable, "-m", "fflow.launch", "-n", str(n), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
@@ -304,6 +323,10 @@ def _size(b):
     return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
 
 
+def _us(t):
+    return f"{t * 1e6:.0f} us" if t < 0.01 else _ms(t)
+
+
 def _ms(t):
     return f"{t * 1e3:.1f} ms"
 
@@ -312,21 +335,39 @@ def main():
     if "--worker" in sys.argv:
         worker("--tiny" in sys.argv)
         return
+    only = "--allreduce-only" in sys.argv
+    ranks = [2, 4]
+    if "--ranks" in sys.argv:  # (taken out before the common options are parsed)
+        k = sys.argv.index("--ranks")
+        ranks = [int(r) for r in sys.argv[k + 1].split(",")]
+        del sys.argv[k : k + 2]
+    sys.argv = [a for a in sys.argv if a != "--allreduce-only"]
     args = parse_args(__doc__.split("\n")[0])
-    runs = {n: launch(n, args.tiny) for n in (2, 4)}
+    runs = {n: launch(n, args.tiny, allreduce_only=only) for n in ranks}
+    print("\nall-reduce (f32) through a sharded program (P -> B) vs raw comm.Allreduce, same")
+    print("launch, calls interleaved; times: median of the per-round medians; ratios: median")
+    print("(min-max) over the rounds of fflow / raw; 'MPI messages': mpi_shared_memory off")
+    print(
+        "| workload | ranks | raw MPI | fflow deterministic | ratio | deterministic, MPI "
+        "messages | ratio | fflow native | ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, res in runs.items():
+        for row in res["allreduce"]:
+            raw = row["raw"]
+            cells = [f"all-reduce {_size(row['bytes'])}", str(n), _us(statistics.median(raw))]
+            for name in ("deterministic", "det_messages", "native"):
+                ratios = [t / r for t, r in zip(row[name], raw)]
+                cells.append(_us(statistics.median(row[name])))
+                cells.append(
+                    f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+                )
+            print("| " + " | ".join(cells) + " |")
+    if only:
+        return
     # MPICH's progress thread moves bucket data while Python computes the backward pass
     # (without it MPI progresses only when fflow polls between compiled segments)
     async_run = launch(2, args.tiny, {"MPIR_CVAR_ASYNC_PROGRESS": "1"}, dp_only=True)
-    print("\nall-reduce (f32) through a sharded program (P -> B) vs raw comm.Allreduce")
-    print("| workload | ranks | raw MPI | fflow deterministic | ratio | fflow native | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for n, res in runs.items():
-        for row in res["allreduce"]:
-            raw, det, nat = row["raw"], row["deterministic"], row["native"]
-            print(
-                f"| all-reduce {_size(row['bytes'])} | {n} | {raw * 1e6:.0f} us | "
-                f"{det * 1e6:.0f} us | {det / raw:.2f}x | {nat * 1e6:.0f} us | {nat / raw:.2f}x |"
-            )
     print("\ndata-parallel MLP step, weak scaling (1 BLAS thread per process; the 1-process")
     print("step is rank 0 alone in the same launch, interleaved with the n-rank steps)")
     print(
