@@ -4,6 +4,7 @@ gradient (of the sum, w.r.t. x): fflow jit vs JAX jit vs PyTorch eager vs naive 
 import math
 
 import numpy as np
+from bench_mlp import cpu_and_preemption
 from common import interleaved_times, load_jax, load_torch, parse_args, print_table, wanted
 
 A, B, C = 1.5, 0.25, 0.75
@@ -84,11 +85,35 @@ def main():
         fwd_fns["numpy"] = lambda: numpy_forward(x)
         grad_fns["numpy"] = lambda: numpy_grad(x)
 
-    fwd = interleaved_times(fwd_fns, reps)
-    grad = interleaved_times(grad_fns, reps)
+    notes = []
+    results = []
+    for label, fns in (("forward", fwd_fns), ("grad", grad_fns)):
+        picks = None
+        if "fflow" in fns:
+            from fflow import threads
+
+            threads.picks.clear()
+        results.append(interleaved_times(fns, reps))
+        if "fflow" in fns:
+            # the forward once kept 1 thread (1.06x JAX) while the grad ran on 2: say so
+            picks = ", ".join(f"{k}: {c}" for k, c in sorted(threads.picks.items()))
+        pair = {k: f for k, f in fns.items() if k in ("fflow", "jax.jit")}
+        cpu = cpu_and_preemption(pair, reps) if len(pair) == 2 else {}
+        if picks or cpu:
+            notes.append(
+                f"{label}: fflow's calls per thread count {picks or 'n/a'}; CPU per call "
+                "(process, median), calls descheduled: "
+                + (
+                    ", ".join(f"{k} {c * 1e3:.2f} ms, {late:.0%}" for k, (c, late) in cpu.items())
+                    or "n/a"
+                )
+                + "."
+            )
+    fwd, grad = results
     print_table(
         "Elementwise chain tanh(gelu(a*x+b))*c",
         [(f"forward, {n} float32", fwd), (f"grad, {n} float32", grad)],
+        " ".join(notes),
     )
 
 
