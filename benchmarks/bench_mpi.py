@@ -6,10 +6,13 @@ deterministic mode (default: bit-identical to the simulated runtime) and native 
 process x 1 thread at batch B (rank 0 alone in the same launch, interleaved), next to
 a hand-written DP step (jit gradients + one raw Allreduce of them all + jit update: what
 MPI and fflow's kernels allow), with the time fflow's step spent blocked in
-communication, and the same step with its gradient buckets waited for right after they
-start (config grad_overlap=False): "hidden" is the blocked time overlap removed, and
-every rank running the 1-process step at once without communication (the floor of
-weak scaling here: the ranks share the machine's memory bandwidth and caches).
+communication (collectives, bucket starts, polls and waits), and the same step with its
+gradient buckets waited for right after they start (config grad_overlap=False):
+"hidden" is the blocked time overlap removed, and "blocked in bucket waits" how long
+the buckets' own waits took with and without overlap (with overlap their data moves
+earlier, inside the polls and the other collectives' waits); and every rank running the
+1-process step at once without communication (the floor of weak scaling here: the
+ranks share the machine's memory bandwidth and caches).
 
     python benchmarks/bench_mpi.py [--tiny]     # launches itself with fflow.launch
     python benchmarks/bench_mpi.py --allreduce-only [--ranks 4]   # the all-reduce table
@@ -196,9 +199,10 @@ def _solo(comm, fn):
 def dp_rows(batch, dims, steps):
     """Data-parallel SGD step at per-rank `batch`, interleaved in one launch: 1 process
     (rank 0 alone, jit), fflow on every rank (shard), and a hand-written DP step (jit
-    gradients, one raw comm.Allreduce of all of them packed, jit update). Also the
-    communication fflow's step spent blocked, and how much of its gradient buckets'
-    all-reduce time (each bucket's size alone through raw Allreduce) was hidden."""
+    gradients, one raw comm.Allreduce of all of them packed, jit update), fflow with
+    each bucket waited for at its start, and every rank running the 1-process step. Also
+    the time fflow's step spent blocked in communication and in its buckets' own waits,
+    with and without overlap (runtime_mpi's comm_seconds, bucket_wait_seconds)."""
     from fflow.transforms.shard_buckets import plan_buckets
 
     import fflow
@@ -270,12 +274,13 @@ def dp_rows(batch, dims, steps):
             run()
     samples = {k: [] for k in ("one", *variants)}
     blocked = {"fflow": [], "no_overlap": []}
+    bucket_wait = {"fflow": [], "no_overlap": []}
     names = list(variants)
     for r in range(steps):
         samples["one"].append(_solo(comm, lambda: one(params, x, y)))
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            c0 = rt.comm_seconds
+            c0, w0 = rt.comm_seconds, rt.bucket_wait_seconds
             comm.Barrier()
             t0 = time.perf_counter()
             variants[name]()
@@ -283,8 +288,11 @@ def dp_rows(batch, dims, steps):
             samples[name].append(comm.allreduce(dt, op=_max()))
             if name in blocked:
                 blocked[name].append(comm.allreduce(rt.comm_seconds - c0, op=_max()))
+                waited = rt.bucket_wait_seconds - w0
+                bucket_wait[name].append(comm.allreduce(waited, op=_max()))
     med = {k: statistics.median(v) for k, v in samples.items()}
     med.update({f"blocked_{k}": statistics.median(v) for k, v in blocked.items()})
+    med.update({f"bucket_wait_{k}": statistics.median(v) for k, v in bucket_wait.items()})
     med["buckets"] = [b.nbytes for b in plan_buckets(dp.plan(params, gx, gy).local_program(0))]
     return med
 
@@ -299,7 +307,7 @@ def worker(tiny):
     if "--dp-only" not in sys.argv:
         result["allreduce"] = allreduce_rows(sizes, tiny)
     if "--allreduce-only" not in sys.argv:
-        result["dp"] = dp_rows(batch, dims, 3 if tiny else 15)
+        result["dp"] = dp_rows(batch, dims, 3 if tiny else 25)
     if fflow.process_index() == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -373,9 +381,9 @@ def main():
     print(
         "| ranks | 1 process | fflow DP | vs 1 process | hand DP (jit + 1 Allreduce) | vs 1 "
         "process | every rank alone, no comm (floor) | fflow blocked in comm | without "
-        "overlap: step / blocked | hidden |"
+        "overlap: step / blocked | hidden | blocked in bucket waits: overlap / without |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = [(n, res["dp"]) for n, res in runs.items()]
     rows.append(("2, MPICH async progress", async_run["dp"]))
     for n, d in rows:
@@ -387,7 +395,8 @@ def main():
             f"{_ms(d['blocked_fflow'])} "
             f"({d['blocked_fflow'] / d['fflow'] * 100:.0f}%) | {_ms(d['no_overlap'])} / "
             f"{_ms(d['blocked_no_overlap'])} | {_ms(hidden)} ({len(d['buckets'])} buckets, "
-            f"{sum(d['buckets']) / 2**20:.1f} MB) |"
+            f"{sum(d['buckets']) / 2**20:.1f} MB) | {_ms(d['bucket_wait_fflow'])} / "
+            f"{_ms(d['bucket_wait_no_overlap'])} |"
         )
 
 

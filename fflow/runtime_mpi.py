@@ -69,7 +69,8 @@ class MPIRuntime:
         self.wait = self.control.wait  # (reqs, ranks, what): every collective's wait
         self.bytes_moved = 0  # bytes this rank sent in collective messages
         self.collective_count = 0
-        self.comm_seconds = 0.0  # wall time inside collectives (benchmarks/bench_mpi.py)
+        # wall time inside collectives, bucket starts and polls (benchmarks/bench_mpi.py)
+        self.comm_seconds = 0.0
         self.bucket_wait_seconds = 0.0  # of which waiting for started gradient buckets
         self._comms = {}
         self._group_of = {}  # (placement ranks, group) -> (world ranks, communicator)
@@ -274,14 +275,19 @@ class MPIRuntime:
             _, prim, x, params, owned = req
             ranks, comm, what = self._setup(pl, prim, x, params)
             self.bytes_moved += _all_reduce_bytes(x.size, comm, x.itemsize)
+            t0 = time.perf_counter()
+            # (MPI may already move data here: a peer's part that arrived first)
             handle = mpi_ops.start_all_reduce(comm, x, params["op"], owned)
+            self.comm_seconds += time.perf_counter() - t0
             self._in_flight.append(handle[1])
             started = (handle, comm, ranks, what)
             if not config.grad_overlap:  # (transforms/shard_buckets.py)
                 return ("done", self.run_request(pl, ("wait", started)))
             return started
         if req[0] == "progress":  # let MPI move bucket data while Python computes
+            t0 = time.perf_counter()
             self.MPI.Request.Testall(self._in_flight)
+            self.comm_seconds += time.perf_counter() - t0
             return None
         if req[0] == "wait":
             if req[1][0] == "done":  # finished when it started (grad_overlap off)
