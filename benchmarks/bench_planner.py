@@ -270,36 +270,49 @@ def sequence_table(grid, prof):
 
 
 def memory_table(grid, prof):
-    """Batch annotation only, then budgets below that plan's peak: 10% below the
-    data-parallel peak (the planner stores the optimizer state split: ZeRO-1, its
-    gradients reduce-scatter into it: ZeRO-2), then 5% below that plan's peak
-    (parameters split too; FSDP when it must: each parameter all-gathered before its
-    forward use and again before its backward use, the gathered copy freed after).
-    Hand references, bytes summed over devices, plus the loss's all-reduce: ZeRO-2
-    reduce-scatters every gradient and all-gathers every updated parameter once,
-    2 (p-1) bytes per parameter byte (as data parallelism's all-reduce); FSDP
-    (ZeRO-3) all-gathers every parameter for the forward and again for the
-    backward and reduce-scatters every gradient, 3 (p-1) per parameter byte."""
+    """Batch annotation only (split over every device: S(0) on a 1-D mesh, (S(0), S(0))
+    on a 2-D one), then budgets below that plan's peak: 10% below the data-parallel
+    peak (the planner stores the optimizer state split: ZeRO-1, its gradients
+    reduce-scatter into it: ZeRO-2), then 5% below that plan's peak (parameters split
+    too; FSDP when it must: each parameter all-gathered before its forward use and
+    again before its backward use, the gathered copy freed after).
+
+    Hand references, over all p devices of the mesh (DeepSpeed ZeRO-2 / ZeRO-3 and
+    PyTorch FSDP FULL_SHARD over the world; in fflow: `in_sbp` of the state
+    (S(0),) * mesh.ndim), bytes summed over devices, plus the loss's all-reduce:
+    ZeRO-2 reduce-scatters every gradient and all-gathers every updated parameter
+    once, 2 (p-1) bytes per parameter byte (as data parallelism's all-reduce); FSDP
+    (ZeRO-3) all-gathers every parameter for the forward and again for the backward
+    and reduce-scatters every gradient, 3 (p-1) per parameter byte. On a 2-D mesh
+    this is the reference rather than HSDP (PyTorch HYBRID_SHARD: parameters and
+    state split over mesh axis 1, replicated over axis 0): on 2x2 HSDP holds
+    N/2 + 2N/2 of parameters and Adam state per device, ZeRO-2's N + 2N/4, so it
+    cannot fit a budget below ZeRO-2's peak; on 2x4 it could, moving 20N against
+    full-mesh FSDP's 21N (a 1.05x ratio bound on those rows).
+
+    Planning s: wall (CPU) seconds of `f.plan` under the budget, the whole storage
+    ladder included (each rung is one plan)."""
     from fflow.sharding import S
 
     print(f"\n## shard planner: batch annotation only, under a memory budget ({prof.name})\n")
     print(
-        "| workload | devices | DP peak | DP bytes | budget | plan peak | plan bytes "
-        "| hand bytes (ZeRO-2, then FSDP) | ratio | storage |"
+        "| workload | mesh | DP peak | DP bytes | budget | plan peak | plan bytes "
+        "| hand bytes (ZeRO-2, then FSDP) | ratio | storage | planning s (CPU s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rungs = ("as given", "optimizer state split", "parameters split too")
-    for mesh in [m for m in grid["meshes"] if len(m) == 1]:
+    for mesh in grid["meshes"]:
         pl = placement(mesh)
-        p = mesh[0]
-        for n_layers in grid["layers"][:3]:
-            for b, t, d in grid["sizes"][:3]:
+        p = int(np.prod(mesh))
+        data = (S(0),) * len(mesh)
+        for n_layers in grid["layers"]:
+            for b, t, d in grid["sizes"]:
                 b = p * max(1, b // p)  # a batch every device gets a share of
                 params = pm.init(n_layers, d)
                 x, y = pm.data(b, t, d)
-                args = (params, pm.adam_init(params), x, y)
+                args = as_arrays((params, pm.adam_init(params), x, y))
                 fn = pm.step_fn(max(4, p))
-                in_sbp = (None, None, S(0), S(0))
+                in_sbp = (None, None, data, data)
                 dp = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof).plan(*args)
                 peak = peak_memory(dp.plan.problem, dp.plan.sig_index)[0]
                 param_bytes = sum(a.nbytes for layer in params for a in layer.values())
@@ -308,6 +321,7 @@ def memory_table(grid, prof):
                 zero2, fsdp = 2 * (p - 1) * param_bytes, 3 * (p - 1) * param_bytes
                 for hand in (zero2 + loss_ar, fsdp + loss_ar):
                     f = fflow.shard(fn, pl, in_sbp=in_sbp, profile=prof, memory_limit=budget)
+                    t0, c0 = time.perf_counter(), time.process_time()
                     try:
                         sp = f.plan(*args)
                         got = (
@@ -318,9 +332,11 @@ def memory_table(grid, prof):
                         )
                     except ValueError:
                         sp, got = None, f"no plan fits | - | {hand / 1e6:.2f} MB | - | -"
+                    spent = time.perf_counter() - t0, time.process_time() - c0
                     print(
-                        f"| {n_layers} layers, b,t,d={b},{t},{d} | {p} | {peak / 1e6:.2f} MB "
-                        f"| {dp.bytes / 1e6:.2f} MB | {budget / 1e6:.2f} MB | {got} |",
+                        f"| {n_layers} layers, b,t,d={b},{t},{d} | {'x'.join(map(str, mesh))} "
+                        f"| {peak / 1e6:.2f} MB | {dp.bytes / 1e6:.2f} MB | {budget / 1e6:.2f} MB "
+                        f"| {got} | {spent[0]:.2f} ({spent[1]:.2f}) |",
                         flush=True,
                     )
                     if sp is None:
