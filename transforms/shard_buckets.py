@@ -13,9 +13,25 @@ computed and is *waited for* just before the first equation that reads one of it
 results. The all-reduce is elementwise, so buckets change no number.
 
 While Python computes between a start and its wait, MPI makes progress when
-fflow polls the request between compiled segments (`("progress",)` requests), or
-continuously with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1; mpi4py
-initialises MPI with MPI_THREAD_MULTIPLE, which that needs).
+fflow polls the request between compiled segments (`("progress",)` requests), inside
+every other MPI call (the waits of the collectives after the start), or continuously
+with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1; mpi4py initialises MPI with
+MPI_THREAD_MULTIPLE, which that needs). Nothing moves inside a compiled segment.
+
+What that hides depends on who copies the bytes. MPICH's shared-memory transport
+copies with the ranks' own CPUs, so where every core computes (benchmarks/bench_mpi.py,
+2 ranks x 2 cores) overlap moves a bucket's work into the next waits without hiding
+it: the DP MLP's 4 MB bucket waits 0.00 ms instead of ~1 ms, and the step is ~1%
+slower (median of 23 same-launch pairs; the bucket interleaves with the layer-1
+collectives right after its start); a thread polling MPI during a 3 ms GEMM empties
+the wait and slows the GEMM by ~1 ms (in the DP step: 2-7% slower). Smaller buckets
+(1 MB, as DDP's first) cut the backward segment: ~2% slower.
+`grad_overlap=False` waits for each bucket where it starts. On a link that progresses
+by itself (NCCL, RDMA, a spare core for the progress thread) the overlap is real.
+
+The planner's cost model reads `grad_bucket_mb` too (transforms/shard_cost.py), so
+another bucket size may give another plan, with other last bits; one plan runs with
+the same numbers under every bucket setting (tests/test_shard_buckets.py).
 """
 
 import numpy as np
