@@ -3,9 +3,12 @@ weights annotated Megatron-style and everything else left to the planner, agains
 hand Megatron plan (every activation forced with with_sbp) and, where installed, JAX's
 partitioner on the same program (collectives read from the compiled HLO).
 
-Columns: plan bytes / hand bytes (communication summed over devices), modelled step
-time per device (profile: H200 NVLink unless --profile cpu), all-reduces of a
-(b, t, d) activation, matmuls run replicated, planning seconds of f.plan (wall, and
+Columns: bytes of the free plan, of the kept plan (`shard(..., keep_in_sbp=)`: the
+annotations binding) and of the hand plan (communication summed over devices),
+modelled step time per device (profile: H200 NVLink unless --profile cpu),
+all-reduces of a (b, t, d) activation (forward+backward), matmuls run replicated,
+whether the kept plan meets the Megatron targets (or what it misses), planning
+seconds of f.plan (wall, and
 the process's CPU seconds, which a loaded machine disturbs less; the arguments are
 fflow arrays before the clock starts, and conversion plans are cached per process,
 so a row after rows of the same shapes plans faster than a fresh process).
@@ -45,18 +48,45 @@ def placement(mesh):
 
 
 def measure(sp, act_shape):
+    """(all-reduces of an act_shape activation, other collectives of one, replicated
+    matmuls); all-reduces as (forward, backward): the forward pass ends at the
+    equation that makes the loss (the first output)."""
     h = sp.placement.hierarchy
-    big_ar = sum(
-        bp.collectives().count("all_reduce")
-        for _, v, _, _, bp in sp.boxings()
-        if bp.bytes and v.aval.shape == act_shape
-    )
+    loss = sp.exec_program.outvars[0]
+    end = next((k for k, e in enumerate(sp.exec_program.eqns) if loss in e.outputs), -1)
+    fwd = bwd = other = 0
+    for k, v, _, _, bp in sp.boxings():
+        if not bp.bytes or v.aval.shape != act_shape:
+            continue
+        colls = bp.collectives()
+        n = colls.count("all_reduce")
+        other += len(colls) - n
+        if k != "out" and k <= end:
+            fwd += n
+        else:
+            bwd += n
     replicated = sum(
         1
         for e, sig in zip(sp.exec_program.eqns, sp.plan.eqn_sigs)
         if e.primitive.name == "dot_general" and work_share(e, sig, h) == 1.0
     )
-    return big_ar, replicated
+    return (fwd, bwd), other, replicated
+
+
+def megatron_verdict(n_layers, kept, hand, ar, other, rep):
+    """Whether the kept plan meets issue 11's Megatron targets, and what misses."""
+    miss = []
+    if kept.bytes > 1.05 * hand.bytes:
+        miss.append(f"bytes {kept.bytes / hand.bytes:.2f}x hand")
+    if ar[0] != 2 * n_layers:
+        miss.append(f"{ar[0]} forward all-reduces, want {2 * n_layers}")
+    if not 2 * n_layers - 1 <= ar[1] <= 2 * n_layers:  # (the batch needs no gradient)
+        miss.append(f"{ar[1]} backward all-reduces, want {2 * n_layers - 1}-{2 * n_layers}")
+    if other:
+        miss.append(f"{other} other activation collectives")
+    if rep:
+        miss.append(f"{rep} replicated matmuls")
+    return "yes" if not miss else "NO: " + ", ".join(miss)
 
 
 # ----------------------------------------------------------------------------
@@ -192,14 +222,21 @@ def main():
 
 
 def megatron_table(grid, prof, args):
+    """Per row three plans of the same step: free (the weights' annotations are where
+    they start; the planner may move them), kept (`keep_in_sbp`: the weights and their
+    Adam state are read as annotated, splits propagate from them) and hand (every
+    forward activation forced by with_sbp, the rest searched). All-reduces of the
+    (b, t, d) activation as forward+backward; Megatron's: 2L forward, 2L backward
+    (2L-1 where the first block's input gradient is not needed)."""
     jax = load_jax() if (args.only is None or "jax" in args.only) else None
     print(f"## shard planner: Megatron-annotated transformer training steps ({prof.name})\n")
     print(
-        "| workload | mesh | eqns | plan bytes | hand bytes | ratio | plan time | hand time "
-        "| act. all-reduces plan/hand | replicated matmuls | planning s (CPU s) "
-        "| JAX collectives | JAX bytes |"
+        "| workload | mesh | eqns | free bytes | kept bytes | hand bytes | free / kept ratio "
+        "| free time | kept time | hand time | act. all-reduces free / kept / hand "
+        "| replicated matmuls free / kept | kept meets Megatron targets "
+        "| planning s free, kept (CPU s) | JAX collectives | JAX bytes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mesh in grid["meshes"]:
         pl = placement(mesh)
         heads = max(4, mesh[-1])
@@ -207,17 +244,17 @@ def megatron_table(grid, prof, args):
             for b, t, d in grid["sizes"]:
                 if d % (heads * mesh[-1]) or (len(mesh) == 2 and b % mesh[0]):
                     continue
-                f, fargs = pm.megatron_sharded(pl, n_layers, b, t, d, heads, profile=prof)
-                hand, _ = pm.megatron_sharded(
-                    pl, n_layers, b, t, d, heads, hints=True, profile=prof
-                )
-                fargs = as_arrays(fargs)
-                t0, c0 = time.perf_counter(), time.process_time()
-                sp = f.plan(*fargs)
-                t_plan, c_plan = time.perf_counter() - t0, time.process_time() - c0
-                sh = hand.plan(*fargs)
-                ar, rep = measure(sp, (b, t, d))
-                ar_h, _ = measure(sh, (b, t, d))
+                plans, secs = {}, []
+                for name, kw in (("free", {}), ("kept", {"keep": True}), ("hand", {"hints": True})):
+                    f, fargs = pm.megatron_sharded(pl, n_layers, b, t, d, heads, profile=prof, **kw)
+                    fargs = as_arrays(fargs)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    plans[name] = f.plan(*fargs)
+                    secs.append((time.perf_counter() - t0, time.process_time() - c0))
+                sp, sk, sh = plans["free"], plans["kept"], plans["hand"]
+                got = {n: measure(p, (b, t, d)) for n, p in plans.items()}
+                ar = " / ".join(f"{g[0][0]}+{g[0][1]}" for g in got.values())
+                verdict = megatron_verdict(n_layers, sk, sh, *got["kept"])
                 jc, jb = "n/a", "n/a"
                 if jax is not None:
                     try:
@@ -226,12 +263,16 @@ def megatron_table(grid, prof, args):
                     except Exception as e:  # noqa: BLE001  (a JAX version without this API)
                         jc = f"error: {type(e).__name__}"
                 name = f"{n_layers} layers, b,t,d={b},{t},{d}"
+                hb = max(sh.bytes, 1)
                 print(
                     f"| {name} | {'x'.join(map(str, mesh))} | {len(sp.exec_program.eqns)} "
-                    f"| {sp.bytes / 1e6:.2f} MB | {sh.bytes / 1e6:.2f} MB "
-                    f"| {sp.bytes / max(sh.bytes, 1):.2f} | {sp.plan.time * 1e3:.3f} ms "
-                    f"| {sh.plan.time * 1e3:.3f} ms | {ar}/{ar_h} | {rep} "
-                    f"| {t_plan:.2f} ({c_plan:.2f}) "
+                    f"| {sp.bytes / 1e6:.2f} MB | {sk.bytes / 1e6:.2f} MB "
+                    f"| {sh.bytes / 1e6:.2f} MB "
+                    f"| {sp.bytes / hb:.2f} / {sk.bytes / hb:.2f} "
+                    f"| {sp.plan.time * 1e3:.3f} ms | {sk.plan.time * 1e3:.3f} ms "
+                    f"| {sh.plan.time * 1e3:.3f} ms | {ar} "
+                    f"| {got['free'][2]} / {got['kept'][2]} | {verdict} "
+                    f"| {secs[0][0]:.2f}, {secs[1][0]:.2f} ({secs[0][1]:.2f}, {secs[1][1]:.2f}) "
                     f"| {jc} | {jb if isinstance(jb, str) else f'{jb / 1e6:.2f} MB'} |",
                     flush=True,
                 )

@@ -155,10 +155,13 @@ def step_fn(heads, hints=None, adam=True):
     return lambda params, x, y: fflow.value_and_grad(loss)(params, x, y, heads, hints)
 
 
-def megatron_sharded(pl, n_layers, b, t, d, heads=4, hints=False, adam=True, **opts):
+def megatron_sharded(pl, n_layers, b, t, d, heads=4, hints=False, adam=True, keep=False, **opts):
     """(Sharded step, args) with Megatron weight annotations (hints=True: the hand plan,
     every activation's SBP forced by with_sbp; hints="sequence" on a 1-D mesh: the hand
-    plan with sequence parallelism)."""
+    plan with sequence parallelism; keep=True: the weights' and their Adam state's
+    annotations are binding, `shard(..., keep_in_sbp=)`, the batch's are not)."""
+    if keep:
+        opts["keep_in_sbp"] = (True, True, False, False) if adam else (True, False, False)
     params = init(n_layers, d)
     x, y = data(b, t, d)
     mesh2d = pl.ndim == 2

@@ -23,6 +23,7 @@ Eager global arrays (`fflow.to_global`) run op by op through the same rules.
 """
 
 import functools
+import inspect
 
 import numpy as np
 from fflow.primitives.sbp_constraint import dual, sbp_constraint_p, shift, tracing
@@ -76,7 +77,14 @@ from fflow.sharding import (
     runtime,
     to_global,
 )
-from fflow.tree_util import LEAF, prefix_broadcast, tree_flatten, tree_unflatten
+from fflow.tree_util import (
+    LEAF,
+    keystr,
+    prefix_broadcast,
+    tree_flatten,
+    tree_flatten_with_path,
+    tree_unflatten,
+)
 
 # ----------------------------------------------------------------------------
 # with_sbp: an identity with an SBP constraint
@@ -176,7 +184,9 @@ def bind_call(sp, args):
 class Sharded:
     """A sharded function: call it, or inspect its plan with `.plan(*args)`."""
 
-    def __init__(self, fun, pl, in_sbp=None, out_sbp=None, profile=None, memory_limit=None):
+    def __init__(
+        self, fun, pl, in_sbp=None, out_sbp=None, profile=None, memory_limit=None, keep=False
+    ):
         functools.update_wrapper(self, fun)
         if not isinstance(pl, placement):
             raise user_error(TypeError, f"shard needs a fflow.placement, got {pl!r}")
@@ -188,6 +198,7 @@ class Sharded:
         if profile is not None:
             self.plan_options["profile"] = profile
         self.memory_limit = memory_limit
+        self.keep_in_sbp = keep
         self.cache = {}
         self.fast = {}  # cheap call key -> (sharded program, output tree, captured arrays)
         # the last direct hit: ((sharding, shape, dtype) per positional global array,
@@ -221,6 +232,26 @@ class Sharded:
             out.append(tuple(spec))
         return out
 
+    def _kept(self, args, free):
+        """Per input leaf: its name where keep_in_sbp holds it to its annotated SBP (the
+        user's in_sbp, or a global array's own SBP), else None."""
+        if self.keep_in_sbp is False:
+            return [None] * len(free)
+        try:
+            flags = prefix_broadcast(self.keep_in_sbp, tuple(args), "keep_in_sbp")
+        except ValueError as e:
+            raise user_error(ValueError, f"{e}. Fix: True, False, or one per argument.") from None
+        try:
+            names = list(inspect.signature(self.fun).parameters)
+        except (TypeError, ValueError):  # (a builtin or a callable without a signature)
+            names = []
+        out = []
+        for flag, fr, (path, _) in zip(flags, free, tree_flatten_with_path(tuple(args))[0]):
+            a = path[0].idx
+            name = names[a] if a < len(names) else f"argument {a}"
+            out.append(name + keystr(path[1:]) if flag and fr is None else None)
+        return out
+
     def lower(self, *args):
         """The ShardedProgram (global program + plan) for these arguments."""
         return self._entry(args)[0]
@@ -232,9 +263,10 @@ class Sharded:
         leaves = [x if is_global(x) else as_value(x) for x in leaves]
         free = []
         in_sbps = self._in_sbps(args, leaves, free)
+        kept = self._kept(args, free)
         avals = [core.aval_of_value(x).strip_weak_type() for x in leaves]
         elsewhere = _sources(leaves)  # global inputs on other placements
-        key = (in_tree, tuple(avals), tuple(in_sbps), elsewhere)
+        key = (in_tree, tuple(avals), tuple(in_sbps), elsewhere, tuple(kept))
         entry = self.cache.get(key)
         if entry is not None:
             sp, out_tree = entry
@@ -262,6 +294,8 @@ class Sharded:
             opts = self.plan_options
             if memory_weight:  # (fit_budget: the time-optimal plan did not fit)
                 opts = dict(opts, memory_weight=memory_weight)
+            if any(kept):
+                opts = dict(opts, keep=(None,) * k + tuple(kept))
             return ShardedProgram(prog, self.placement, lifted_sbps + ins, outs, plan_options=opts)
 
         sources = _sources(lifted) + elsewhere
@@ -269,13 +303,14 @@ class Sharded:
             e.primitive is shard_move_p for e in program.eqns
         ):
             # several placements: one planned segment per placement
-            if self.memory_limit is not None:
-                raise user_error(
-                    ValueError,
-                    "memory_limit is not supported for a sharded function that moves values "
-                    "to other placements (with_sbp(..., placement=)). Fix: drop "
-                    "memory_limit, or shard each placement's part on its own with its limit.",
-                )
+            for opt, given in (("memory_limit", self.memory_limit), ("keep_in_sbp", any(kept))):
+                if given is not None and given is not False:
+                    raise user_error(
+                        ValueError,
+                        f"{opt} is not supported for a sharded function that moves values "
+                        f"to other placements (with_sbp(..., placement=)). Fix: drop {opt}, "
+                        "or shard each placement's part on its own with it.",
+                    )
             # inputs whose SBP no one fixed: the cutter picks the one their move costs least
             unfixed = [False] * len(lifted_sbps) + [f is not None for f in free]
             sp = program_cutters[0](
@@ -546,7 +581,9 @@ def _lift_closed_over(program, pl):
 
 
 @check_keywords
-def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit=None):  # noqa: A002
+def shard(
+    f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit=None, keep_in_sbp=False
+):  # noqa: A002
     """Run `f` SPMD on `placement` with SBP-annotated inputs and outputs.
 
     Args:
@@ -568,6 +605,16 @@ def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit
             each forward and backward use, freed after); the fastest plan that fits
             wins. `.plan(...)` then has `peak_memory`, `storage_rung` and
             `gathered_per_use`.
+        keep_in_sbp: True (every annotated input), or a pytree prefix of the arguments
+            with a bool per argument: the annotated SBP of those inputs (from `in_sbp`,
+            or a global array's own) is their binding layout, as JAX's in_shardings /
+            OneFlow's global tensor SBP: every operation reads them as they are stored,
+            never converted (no all-gather of a split weight), and under `grad` their
+            gradient comes back in the same SBP (a broadcast weight's gradient is
+            all-reduced). With Megatron-annotated weights this gives Megatron's plan.
+            Default False: annotations are where inputs start, and the planner may move
+            them when that is faster. A program that cannot read a kept input in its
+            SBP raises, naming the line and the SBPs it can read it in.
 
     Returns:
         A callable returning global arrays; `.plan(*args)` shows the planned program.
@@ -580,8 +627,14 @@ def shard(f, placement, in_sbp=None, out_sbp=None, *, profile=None, memory_limit
         >>> y = f(jnp.ones((4, 3)), jnp.ones((3, 2)))
         >>> y.sbp, y.shape
         ((S(0),), (4, 2))
+        >>> x, w = jnp.ones((4, 3)), jnp.ones((3, 2))
+        >>> fflow.shard(lambda x, w: x @ w, pl, (B, S(0))).plan(x, w).collectives()
+        ['all_to_all']
+        >>> g = fflow.shard(lambda x, w: x @ w, pl, (B, S(0)), keep_in_sbp=(False, True))
+        >>> g.plan(x, w).collectives()  # w read as stored: x sliced, the sum all-reduced
+        ['shard_slice', 'all_reduce']
     """
-    return Sharded(f, placement, in_sbp, out_sbp, profile, memory_limit)
+    return Sharded(f, placement, in_sbp, out_sbp, profile, memory_limit, keep_in_sbp)
 
 
 class _ND:
@@ -678,13 +731,26 @@ def _shard_call_jvp(primals, tangents, *, sharded):
         jprog = _retrace(jvp_fun, avals)
         in_sbps = sp.in_sbps + [s for z, s in zip(nz, sp.in_sbps) if z]
         out_sbps = list(sp.out_sbps) + list(sp.out_sbps)
-        new = ShardedProgram(
-            jprog, sp.placement, in_sbps, out_sbps, name="jvp", plan_options=sp.plan_options
-        )
+        kept = _kept_of(sp)  # a kept input's tangent is kept too
+        opts = _opts(sp, kept + [k for z, k in zip(nz, kept) if z])
+        new = ShardedProgram(jprog, sp.placement, in_sbps, out_sbps, name="jvp", plan_options=opts)
         _derived(sp)[key] = new
     outs = bind_call(new, [*primals, *[t for t in tangents if type(t) is not Zero]])
     m = len(prog.outvars)
     return outs[:m], outs[m:]
+
+
+def _kept_of(sp):
+    """Per input of `sp`: its name where keep_in_sbp holds it to its SBP, else None."""
+    return list(sp.plan_options.get("keep") or [None] * len(sp.in_sbps))
+
+
+def _opts(sp, kept):
+    """Planner options of a program derived from `sp` whose inputs are kept as `kept`."""
+    opts = {k: v for k, v in sp.plan_options.items() if k != "keep"}
+    if any(k is not None for k in kept):
+        opts["keep"] = tuple(kept)
+    return opts
 
 
 def _derived(sp):
@@ -749,6 +815,7 @@ def _shard_call_partial_eval(trace, args, params):
         kprog, uprog, out_unknown, res = partial_eval_program(sp.exec_program, known)
         res_sbps = [sp.plan.var_sbp[v] for v in res]
         k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
+        kept = _kept_of(sp)
         ksp = ShardedProgram(
             kprog,
             sp.placement,
@@ -756,15 +823,18 @@ def _shard_call_partial_eval(trace, args, params):
             k_outs + res_sbps,
             allow_partial_out=True,
             name="known",
-            plan_options=sp.plan_options,
+            plan_options=_opts(sp, [n for n, k in zip(kept, known) if k]),
         )
+        # a kept input passed on as a residual (a weight the backward reads) stays kept
+        by_var = dict(zip(sp.exec_program.invars, kept))
+        kept_res = [by_var.get(v) for v in res]
         usp = ShardedProgram(
             uprog,
             sp.placement,
             res_sbps + [s for s, k in zip(sp.in_sbps, known) if not k],
             [s for s, u in zip(sp.out_sbps, out_unknown) if u],
             name="linear",
-            plan_options=sp.plan_options,
+            plan_options=_opts(sp, kept_res + [n for n, k in zip(kept, known) if not k]),
         )
         hit = (ksp, usp, out_unknown, len(res))
         _derived(sp)[key] = hit
@@ -793,18 +863,22 @@ def _split_with_remat(sp, known):
     out_unknown = split.out_unknowns
     n_res = len(split.residuals)
     known_in = [bcast] * (len(split.known_consts) + len(consts))
+    n_consts = len(known_in)
     known_in += [s for s, k in zip(sp.in_sbps, known) if k]
     k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
+    kept = _kept_of(sp)
     ksp = ShardedProgram(
         split.known, sp.placement, known_in, k_outs + [None] * n_res,
-        allow_partial_out=True, name="known", plan_options=sp.plan_options,
+        allow_partial_out=True, name="known",
+        plan_options=_opts(sp, [None] * n_consts + [n for n, k in zip(kept, known) if k]),
     )  # fmt: skip
     res_sbps = ksp.out_sbps[len(k_outs) :]
     usp = ShardedProgram(
         split.unknown, sp.placement,
         list(res_sbps) + [s for s, k in zip(sp.in_sbps, known) if not k],
         [s for s, u in zip(sp.out_sbps, out_unknown) if u],
-        name="linear", plan_options=sp.plan_options,
+        name="linear",
+        plan_options=_opts(sp, [None] * n_res + [n for n, k in zip(kept, known) if not k]),
     )  # fmt: skip
     return (ksp, usp, out_unknown, n_res, list(split.known_consts) + list(consts))
 
@@ -840,10 +914,14 @@ def _shard_call_transpose(cts, *args, sharded):
         tprog = _retrace(tfun, avals)
         in_sbps = [s for s, li in zip(sp.in_sbps, lin) if not li]
         in_sbps += [dual(s) for s, z in zip(sp.out_sbps, ct_nz) if z]
-        out_sbps = [dual(s) for s, li in zip(sp.in_sbps, lin) if li]
+        kept = _kept_of(sp)
+        # a kept input's gradient comes back in its own SBP (B: all-reduced)
+        out_sbps = [s if n else dual(s) for s, n, li in zip(sp.in_sbps, kept, lin) if li]
+        t_kept = [n for n, li in zip(kept, lin) if not li] + [None] * sum(ct_nz)
         tsp = ShardedProgram(
-            tprog, sp.placement, in_sbps, out_sbps, name="transpose", plan_options=sp.plan_options
-        )
+            tprog, sp.placement, in_sbps, out_sbps, name="transpose",
+            plan_options=_opts(sp, t_kept),
+        )  # fmt: skip
         _derived(sp)[key] = tsp
     res_vals = [a for a, li in zip(args, lin) if not li]
     outs = bind_call(tsp, [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]])
@@ -887,7 +965,12 @@ def _shard_call_batch(args, dims, *, sharded):
         in_sbps = [shift(s) if m else s for s, m in zip(sp.in_sbps, mapped)]
         out_sbps = [shift(s) for s in sp.out_sbps]
         bsp = ShardedProgram(
-            bprog, sp.placement, in_sbps, out_sbps, name="vmap", plan_options=sp.plan_options
+            bprog,
+            sp.placement,
+            in_sbps,
+            out_sbps,
+            name="vmap",
+            plan_options=_opts(sp, _kept_of(sp)),
         )
         _derived(sp)[key] = bsp
     outs = bind_call(bsp, moved)

@@ -62,6 +62,9 @@ REFINE_MARGIN = 0.25  # another start is refined only when it starts this close 
 # right call in backward passes; 1: finish early, Megatron's forward)
 PARTIAL_PENALTIES = (0.1, 1.0)
 INF = float("inf")
+# seconds charged for a conversion that splits a value under keep_in_sbp (where the
+# plan follows the kept inputs' splits): large, but finite so deltas stay numbers
+NEW_SPLIT = 1e3
 
 # N-D SBP tuples <-> small ints, shared by every plan
 _NDS = []
@@ -111,6 +114,8 @@ class Plan:
         self.hidden_count = 0
         for i, h, w in prob.conversions(sig_idx, have):
             t = prob.bt(i, h, w)
+            if t >= NEW_SPLIT:  # (a split keep_in_sbp steered away from: not time)
+                t -= NEW_SPLIT
             self.comm_time += t
             self.bytes += prob.bbytes(i, h, w)
             if i in prob.hidden and prob._is_reduce(i, h, w):
@@ -123,7 +128,16 @@ class _Problem:
     """The program as integers: var ids, per-equation candidate codes and costs."""
 
     def __init__(
-        self, program, pl, in_sbps, out_sbps, allow_partial_out, constrained, profile, mem_w=0.0
+        self,
+        program,
+        pl,
+        in_sbps,
+        out_sbps,
+        allow_partial_out,
+        constrained,
+        profile,
+        mem_w=0.0,
+        keep=None,
     ):
         self.program = program
         self.h = tuple(pl.hierarchy)
@@ -145,6 +159,9 @@ class _Problem:
         for v in program.constvars:
             self.vid[v] = new_var(v.aval, self.bcode)
         self.n_inputs = len(self.avals)  # var ids below: held by the caller all call long
+        # inputs read only in their own SBP (shard(..., keep_in_sbp=)): var id -> name
+        self.kept = {i: name for i, name in enumerate(keep or ()) if name is not None}
+        kept_lists = {}  # (id(candidates), restriction) -> the candidates that obey it
         self.eqn_ins, self.eqn_outs, self.cands, self.cin, self.cout, self.comp = (
             [],
             [],
@@ -175,6 +192,8 @@ class _Problem:
                     if more:
                         cands = cands + more
                         self.control.append(len(self.cands))
+            if self.kept:
+                cands = self._keep(eqn, ins, cands, kept_lists)
             outs = []
             for v in eqn.outputs:
                 self.vid[v] = new_var(v.aval, None)
@@ -210,7 +229,18 @@ class _Problem:
             self.out_ids.append(i)
             self.out_req_codes.append(r)
             self.out_reqs[i].append(r)
-        self.akey = [(a.shape, a.dtype) for a in self.avals]
+        # under keep_in_sbp, splits only propagate from the kept inputs: a conversion
+        # that splits a value (slice, reduce-scatter) costs NEW_SPLIT, except into an
+        # output or a with_sbp that asks for it
+        self.splits_free = [not self.kept] * len(self.avals)
+        if self.kept:
+            for i, r in enumerate(self.out_reqs):
+                self.splits_free[i] = bool(r)
+            for k, eqn in enumerate(program.eqns):
+                if eqn.primitive is sbp_constraint_p:
+                    for i in self.eqn_ins[k]:
+                        self.splits_free[i] = True
+        self.akey = [(a.shape, a.dtype, f) for a, f in zip(self.avals, self.splits_free)]
         self.late, self.crossing, self.last_heavy = _late_vars(program, self)
         self.hidden = self._overlap()
         akids = {}
@@ -229,6 +259,22 @@ class _Problem:
         self._reduce = {}
         self._fin = {}
         self.pen = weigh_memory(self, mem_w) if mem_w else None
+
+    def _keep(self, eqn, ins, cands, lists):
+        """The candidates that read every kept input in its own SBP (one list per
+        candidate list and restriction, so repeated layers still share their codes);
+        none: a user error naming the equation's line and the input."""
+        restr = tuple((j, self.init[i]) for j, i in enumerate(ins) if i in self.kept)
+        if not restr:
+            return cands
+        key = (id(cands), restr)
+        got = lists.get(key)
+        if got is None:
+            got = [c for c in cands if all(_code(c.ins[j]) == code for j, code in restr)]
+            if not got:
+                raise _kept_error(self, eqn, ins, cands, restr)
+            lists[key] = got
+        return got
 
     def _overlap(self):
         """Per gradient (a value crossing into the optimizer tail), the seconds of its
@@ -249,7 +295,7 @@ class _Problem:
                 if not self.late[i] or self.avals[i].dtype.kind != "f":
                     continue
                 needed = min((c for c, _ in self.consumers[i]), default=None)
-                shape, dtype = self.akey[i]
+                shape, dtype, _ = self.akey[i]
                 bp = plan_boxing(shape, dtype, self.h, full, (B,) * self.nd)
                 secs = boxing_time(bp, self.h, self.profile, bucketed=self.crossing)
                 ready = start[k] + min(self.comp[k])
@@ -271,13 +317,15 @@ class _Problem:
             base = self.akid_class[i] + pair
             t = self._bt.get(base)
             if t is None:
-                shape, dtype = self.akey[i]
+                shape, dtype, _ = self.akey[i]
                 bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
                 # a bucket holds at most the values crossing into the tail (the gradients)
                 members = self.crossing if self.late[i] else 0
                 t = boxing_time(bp, self.h, self.profile, bucketed=members)
                 if not t and bp.steps:
                     t = 1e-12  # a local conversion (slice, pad): free, but not nothing
+                if not self.akey[i][2] and _new_split(_NDS[have], _NDS[want]):
+                    t += NEW_SPLIT
                 self._bt[base] = t
             hidden = self.hidden.get(i)
             if hidden and self._is_reduce(i, have, want):
@@ -288,13 +336,13 @@ class _Problem:
     def _is_reduce(self, i, have, want):
         r = self._reduce.get((self.akid_class[i], have, want))
         if r is None:
-            shape, dtype = self.akey[i]
+            shape, dtype, _ = self.akey[i]
             bp = plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want])
             r = self._reduce[(self.akid_class[i], have, want)] = is_bucketed_reduce(bp)
         return r
 
     def bbytes(self, i, have, want):
-        shape, dtype = self.akey[i]
+        shape, dtype, _ = self.akey[i]
         return plan_boxing(shape, dtype, self.h, _NDS[have], _NDS[want]).bytes
 
     def finish(self, c):
@@ -356,6 +404,39 @@ class _Problem:
         return t + sum(self.bt(i, h, w) for i, h, w in self.conversions(sig_idx, have))
 
 
+def _kept_error(prob, eqn, ins, cands, restr):
+    """The user error for kept inputs that an equation cannot read in their SBPs."""
+    names = [prob.kept[ins[j]] for j, _ in restr]
+    given = " and ".join(f"{n} as {_fmt_nd(_NDS[c])}" for n, (_, c) in zip(names, restr))
+    can = sorted(
+        {", ".join(n + " " + _fmt_nd(s.ins[j]) for n, (j, _) in zip(names, restr)) for s in cands}
+    )
+    more = f" (and {len(can) - 6} more)" if len(can) > 6 else ""
+    info = eqn.source_info
+    where = ""
+    if info is not None:
+        text = info.line_text()
+        where = f"\n  at {info}" + (f"\n    {text}" if text else "")
+    return ValueError(
+        f"shard(..., keep_in_sbp=...): `{eqn.primitive.name}` cannot read {given}, the "
+        f"annotated SBP{'s' if len(restr) > 1 else ''} kept by keep_in_sbp; it reads "
+        f"{'them' if len(restr) > 1 else 'it'} as: {'; '.join(can[:6])}{more}.{where}\n"
+        f"Fix: annotate {' / '.join(names)} in in_sbp with SBPs it can read, or leave "
+        f"{'one of them' if len(restr) > 1 else 'it'} free to be converted "
+        f"(keep_in_sbp=False for that argument)."
+    )
+
+
+def _new_split(have, want):
+    """Whether converting `have` to `want` splits a value along a mesh axis that holds
+    it whole or as partial sums (a slice or a reduce-scatter, not an all-to-all)."""
+    return any(w.is_split() and not h.is_split() for h, w in zip(have, want))
+
+
+def _fmt_nd(nd):
+    return "(" + ", ".join(str(s) for s in nd) + ")"
+
+
 def _late_vars(program, prob):
     """(per var id: read only after the program's last matmul, number of such values
     computed by then). A training step's tail is its optimizer update; the values
@@ -383,11 +464,16 @@ def plan_program(
     search=True,
     profile=None,
     memory_weight=0.0,
+    keep=None,
 ):
     """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
     handled one level up, transforms/shard_memory.py; `memory_weight`: seconds per byte
-    of equation output held per device, added to the search's costs, shard_fsdp.py)."""
-    prob = _Problem(program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight)
+    of equation output held per device, added to the search's costs, shard_fsdp.py;
+    `keep`: per input, None or its name where every equation must read it in its own
+    SBP, `shard(..., keep_in_sbp=)`)."""
+    prob = _Problem(
+        program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight, keep
+    )
     found = _searched(prob, search)
     if prob.control and search:
         # the loops' split signatures change what is cheap around them; the search can

@@ -1,0 +1,73 @@
+"""Run by tests/test_shard_plan_keep.py on simulated devices (imported) and under
+`python -m fflow.launch -n 4` (as a script): a 2-layer pre-LN transformer Adam step
+(benchmarks/planner_models.py) with Megatron-annotated weights held to their SBPs by
+`shard(..., keep_in_sbp=)`, on a 1-D mesh of 4 and a 2x2 (data x model) mesh. Prints
+(rank 0) per mesh the planned conversions of (b, t, d) activations, whether any kept
+input is converted, the largest matmul work share, and the step's values next to the
+same step unsharded, as JSON."""
+
+import json
+import os
+import sys
+
+import numpy as np
+from fflow.transforms.shard_cost import work_share
+
+import fflow
+from fflow.sharding import runtime
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+import planner_models as pm  # noqa: E402
+
+LAYERS, HEADS = 2, 4
+SIZE = (8, 64, 32)  # small enough to run; the free plan is Megatron here too
+# where the free plan is not (it reduce-scatters and all-gathers block outputs on the
+# 1-D mesh, all-gathers weights at 8,512,512): planned only
+BIG = {"1d": (8, 256, 64), "2x2": (8, 512, 512)}
+
+
+def run(pl, size=SIZE, layers=LAYERS, values=True):
+    b, t, d = size
+    f, args = pm.megatron_sharded(
+        pl, layers, b, t, d, HEADS, keep=True, profile=fflow.sharding.H200
+    )
+    sp = f.plan(*args)
+    h = pl.hierarchy
+    kept_vars = {sp.exec_program.invars[i] for i in sp.plan.problem.kept}
+    loss = sp.exec_program.outvars[0]  # the forward pass ends where the loss is made
+    fwd_end = next(k for k, e in enumerate(sp.exec_program.eqns) if loss in e.outputs)
+    acts = [
+        (str(have), str(want), bp.collectives(), "forward" if k <= fwd_end else "backward")
+        for k, v, have, want, bp in sp.boxings()
+        if bp.bytes and v.aval.shape == (b, t, d)
+    ]
+    shares = [
+        work_share(e, sig, h)
+        for e, sig in zip(sp.exec_program.eqns, sp.plan.eqn_sigs)
+        if e.primitive.name == "dot_general"
+    ]
+    got = fflow.tree_util.tree_flatten(f(*args))[0] if values else []
+    ref = fflow.tree_util.tree_flatten(pm.train_step(*args, heads=HEADS))[0] if values else []
+    return {
+        "layers": layers,
+        "devices": int(np.prod(h)),
+        "kept": len(kept_vars),
+        "kept_converted": sum(1 for _, v, _, _, _ in sp.boxings() if v in kept_vars),
+        "activations": acts,
+        "max_share": max(shares),
+        "got": [np.asarray(g).tolist() for g in got],
+        "ref": [np.asarray(r).tolist() for r in ref],
+    }
+
+
+def placements(n=4):
+    return {
+        "1d": fflow.placement("cpu", list(range(n))),
+        "2x2": fflow.placement("cpu", [[0, 1], [2, 3]]),
+    }
+
+
+if __name__ == "__main__":
+    out = {name: run(pl) for name, pl in placements(runtime().device_count()).items()}
+    if runtime().rank == 0:
+        print("RESULT " + json.dumps(out), flush=True)
