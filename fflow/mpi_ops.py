@@ -27,19 +27,25 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   up to 1 MB moved (load ~10: 256 KB 0.84-0.97x vs 1.00-1.45x), which is why this
   was 1 MB before; the limit is set for the quiet case.
   When every member of the group shares one node (config `mpi_shared_memory`, on by
-  default), a planned all-reduce (a one-collective program's cache hit) takes the same
-  two paths through a shared-memory window instead (fflow/mpi_shm.py): copy in, one
-  `Ibarrier`, read the other members' values in place. Same bits, no all-gather or
-  all-to-all copies through MPI's queues: 4 ranks on 2 cores, load 7-9, same launch
-  vs raw Allreduce, 64 KB 0.40x (MPI paths 0.71x), 256 KB 0.39x (1.05x), 1 MB 0.38x
-  (0.94x).
+  default), deterministic all-reduces of the dtypes MPI types (not 16-bit floats) take
+  the same two paths through a shared-memory window instead (fflow/mpi_shm.py): copy
+  in, one `Ibarrier`, read the other members' values in place (rows: each member
+  reduces everything; two-step, from value x ranks > mpi_allgather_bytes at 3+ ranks:
+  each member its chunk, a second barrier, copy out). Same bits, none of the
+  all-gather's / all-to-all's copies through MPI's queues. Planned calls tune between
+  the window's two paths (and MPI's own reduction where its bits are the same); from
+  mpi_large_bytes both modes use the window, in pieces of mpi_shm.PIECE_BYTES (16 MB).
+  Measured, same launch vs raw Allreduce, load 7-9 (MPI-message paths in brackets):
+  4 ranks on 2 cores 64 KB 0.41x (0.55x), 256 KB 0.43x (1.34x), 1 MB 0.53x (1.08x),
+  64 MB 0.97x (2.83x); 2 ranks 64 KB 0.30x (MPI's own sum, 1.18x), 16 MB 0.63x (1.05x).
   Large ones with even chunks reduce into the received buffer's own row and
   all-gather in place (one result-sized buffer). Where MPI's reduction has the same
   bits it is used instead (`exact_native`): integer sum/max/min at any group size
   and float32/float64 sums of 2 members (one IEEE addition per element, which is
   commutative; only which payload a NaN + NaN keeps may differ). Values from 2 MB on
   (config `mpi_large_bytes`), in both modes, are the two-step path in 4 MB pieces
-  (PIECE_BYTES): faster here than MPICH's Allreduce, Iallreduce, chunked all-reduces
+  (PIECE_BYTES; over MPI's messages when the window is off or the ranks span nodes):
+  faster here than MPICH's Allreduce, Iallreduce, chunked all-reduces
   and Reduce_scatter_block + Allgather from 2 MB to 64 MB (numbers at `_large`).
   `bytes_moved` counts the cost model's bytes of the conversion either way (what
   the simulated runtime measures).
@@ -289,7 +295,18 @@ def all_reduce(rt, comm, ranks, x, params, what):
     rt.bytes_moved += ((x.size - mine) + (p - 1) * mine) * x.itemsize
     name = _name(x.dtype)
     flat = x.reshape(-1)
-    if x.nbytes >= _large[0] and x.size >= p:
+    large = x.nbytes >= _large[0] and x.size >= p
+    if (_det[0] or large) and _shm[0] and name in _NATIVE and x.size and p > 1:
+        # the ordered paths through a shared-memory window (mpi_shm.py), in both modes
+        # from mpi_large_bytes (as the pieces path below)
+        if mpi_shm.on_one_node(comm, _mpi()):
+            out = _empty(x.shape, x.dtype)
+            two = p > 2 and x.nbytes * p > _small[0]
+            if mpi_shm.all_reduce(
+                rt, comm, ranks, flat, _REDUCE[op], out.reshape(-1), two, what, _mpi()
+            ):
+                return out
+    if large:
         return _pieces_all_reduce(rt, comm, ranks, flat, op, what).reshape(x.shape)
     if (name in _INTS or (p == 2 and op == "sum" and name in _F3264)) or (  # exact_native
         not _det[0] and name in _REDUCIBLE and not (name in _HALF and op != "sum")
@@ -330,36 +347,48 @@ def planned(name, comm, ranks, params, shape, dtype):
     q, r = divmod(size, p)
     mine = q + (comm.Get_rank() < r)
     moved = ((size - mine) + (p - 1) * mine) * dtype.itemsize
+    native = None
     if exact_native(dtype, op, p) or not _det[0]:
-        start, mpi_op = comm.Iallreduce, _native_op(op)
-        keep = _cell(shape, dtype)
-        if keep is None:
-            return general
-
-        def native(rt, x, what):
-            out = keep[0]
-            if getrefcount(out) > 3:  # the last result is still referred to
-                out = keep[0] = np.empty(shape, dtype)
-            if not x.flags.c_contiguous:
-                x = _contig(x)
-            rt.bytes_moved += moved
-            rt.wait([start(x, out, mpi_op)], ranks, what)
-            return out
-
-        return native
+        native = _planned_native(comm, ranks, shape, dtype, op, moved)
+        if not _det[0]:
+            return native or general
     rows = two = None
     keep = _cell(shape, dtype) if _shm[0] and mpi_shm.on_one_node(comm, _mpi()) else None
-    if keep is not None:  # one node: the same paths on a shared window (mpi_shm.py)
+    if keep is not None:  # one node: the ordered paths on a shared window (mpi_shm.py)
         args = (comm, ranks, shape, dtype, _REDUCE[op], moved, keep, _mpi())
         rows, two = mpi_shm.planned_rows(*args), mpi_shm.planned_two_step(*args)
+    if native is not None and rows is None:  # MPI's own reduction has the same bits
+        return native
     if rows is None and nbytes * p <= _small[0] * 8:
         rows = _planned_rows(comm, ranks, shape, dtype, op, moved)
     if two is None and size % p == 0 and nbytes * p > _small[0] // 4:
         two = _planned_two_step(comm, ranks, shape, dtype, op, moved)
     static = rows if nbytes * p <= _small[0] else two
-    if _tune[0] > 0 and rows is not None and two is not None:
-        return _tuned(comm, ranks, [static, two if static is rows else rows], _tune[0])
+    others = [c for c in (rows, two, native) if c is not None and c is not static]
+    if _tune[0] > 0 and static is not None and others:
+        return _tuned(comm, ranks, [static, *others], _tune[0])
     return static or general
+
+
+def _planned_native(comm, ranks, shape, dtype, op, moved):
+    """MPI's own all-reduce (`Iallreduce`) into a reused result buffer, planned (None
+    over the buffer budget)."""
+    start, mpi_op = comm.Iallreduce, _native_op(op)
+    keep = _cell(shape, dtype)
+    if keep is None:
+        return None
+
+    def native(rt, x, what):
+        out = keep[0]
+        if getrefcount(out) > 3:  # the last result is still referred to
+            out = keep[0] = np.empty(shape, dtype)
+        if not x.flags.c_contiguous:
+            x = _contig(x)
+        rt.bytes_moved += moved
+        rt.wait([start(x, out, mpi_op)], ranks, what)
+        return out
+
+    return native
 
 
 def _planned_rows(comm, ranks, shape, dtype, op, moved):
@@ -387,11 +416,12 @@ def _planned_rows(comm, ranks, shape, dtype, op, moved):
 
 
 def _tuned(comm, ranks, candidates, calls):
-    """Near the all-gather limit (value bytes x ranks from a quarter to 8x of
-    mpi_allgather_bytes: 32 KB-1 MB values at 4 ranks) both deterministic paths fit and
-    give the same bits; which is faster depends on the machine and its load (quiet: the
-    two-step path from 256 KB values at 4 ranks; loaded: one synchronization fewer
-    wins). The first `calls` calls of each run in turn and are timed; then one
+    """Where several deterministic paths fit (both window paths, and MPI's own reduction
+    where its bits are the same; without a window, near the all-gather limit: value
+    bytes x ranks from a quarter to 8x of mpi_allgather_bytes) they give the same bits;
+    which is faster depends on the machine and its load (quiet: the two-step path from
+    256 KB values at 4 ranks; loaded: one synchronization fewer wins). The first
+    `calls` calls of each run in turn and are timed; then one
     all-reduce (MAX) of each path's median time over the group picks the same path on
     every rank, used from then on. Config mpi_tune_calls (0: the limit alone decides)."""
     times = [[] for _ in candidates]

@@ -6,22 +6,25 @@ over the group's communicator), the group synchronizes once (`Ibarrier`, waited 
 through `fflow.mpi_faults`, so a missing rank is an error, not a hang), and then reads
 the other members' slots directly:
 
-* `rows`: every member reduces all p slots in group order into its own result: one
+* rows: every member reduces all p slots in group order into its own result: one
   synchronization, p-1 full-size additions (the one-all-gather path of `mpi_ops`
   without the all-gather's copies through MPI's shared-memory queues);
-* `two_step`: member j reduces chunk j of the p slots in group order into a shared
-  result, a second synchronization, and every member copies the result out (the
-  two-step path: 1/p of the additions, two synchronizations).
+* two-step: member j reduces chunk j (balanced sizes) of the p slots in group order,
+  in place into member 0's slot (each chunk of every slot is read by its one owner
+  only), a second synchronization, and every member copies member 0's slot out: 1/p
+  of the additions, two synchronizations.
 
 The additions are `mpi_ops._reduce_rows`' (acc = slot 0; acc = acc op slot k for k =
 1..p-1), so the bits are the simulated runtime's. Windows are kept per (communicator,
-capacity class) and shared by every plan of that class; each call toggles the window's
-parity (two input slots per member), so a member writing call k+2's value never
-overwrites what a slower member still reads of call k: it passed call k+1's barrier,
-which every member reached only after reading call k's slots. Window creation is
-collective; it happens while a program is planned, which every member does at the
-same call. `Win_sync` around each barrier orders the stores for MPI's unified memory
-model. Budget: SHM_BYTES per rank (over it, `mpi_ops` keeps its MPI paths).
+capacity: a power of two up to PIECE_BYTES; larger values go in pieces of it) and are
+shared by every plan; each member has two slots (parities) and every call or piece
+toggles the window's parity, so a member writing call k+2's value never overwrites what
+a slower member still reads of call k: it passed a barrier of call k+1, which every
+member reached only after it was done with call k. Window creation is collective; it
+happens while a program is planned or at a collective's first call of a size class,
+which every member does at the same point. `Win_sync` around each barrier orders the
+stores for MPI's unified memory model. Budget: SHM_BYTES per rank (over it, `mpi_ops`
+keeps its MPI paths).
 
 Example (under `python -m fflow.launch -n 4`; a P -> B all-reduce's cache hits take
 this path when the ranks share a node and `mpi_shared_memory` is on)::
@@ -39,7 +42,8 @@ from sys import getrefcount
 
 import numpy as np
 
-SHM_BYTES = 64 << 20  # window bytes per rank at most (every rank counts the same way)
+SHM_BYTES = 128 << 20  # window bytes per rank at most (every rank counts the same way)
+PIECE_BYTES = 16 << 20  # the largest window capacity: larger values go in pieces of it
 _MIN_CAP = 4 << 10
 
 _node = {}  # id(comm) -> (comm, whether every member is on this node)
@@ -60,19 +64,18 @@ def on_one_node(comm, MPI):
 
 
 class _Window:
-    """A shared window of `cap`-byte slots: per member two input slots (parities) and
-    one result area; member 0's result area holds the two-step path's result."""
+    """A shared window of two `cap`-byte slots (parities) per member."""
 
     def __init__(self, comm, cap, MPI):
         self.comm, self.cap = comm, cap
-        self.win = MPI.Win.Allocate_shared(3 * cap, 1, comm=comm)
+        self.win = MPI.Win.Allocate_shared(2 * cap, 1, comm=comm)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         self.parity = [0]
-        self.slots = []  # per member: (input parity 0, input parity 1, result) uint8 views
+        self.slots = []  # per member: (parity 0, parity 1) uint8 views
         for r in range(comm.Get_size()):
             buf, _ = self.win.Shared_query(r)
-            raw = np.frombuffer(buf, np.uint8, 3 * cap)
-            self.slots.append(tuple(raw[j * cap : (j + 1) * cap] for j in range(3)))
+            raw = np.frombuffer(buf, np.uint8, 2 * cap)
+            self.slots.append((raw[:cap], raw[cap:]))
         win, ibarrier = self.win, comm.Ibarrier
 
         def sync(rt, ranks, what):
@@ -90,17 +93,17 @@ def window(comm, nbytes, MPI):
     key = (id(comm), cap)
     w = _windows.get(key)
     if w is None:
-        if _used[0] + 3 * cap > SHM_BYTES:
+        if _used[0] + 2 * cap > SHM_BYTES:
             return None
-        _used[0] += 3 * cap
+        _used[0] += 2 * cap
         w = _windows[key] = _Window(comm, cap, MPI)
     return w
 
 
-def _views(w, nbytes, dtype, size):
+def _views(w, nbytes, dtype):
+    """Per member, its two slots' first `nbytes` as `dtype` arrays."""
     p = w.comm.Get_size()
-    ins = [[w.slots[r][b][:nbytes].view(dtype) for b in (0, 1)] for r in range(p)]
-    return ins, w.slots[0][2][:nbytes].view(dtype)[:size]
+    return [[w.slots[r][b][:nbytes].view(dtype) for b in (0, 1)] for r in range(p)]
 
 
 def planned_rows(comm, ranks, shape, dtype, fn, moved, keep, MPI):
@@ -111,7 +114,7 @@ def planned_rows(comm, ranks, shape, dtype, fn, moved, keep, MPI):
     if w is None:
         return None
     p, me = comm.Get_size(), comm.Get_rank()
-    ins, _ = _views(w, size * dtype.itemsize, dtype, size)
+    ins = _views(w, size * dtype.itemsize, dtype)
     mine = [ins[me][b].reshape(shape) for b in (0, 1)]
     parity, sync = w.parity, w.sync
 
@@ -134,20 +137,20 @@ def planned_rows(comm, ranks, shape, dtype, fn, moved, keep, MPI):
 
 def planned_two_step(comm, ranks, shape, dtype, fn, moved, keep, MPI):
     """All-reduce `run(rt, x, what)` on the window: copy in, a barrier, member j reduces
-    chunk j (balanced sizes) of the p slots in group order into the shared result, a
-    barrier, copy out (None: no window)."""
+    chunk j (balanced sizes) of the p slots in group order into member 0's slot, a
+    barrier, copy member 0's slot out (None: no window)."""
     size = int(np.prod(shape, dtype=np.int64))
     w = window(comm, size * dtype.itemsize, MPI)
     if w is None:
         return None
     p, me = comm.Get_size(), comm.Get_rank()
-    ins, res = _views(w, size * dtype.itemsize, dtype, size)
+    ins = _views(w, size * dtype.itemsize, dtype)
     q, r = divmod(size, p)
     lo = me * q + min(me, r)
     hi = lo + q + (me < r)
     mine = [ins[me][b].reshape(shape) for b in (0, 1)]
     parts = [[ins[k][b][lo:hi] for k in range(p)] for b in (0, 1)]
-    dst, whole = res[lo:hi], res.reshape(shape)
+    whole = [ins[0][b].reshape(shape) for b in (0, 1)]
     parity, sync = w.parity, w.sync
 
     def two_step(rt, x, what):
@@ -159,11 +162,44 @@ def planned_two_step(comm, ranks, shape, dtype, fn, moved, keep, MPI):
         rt.bytes_moved += moved
         sync(rt, ranks, what)
         rows = parts[b]
-        fn(rows[0], rows[1], out=dst)
-        for k in range(2, p):
-            fn(dst, rows[k], out=dst)
+        acc = rows[0]  # (this chunk of every slot is read by this member only)
+        for k in range(1, p):
+            fn(acc, rows[k], out=acc)
         sync(rt, ranks, what)
-        np.copyto(out, whole)
+        np.copyto(out, whole[b])
         return out
 
     return two_step
+
+
+def all_reduce(rt, comm, ranks, flat, fn, out, two_step, what, MPI):
+    """out = the ordered reduction of the members' 1-D `flat` (fn: np.add, np.maximum or
+    np.minimum), through the window in pieces of its capacity (PIECE_BYTES at most): the
+    rows path, or with `two_step` the two-step path. False when there is no window (the
+    caller takes MPI's path)."""
+    isz, dtype = flat.dtype.itemsize, flat.dtype
+    w = window(comm, min(flat.nbytes, PIECE_BYTES), MPI)
+    if w is None:
+        return False
+    p, me, step = comm.Get_size(), comm.Get_rank(), w.cap // isz
+    for a in range(0, flat.size, step):
+        src, dst = flat[a : a + step], out[a : a + step]
+        m = src.size
+        b = w.parity[0] = w.parity[0] ^ 1
+        ins = [w.slots[r][b][: m * isz].view(dtype) for r in range(p)]
+        np.copyto(ins[me], src)
+        w.sync(rt, ranks, what)
+        if two_step:  # my chunk, reduced in place into member 0's slot
+            q, r = divmod(m, p)
+            lo = me * q + min(me, r)
+            ins = [v[lo : lo + q + (me < r)] for v in ins]
+            acc = ins[0]
+            for k in range(1, p):
+                fn(acc, ins[k], out=acc)
+            w.sync(rt, ranks, what)
+            np.copyto(dst, w.slots[0][b][: m * isz].view(dtype))
+            continue
+        fn(ins[0], ins[1], out=dst)
+        for k in range(2, p):
+            fn(dst, ins[k], out=dst)
+    return True

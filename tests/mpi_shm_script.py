@@ -97,6 +97,15 @@ def main(n):
         mpi_shm._Window = base
         out["windows"] = sorted({w.cap for w in mpi_shm._windows.values()})
         out["slow_class"] = [type(w).__name__ for w in mpi_shm._windows.values()].count("Slow")
+        budget, mpi_shm.SHM_BYTES = mpi_shm.SHM_BYTES, mpi_shm._used[0]  # no room left
+    # over the window budget: a new size class takes MPI's messages (planned and not)
+    f = fflow.shard(lambda a: a, pl, in_sbp=partial_max, out_sbp=B)
+    vals = parts([998], (3000,), np.float32, n, partial_max)
+    out["budget"] = [np.asarray(f(global_of(vals, pl, partial_max, mpi, rt))).tolist()]
+    out["budget"] += [np.asarray(f(global_of(vals, pl, partial_max, mpi, rt))).tolist()]
+    if mpi:
+        out["windows_after"] = sorted({w.cap for w in mpi_shm._windows.values()})
+        mpi_shm.SHM_BYTES = budget
     if rt.rank == 0:
         print("RESULT " + json.dumps(out))
 

@@ -320,6 +320,9 @@ def main(n, fail_rank=None):
     if mpi:
         fflow.config.update("mpi_large_bytes", 1 << 12)
         mpi_ops.PIECE_BYTES, piece = 1 << 12, mpi_ops.PIECE_BYTES  # 1024 float32s
+        from fflow import mpi_shm  # (its window's pieces: 4 KB, the smallest window)
+
+        mpi_shm.PIECE_BYTES, shm_piece = 1 << 12, mpi_shm.PIECE_BYTES
     for det in (True, False):
         mpi and fflow.config.update("mpi_deterministic", det)
         for shape in [(160, 64), (161, 63), (7, 1023)]:
@@ -331,7 +334,7 @@ def main(n, fail_rank=None):
     if mpi:
         fflow.config.update("mpi_deterministic", True)
         fflow.config.update("mpi_large_bytes", 2 << 20)
-        mpi_ops.PIECE_BYTES = piece
+        mpi_ops.PIECE_BYTES, mpi_shm.PIECE_BYTES = piece, shm_piece
 
     # the native MPI reductions (simulated: the same computation in group order)
     if mpi:
