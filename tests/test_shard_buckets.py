@@ -119,10 +119,16 @@ def _check(out, sim):
     # the settings really schedule differently: none, one per gradient, a few, one
     assert out["buckets"]["off"] == []
     counts = [len(out["buckets"][name]) for name, *_ in SETTINGS[1:]]
-    assert counts[0] > counts[1] > counts[2] == counts[3] == 1, out["buckets"]
+    assert counts[0] > counts[1] > counts[2] == counts[3] == counts[4] == 1, out["buckets"]
     # one number for every setting, the simulated runtime's bit for bit
     assert set(out["digest"].values()) == set(sim["digest"].values())
     assert len(set(out["digest"].values())) == 1, out["digest"]
+    # gradients reduced in place never touch the caller's arrays, nor a caller's partial
+    # value that is itself a bucket member
+    assert out["inputs_kept"]
+    part = out["partial_input"]
+    assert part["buckets"] and part["kept"] and part["close"], part
+    assert part["digest"] == sim["partial_input"]["digest"]
     np.testing.assert_allclose(out["loss"], out["ref_loss"], rtol=1e-5)
     for got, ref in zip(out["params"], out["ref_params"]):
         np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-4, atol=1e-5)

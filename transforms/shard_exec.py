@@ -8,6 +8,7 @@ ShardedProgram shows the global program with every var's SBP, every inserted
 collective with its bytes, and the total bytes moved per call.
 """
 
+import sys
 import weakref
 
 import numpy as np
@@ -418,12 +419,13 @@ def device_steps(prog, args):
     """Run `prog` on NumPy values; yields requests to the runtime, gets their results.
 
     Requests: `(prim, x, params)` a collective; `("start", prim, x, params, owned)`
-    a gradient bucket's all-reduce started (the result is a handle; `owned`: `x` is
-    the bucket's own packed copy, free to be reduced in place); `("wait", handle)`
-    its flat result; `("progress",)` a chance for MPI to progress while buckets are in
-    flight (transforms/shard_buckets.py). The equations between two requests run as
-    one compiled NumPy function (the jit backend's code generation), so a program on
-    one device runs as fast as the unsharded jitted program.
+    the all-reduce of a part of a gradient bucket started (the result is a handle;
+    `owned`: nothing else refers to `x`, a packed copy or a gradient read here last, so
+    it may be reduced in place); `("wait", handle)` its flat result; `("progress",)` a
+    chance for MPI to progress while buckets are in flight (transforms/shard_buckets.py).
+    The equations between two requests run as one compiled NumPy function (the jit
+    backend's code generation), so a program on one device runs as fast as the
+    unsharded jitted program.
     """
     stages = _stages(prog)
     drops = _drops(prog, stages)
@@ -433,27 +435,44 @@ def device_steps(prog, args):
     handles = {}
     for n, (kind, item, ins, outs) in enumerate(stages):
         for v in drops[n]:  # read for the last time by the stage before: free it
-            del env[v]
+            env.pop(v, None)  # (a bucket start may have taken it already)
         if live_probe is not None:
             live_probe(env)
-        if kind == "collective":
-            x = _read(env, item.inputs[0])
-            env[item.outputs[0]] = yield (item.primitive, x, item.params)  # host or device
-        elif kind == "start":
-            x = item.pack([_read(env, e.inputs[0]) for e in item.members])
-            owned = len(item.members) > 1  # one member is a view of a live value
-            handles[item.number] = yield ("start", all_reduce_p, x, item.params, owned)
+        if kind == "collective":  # (host or device arrays)
+            env[item.outputs[0]] = yield (item.primitive, _read(env, item.inputs[0]), item.params)
+        elif kind == "start":  # one all-reduce per part (shard_buckets.Bucket.parts)
+            handles[item.number] = parts = []
+            for idx, x, owned in item.parts(_take(env, item, drops[n + 1])):
+                parts.append((idx, (yield ("start", all_reduce_p, x, item.params, owned))))
+            x = None
         elif kind == "wait":
-            flat = yield ("wait", handles.pop(item.number))
-            for e, v in zip(item.members, item.unpack(flat)):
-                env[e.outputs[0]] = v
+            for idx, h in handles.pop(item.number):
+                flat = yield ("wait", h)
+                env.update(zip((item.members[k].outputs[0] for k in idx), item.unpack(flat, idx)))
         elif kind == "progress":
             yield ("progress",)
-        else:
-            results = item(*[_read(env, v) for v in ins])
-            for v, r in zip(outs, results):
-                env[v] = r
+        else:  # (no name keeps a result: a bucket start checks who holds its inputs)
+            env.update(zip(outs, item(*[_read(env, v) for v in ins])))
     return [_read(env, v) for v in prog.outvars]
+
+
+def _take(env, bucket, last):
+    """[(value, alone)] of a bucket's members' inputs; `alone`: this start is the last
+    reader of the var and nothing else refers to its array (no view, no other var, not a
+    caller's input), so its all-reduce may overwrite it. Such vars leave `env` here."""
+    ins = [e.inputs[0] for e in bucket.members]
+    if len(set(ins)) < len(ins):  # (one var twice: read, never taken)
+        return [(_read(env, v), False) for v in ins]
+    out = []
+    for v in ins:
+        if type(v) is Literal or v not in last or type(env[v]) is not np.ndarray:
+            out.append((_read(env, v), False))
+            continue
+        x = env.pop(v)
+        # references: `x` and getrefcount's argument; a view of x holds one more
+        alone = x.base is None and x.flags.c_contiguous and sys.getrefcount(x) == 2
+        out.append((x, alone))
+    return out
 
 
 # a test's hook: called with each device's live values before every stage
