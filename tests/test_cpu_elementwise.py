@@ -61,8 +61,8 @@ def assert_close(got, want, rtol, atol):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
-def assert_pooled(fn, x):
-    text = fn.lower(x).as_text()
+def assert_pooled(fn, *args):
+    text = fn.lower(*args).as_text()
     assert "native loop" in text and "_par(" in text  # one C loop, chunked on the pool
 
 
@@ -118,6 +118,25 @@ def test_same_bits_on_any_thread_count_and_every_call(n):
     assert_close(one, want, rtol=2e-6, atol=1e-6)
     for threads in (2, 3, 2):
         np.testing.assert_array_equal(on_threads(threads, f, x), one)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_arithmetic_groups_on_the_pool_are_bit_identical_to_numpy(threads):
+    # pure IEEE arithmetic over >= 1M elements runs in chunks too: NumPy's bits exactly,
+    # flat (odd size) and with a row-broadcast bias
+    n = (1 << 20) + 5  # native.ARITH_PARALLEL_MIN_SIZE: 1M
+    x, y = data(n, seed=5), data(n, seed=6)[::-1].copy()
+    f = fflow.jit(lambda x, y: jnp.maximum((x * 1.5 + y) * 0.5 - x * y, 0.0) / (y - 2))
+    assert_pooled(f, x, y)
+    with np.errstate(all="ignore"):
+        want = np.maximum((x * np.float32(1.5) + y) * np.float32(0.5) - x * y, np.float32(0))
+        want = want / (y - np.float32(2))
+    np.testing.assert_array_equal(on_threads(threads, f, x, y), want)
+    rows, b = data(1024 * 1031, seed=7).reshape(1024, 1031), data(1031, seed=8)
+    g = fflow.jit(lambda r, b: (r + b) * (r - b))
+    assert_pooled(g, rows, b)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(on_threads(threads, g, rows, b), (rows + b) * (rows - b))
 
 
 STALL_SOURCE = """
