@@ -78,6 +78,17 @@ same launch, det / raw: before vs after (two alternating launches each, load 5-6
 1.23x vs 1.05-1.09x, 64 KB 1.17x vs 1.09x, 256 KB 1.11x vs 1.04x; same program with the
 runner disabled vs enabled in one launch: 1 KB 1.82 vs 1.30x, 64 KB 1.32 vs 1.17x, 256 KB
 1.12 vs 1.05x. DP table: new column "every rank alone, no comm": the weak-scaling floor.
+
+Session 7, DP table (ranks at autogroup nice -20 in the measuring scripts, machine load
+7-9 from other sessions; same-launch medians): bucket starts and polls now count as
+blocked; gradients of >= 1 MB held by nothing else are reduced in place (no 4 MB pack
+copy): 2 ranks 1.18-1.24x of 1 process (packed in the same launches 1.19-1.24x, 6 of 7
+pairs slower), floor 1.01-1.02x there. The bucket's own wait is 0.00 ms with overlap vs
+0.8-1.5 ms without, yet "hidden" stays -0.25..0.08 ms: its data moves inside the layer-1
+collectives' waits (MPI moves data only inside MPI calls, and its shared-memory copies
+take the ranks' own CPUs; the overlap probe table shows a polling thread emptying the
+wait and slowing the GEMM more). 4 ranks (2 per core): overlap 2.91 / 3.46x vs waited at
+start 3.34 / 3.69x (there a waiting rank yields its core to one that computes).
 """
 
 import json
