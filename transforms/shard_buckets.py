@@ -21,13 +21,15 @@ MPI_THREAD_MULTIPLE, which that needs). Nothing moves inside a compiled segment.
 What that hides depends on who copies the bytes. MPICH's shared-memory transport
 copies with the ranks' own CPUs, so where every core computes (benchmarks/bench_mpi.py,
 2 ranks x 2 cores) overlap moves a bucket's work into the next waits without hiding
-it: the DP MLP's 4 MB bucket waits 0.00 ms instead of ~1 ms, and the step is ~1%
-slower (median of 23 same-launch pairs; the bucket interleaves with the layer-1
-collectives right after its start); a thread polling MPI during a 3 ms GEMM empties
-the wait and slows the GEMM by ~1 ms (in the DP step: 2-7% slower). Smaller buckets
-(1 MB, as DDP's first) cut the backward segment: ~2% slower.
-`grad_overlap=False` waits for each bucket where it starts. On a link that progresses
-by itself (NCCL, RDMA, a spare core for the progress thread) the overlap is real.
+it: the DP MLP's 4 MB bucket waits 0.00 ms instead of ~1 ms, and the step takes
+as long as with `grad_overlap=False` (which waits for each bucket where it starts; with
+packed buckets overlap was ~1% slower: the bucket interleaves with the layer-1
+collectives right after its start). A thread polling MPI during a 3 ms GEMM empties
+the wait and slows the GEMM by ~1 ms (in the DP step: 2-7% slower); smaller buckets
+(1 MB, as DDP's first) cut the backward segment: ~2% slower. With 4 ranks on 2 cores
+overlap hides ~6 ms of a DP step (a waiting rank yields its core to one that computes),
+and on a link that progresses by itself (NCCL, RDMA, a spare core for the progress
+thread) it is real too.
 
 The planner's cost model reads `grad_bucket_mb` too (transforms/shard_cost.py), so
 another bucket size may give another plan, with other last bits; one plan runs with
