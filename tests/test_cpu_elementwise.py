@@ -89,6 +89,24 @@ def test_chain_gradient_matches_float64(threads):
     assert_close(got, grad64(x), rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_exact_gelu_and_sigmoid_match_float64(threads):
+    # erf-based GELU (jax.nn.gelu(approximate=False)) and the logistic: libmvec's erff
+    # and expf in one pooled loop, saturating at large |x|, NaN kept
+    special = pytest.importorskip("scipy.special")
+    x = data(N, seed=9, scale=4.0)
+    f = fflow.jit(lambda x: fflow.nn.gelu(x, approximate=False) * 1.5 + fflow.nn.sigmoid(x))
+    assert_pooled(f, x)
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        gelu = 0.5 * x64 * (1 + special.erf(x64 / math.sqrt(2)))  # -inf: NaN, as JAX
+        want = gelu * 1.5 + 1 / (1 + np.exp(-x64))
+    got = on_threads(threads, f, x)
+    assert_close(got, want, rtol=2e-6, atol=2e-6)
+    assert got[1] == np.inf and got[5] == np.float32(1e30) * np.float32(1.5)  # pass through
+    assert got[6] == 0 and got[7] == np.float32(88 * 1.5 + 1)  # -1e30 -> 0, 88 saturated
+
+
 @pytest.mark.parametrize(
     "view",
     [
