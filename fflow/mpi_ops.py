@@ -650,8 +650,11 @@ def all_to_all(rt, comm, ranks, x, params, what):
     pieces = [x[(slice(None),) * out_axis + (slice(c, c + s),)] for c, s in zip(cut, out_sizes)]
     if out_axis == 0 and x.flags.c_contiguous:
         send = x.reshape(-1)
-    else:
-        send = np.concatenate([np.ascontiguousarray(q).reshape(-1) for q in pieces])
+    else:  # each piece copied once, straight into its place in the send buffer
+        send, k = np.empty(x.size, x.dtype), 0
+        for q in pieces:
+            np.copyto(send[k : k + q.size].reshape(q.shape), q)
+            k += q.size
     rt.bytes_moved += (sum(out_sizes) - out_sizes[me]) * (x.size // max(sum(out_sizes), 1)) * isz
     # from member j: its piece along in_axis, my piece along out_axis
     shapes = []
