@@ -27,7 +27,7 @@ packed buckets overlap was ~1% slower: the bucket interleaves with the layer-1
 collectives right after its start). A thread polling MPI during a 3 ms GEMM empties
 the wait and slows the GEMM by ~1 ms (in the DP step: 2-7% slower); smaller buckets
 (1 MB, as DDP's first) cut the backward segment: ~2% slower. With 4 ranks on 2 cores
-overlap hides ~6 ms of a DP step (a waiting rank yields its core to one that computes),
+overlap hides 4-7 ms of a DP step (a waiting rank yields its core to one that computes),
 and on a link that progresses by itself (NCCL, RDMA, a spare core for the progress
 thread) it is real too.
 
