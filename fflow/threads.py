@@ -18,11 +18,12 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
   mask intersected with the cgroup CPU quota (containers), not `os.cpu_count()`,
   divided among the MPI ranks of this node (FFLOW_RANKS_PER_NODE, set by
   `fflow.launch`: 2 ranks on 2 cores run 1 GEMM thread each, not 2).
-* **Each compiled step adapts** (`StepThreads`): a jitted program with large GEMMs
-  uses no more threads than cores are free right now (`free_cores`), and otherwise
-  the thread count whose recent wall times are best, probing the others now and
-  then, so it backs off to one thread while other processes hold the cores and goes
-  back up when they leave.
+* **Each compiled step adapts** (`StepThreads`): on a quiet machine a jitted program
+  with large GEMMs (or large native loops) runs the thread count whose recent wall
+  times are best, probing the others now and then; while other processes share the
+  cores (at most as many other runnable threads as cores) it keeps that choice, since
+  the scheduler gives a step the share of as many threads as it runs; on a crowded
+  machine (more) it runs one thread, and goes back up when the others leave.
 
 Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
 large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
@@ -491,16 +492,16 @@ def _runnable():
         return None
 
 
-def free_cores(cores):
-    """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1.
-
-    Waking a worker while every core is busy costs more than it brings: the woken
-    worker may preempt the caller, which then waits for a core to finish the step.
-    """
+def other_runnable():
+    """Runnable threads on the machine besides the calling one (/proc/loadavg); 0 when
+    unknown."""
     running = _runnable()
-    if running is None:
-        return cores
-    return max(1, min(cores, cores - (running - 1)))  # `running` counts this thread
+    return 0 if running is None else max(0, running - 1)  # `running` counts this thread
+
+
+def free_cores(cores):
+    """Cores not taken by other runnable threads right now (/proc/loadavg), at least 1."""
+    return max(1, min(cores, cores - other_runnable()))
 
 
 # calls per GEMM thread count over every compiled step (benchmarks print it)
@@ -511,16 +512,28 @@ class StepThreads:
     """The GEMM thread count of one compiled program, chosen from its wall times.
 
     `begin()` returns (threads, start time); `end(threads, start)` records the call.
-    A call uses no more threads than cores are free (`free_cores`, smoothed over the
-    last calls: a thread of another library that spins for a moment after its own
-    call, seen at one call's start, does not cost the next calls their threads;
-    another process that keeps a core busy does, from its first sample on).
-    Each count's first `WARMUP` calls are not timed samples (one-time costs), then
-    every count that fits is timed `FIRST_SAMPLES` times (a median of 3 outvotes one
-    outlier). Then the count with the best median of its last `WINDOW` calls runs, and
-    now and then another count is probed once: right after a probe wins, the gap
-    to the next probe is `PROBE_EVERY` calls; each losing probe doubles it (up to
-    `PROBE_MAX`), so a machine that stays busy pays for almost no probes.
+    Other runnable threads (`other_runnable`, averaged over recent calls: a thread of
+    another library that spins for a moment after its own call, seen at one call's
+    start, is not a busy core; a process that keeps a core busy is, from its first
+    sample on) set one of three regimes:
+
+    * **quiet** (no core taken): the count is chosen from wall times. Each count's
+      first `WARMUP` calls are not timed samples (one-time costs), then every count
+      is timed `FIRST_SAMPLES` times (a median of 3 outvotes one outlier). Then the
+      count with the best median of its last `WINDOW` calls runs, and now and then
+      another count is probed once: right after a probe wins, the gap to the next
+      probe is `PROBE_EVERY` calls; each losing probe doubles it (up to `PROBE_MAX`).
+    * **shared** (at most as many other threads as cores: with all of ours, at most
+      twice as many threads as cores): the quiet choice stays (all cores before any
+      quiet sample), and these calls are not samples. The scheduler shares the cores
+      per thread, so a step split over 2 threads gets about the share of 2: beside
+      two busy processes on 2 cores the MLP step took 3.5-4.0 ms on 2 threads and
+      6.8-7.3 ms on one (JAX 2.3-3.9 ms). Wall times there are two clusters (calls
+      that ran through, calls that waited for a time slice) and a median of 5 picks
+      either.
+    * **crowded** (more other threads than cores): one thread. Waiting for a
+      descheduled worker's last chunk costs more than the share gained: at load 9
+      the 4M-element elementwise chain took 10-19 ms on 2 threads, 3-8 ms on one.
     """
 
     def __init__(self, cores=None):
@@ -536,34 +549,39 @@ class StepThreads:
         self.gap = PROBE_EVERY
         self.next_probe = PROBE_EVERY
         self._turn = 0
-        self.busy = None  # cores other threads held at recent calls' starts (an average)
+        self.busy = None  # other runnable threads at recent calls' starts (an average)
+        self.timed = True  # whether the current call is a sample (quiet machine)
 
     def pick(self):
         """The thread count of the next call."""
+        self.timed = True
         if _fixed[0]:
             return max(_fixed[0], 1)
         if self.cores == 1:
             return 1
         self.calls += 1
-        others = self.cores - free_cores(self.cores)
+        others = other_runnable()
         self.busy = (
             others if self.busy is None else (1 - BUSY_WEIGHT) * self.busy + BUSY_WEIGHT * others
         )
-        free = max(1, self.cores - int(self.busy + 0.25))  # busy in 3 of 4 recent calls: taken
-        fits = [c for c in self.choices if c <= free]
-        for c in fits:  # first calls: warm-up, then samples of every count
+        taken = int(self.busy + 0.25)  # busy in 3 of 4 recent calls: taken
+        self.timed = taken == 0
+        if taken > self.cores:  # crowded
+            return 1
+        if taken:  # shared: the choice made on quiet samples
+            return self.current
+        for c in self.choices:  # first calls: warm-up, then samples of every count
             if len(self.samples[c]) < FIRST_SAMPLES:
                 return c
-        current = max(c for c in fits if c <= self.current)
-        if self.calls >= self.next_probe and len(fits) > 1:
-            others = [c for c in fits if c != current]
+        if self.calls >= self.next_probe:
+            others = [c for c in self.choices if c != self.current]
             self._turn = (self._turn + 1) % len(others)
             return others[self._turn]
-        return current
+        return self.current
 
     def record(self, threads, seconds):
         samples = self.samples.get(threads)
-        if samples is None:
+        if samples is None or not self.timed:  # not a sample: the machine is shared
             return
         if self.warm[threads] < WARMUP:  # a first call at this count: not a sample
             self.warm[threads] += 1
@@ -595,6 +613,7 @@ class StepThreads:
 __all__ = [
     "available_cores",
     "free_cores",
+    "other_runnable",
     "matmul",
     "GemmPool",
     "cgroup_cpu_limit",

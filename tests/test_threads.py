@@ -132,19 +132,19 @@ def test_pool_backs_up_a_descheduled_worker():
 
 
 class _Clockless(threads.StepThreads):
-    """StepThreads with a given number of free cores (no /proc reads)."""
+    """StepThreads seeing a given number of other runnable threads (no /proc reads)."""
 
-    def __init__(self, cores, free=None):
+    def __init__(self, cores, free=None, others=None):
         super().__init__(cores)
-        self.free = cores if free is None else free
+        self.others = others if others is not None else cores - (cores if free is None else free)
 
     def pick(self):
-        old = threads.free_cores
-        threads.free_cores = lambda cores: min(cores, self.free)
+        old = threads.other_runnable
+        threads.other_runnable = lambda: self.others
         try:
             return super().pick()
         finally:
-            threads.free_cores = old
+            threads.other_runnable = old
 
 
 def _drive(policy, cost, calls):
@@ -203,27 +203,52 @@ def test_free_cores_is_bounded():
     assert 1 <= threads.free_cores(4) <= 4
 
 
-def test_step_threads_never_exceeds_free_cores():
-    policy = _Clockless(4, free=1)
+def test_step_threads_runs_one_thread_on_a_crowded_machine():
+    # more other runnable threads than cores: one thread from the first call on
+    policy = _Clockless(4, others=5)
     assert set(_drive(policy, lambda n: 1.0 / n, 50)) == {1}
-    policy.free = 4  # the machine frees up: more threads are tried again
+    assert not any(policy.samples.values())  # crowded calls are not samples
+    policy.others = 0  # the machine frees up: more threads are tried again
     assert 4 in _drive(policy, lambda n: 1.0 / n, 50)
+    assert set(_drive(_Clockless(2, others=3), lambda n: 1.0 / n, 50)) == {1}
+
+
+def test_step_threads_keeps_the_quiet_choice_while_the_cores_are_shared():
+    # beside busy processes (at most as many as cores) a split step gets the share of
+    # its threads; wall times there are two clusters (ran through / waited a slice),
+    # so they neither count as samples nor change the choice made on a quiet machine
+    policy = _Clockless(2, others=0)
+    _drive(policy, lambda n: 1.0 / n, 20)
+    assert policy.current == 2
+    policy.others = 2
+    _drive(policy, lambda n: 1.0 / n, 3)  # the average of other threads catches up
+    before = {c: list(q) for c, q in policy.samples.items()}
+    noisy = iter([10.0, 1.0] * 100)  # 2-thread calls that look slow half of the time
+    assert set(_drive(policy, lambda n: next(noisy) if n == 2 else 1.0, 100)) == {2}
+    assert {c: list(q) for c, q in policy.samples.items()} == before
+    small = _Clockless(2, others=0)  # a step too small to split stays on one thread
+    _drive(small, lambda n: float(n), 20)
+    small.others = 1
+    assert set(_drive(small, lambda n: float(n), 50)) == {1}
+    fresh = _Clockless(2, others=2)  # no quiet sample yet: every core
+    assert set(_drive(fresh, lambda n: 1.0, 20)) == {2}
 
 
 def test_step_threads_ignores_a_core_busy_at_every_other_call_only():
     # another library's threads spin for a moment after its calls: seen at one call's
-    # start in two, they do not cost fflow its second thread; a busy core every time does
+    # start in two, they are not a busy core (the calls stay samples); a process
+    # keeping the cores crowded is, from its first sample on
     policy = _Clockless(2)
     picks = []
     for k in range(200):
-        policy.free = 1 if k % 2 else 2
+        policy.others = 1 if k % 2 else 0
         picks.append(policy.pick())
         policy.record(picks[-1], 1.0 / picks[-1])
-    assert picks[-50:].count(2) >= 45
-    policy.free = 1
-    assert [policy.pick() for _ in range(5)][1:] == [1] * 4
-    busy = _Clockless(2, free=1)
-    assert set(_drive(busy, lambda n: 1.0 / n, 50)) == {1}  # from the first call on
+    assert picks[-50:].count(2) >= 45 and len(policy.samples[2]) == threads.WINDOW
+    policy.others = 3  # crowded from now on: one thread once the average has caught up
+    assert [policy.pick() for _ in range(12)][-5:] == [1] * 5
+    crowded = _Clockless(2, others=3)
+    assert set(_drive(crowded, lambda n: 1.0 / n, 50)) == {1}  # from the first call on
 
 
 def test_step_threads_on_more_cores_tries_half_of_them():
