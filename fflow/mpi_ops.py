@@ -623,18 +623,34 @@ def all_gather(rt, comm, ranks, x, params, what):
 def reduce_scatter(rt, comm, ranks, x, params, what):
     op, axis, sizes = params["op"], params["axis"], list(params["sizes"])
     me = comm.Get_rank()
-    xs = _contig(np.moveaxis(x, axis, 0))
-    rest_shape = xs.shape[1:]
-    rest = int(np.prod(rest_shape, dtype=np.int64))
-    rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * xs.itemsize
+    x = np.asarray(x)
+    # member j's piece (along `axis`) is block j of the send buffer, in its own C
+    # layout, so what this member gets back is its piece as it is: no transposed copy
+    # of the whole value (moveaxis + copy: 5.5 ms for 4 MB on axis 1, vs 0.7 on axis 0)
+    send = _pieces(x, axis, sizes)
+    shape = x.shape[:axis] + (sizes[me],) + x.shape[axis + 1 :]
+    rest = x.size // max(sum(sizes), 1)  # elements per index along `axis`
+    rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * x.itemsize
     if use_native(x.dtype) and _name(x.dtype) not in _HALF:
-        out = np.empty((sizes[me],) + rest_shape, x.dtype)
-        req = comm.Ireduce_scatter(xs, out, [s * rest for s in sizes], op=_native_op(op))
+        out = np.empty(shape, x.dtype)
+        req = comm.Ireduce_scatter(send, out, [s * rest for s in sizes], op=_native_op(op))
         rt.wait([req], ranks, what)
-    else:
-        parts = _alltoall_chunks(rt, comm, ranks, xs.reshape(-1), sizes, rest, what)
-        out = _reduce_parts(list(parts), op, x.dtype).reshape((sizes[me],) + rest_shape)
-    return np.moveaxis(out, 0, axis)
+        return out
+    parts = _alltoall_chunks(rt, comm, ranks, send, sizes, rest, what)
+    return _reduce_parts(list(parts), op, x.dtype).reshape(shape)
+
+
+def _pieces(x, axis, sizes):
+    """x's pieces along `axis` (sizes) one after another, each in C order: a view of x
+    when they already are (axis 0 of a C-contiguous x), else each copied once."""
+    if axis == 0 and x.flags.c_contiguous:
+        return x.reshape(-1)
+    send, k, cut = np.empty(x.size, x.dtype), 0, _bounds(sizes)
+    for c, s in zip(cut, sizes):
+        q = x[(slice(None),) * axis + (slice(c, c + s),)]
+        np.copyto(send[k : k + q.size].reshape(q.shape), q)
+        k += q.size
+    return send
 
 
 # -- all_to_all: S(in_axis) -> S(out_axis) ------------------------------------------------
@@ -648,13 +664,7 @@ def all_to_all(rt, comm, ranks, x, params, what):
     # (row-block copies; a transposed copy of the whole input cost ~10x more)
     cut = _bounds(out_sizes)
     pieces = [x[(slice(None),) * out_axis + (slice(c, c + s),)] for c, s in zip(cut, out_sizes)]
-    if out_axis == 0 and x.flags.c_contiguous:
-        send = x.reshape(-1)
-    else:  # each piece copied once, straight into its place in the send buffer
-        send, k = np.empty(x.size, x.dtype), 0
-        for q in pieces:
-            np.copyto(send[k : k + q.size].reshape(q.shape), q)
-            k += q.size
+    send = _pieces(x, out_axis, out_sizes)  # (each piece copied once, into its place)
     rt.bytes_moved += (sum(out_sizes) - out_sizes[me]) * (x.size // max(sum(out_sizes), 1)) * isz
     # from member j: its piece along in_axis, my piece along out_axis
     shapes = []
