@@ -215,6 +215,7 @@ def test_planned_all_reduce_buffers_stay_within_the_keep_budget(monkeypatch):
     monkeypatch.setattr(mpi_ops, "_cells", {})
     monkeypatch.setattr(mpi_ops, "_cell_bytes", [0])
     monkeypatch.setattr(mpi_ops, "KEEP_BYTES", 4096)
+    monkeypatch.setattr(mpi_ops, "_shm", [False])  # MPI's own paths: the window has its own budget
 
     def plan(n):  # float32 max of 2 members: the one-all-gather path, rows (2, n)
         return mpi_ops.planned("all_reduce", Comm(), (0, 1), {"op": "max"}, (n,), np.float32)
