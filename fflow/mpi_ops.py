@@ -605,15 +605,19 @@ def all_gather(rt, comm, ranks, x, params, what):
     axis, sizes = params["axis"], list(params["sizes"])
     x = _contig(x)
     rt.bytes_moved += (comm.Get_size() - 1) * x.nbytes
-    if axis == 0:  # the pieces are consecutive rows of the result: gather in place
-        rest = int(np.prod(x.shape[1:], dtype=np.int64))
-        out = _allgather_chunks(rt, comm, ranks, x.reshape(-1), sizes, rest, what)
-        return out.reshape((sum(sizes),) + x.shape[1:])
-    # other axes: gather the pieces as they are (no transposed copy of the input) and
-    # join them once into a C-contiguous result
+    # the pieces as they are (no transposed copy of the input); along axis 0 they are
+    # consecutive rows of the result, along others they are joined once
     shapes = [x.shape[:axis] + (s,) + x.shape[axis + 1 :] for s in sizes]
     counts = [int(np.prod(sh, dtype=np.int64)) for sh in shapes]
-    flat = _allgather_chunks(rt, comm, ranks, x.reshape(-1), counts, 1, what)
+    flat = None
+    if _shm[0] and len(sizes) > 1 and mpi_shm.on_one_node(comm, _mpi()):  # one node
+        flat = _empty((sum(counts),), x.dtype)
+        if not mpi_shm.all_gather(rt, comm, ranks, x, counts, flat, what, _mpi()):
+            flat = None
+    if flat is None:
+        flat = _allgather_chunks(rt, comm, ranks, x.reshape(-1), counts, 1, what)
+    if axis == 0:
+        return flat.reshape((sum(sizes),) + x.shape[1:])
     starts = _bounds(counts)
     blocks = [flat[a : a + c].reshape(sh) for a, c, sh in zip(starts, counts, shapes)]
     return np.concatenate(blocks, axis=axis)
@@ -624,14 +628,27 @@ def reduce_scatter(rt, comm, ranks, x, params, what):
     op, axis, sizes = params["op"], params["axis"], list(params["sizes"])
     me = comm.Get_rank()
     x = np.asarray(x)
+    shape = x.shape[:axis] + (sizes[me],) + x.shape[axis + 1 :]
+    rest = x.size // max(sum(sizes), 1)  # elements per index along `axis`
+    rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * x.itemsize
+    name = _name(x.dtype)
+    if _det[0] and _shm[0] and name in _NATIVE and len(sizes) > 1:  # one node: the window
+        if mpi_shm.on_one_node(comm, _mpi()):
+            lo = sum(sizes[:me]) * rest
+
+            def fill(dst):  # (the pieces' layout below, written into this rank's slot)
+                _pieces(x, axis, sizes, dst)
+
+            hi, fn = lo + sizes[me] * rest, _REDUCE[op]
+            args = (rt, comm, ranks, fill, x.size, x.dtype, lo, hi, fn, what, _mpi())
+            got = mpi_shm.reduce_scatter(*args)
+            if got is not None:
+                return got.reshape(shape)
     # member j's piece (along `axis`) is block j of the send buffer, in its own C
     # layout, so what this member gets back is its piece as it is: no transposed copy
     # of the whole value (moveaxis + copy: 5.5 ms for 4 MB on axis 1, vs 0.7 on axis 0)
     send = _pieces(x, axis, sizes)
-    shape = x.shape[:axis] + (sizes[me],) + x.shape[axis + 1 :]
-    rest = x.size // max(sum(sizes), 1)  # elements per index along `axis`
-    rt.bytes_moved += (sum(sizes) - sizes[me]) * rest * x.itemsize
-    if use_native(x.dtype) and _name(x.dtype) not in _HALF:
+    if use_native(x.dtype) and name not in _HALF:
         out = np.empty(shape, x.dtype)
         req = comm.Ireduce_scatter(send, out, [s * rest for s in sizes], op=_native_op(op))
         rt.wait([req], ranks, what)
@@ -640,12 +657,16 @@ def reduce_scatter(rt, comm, ranks, x, params, what):
     return _reduce_parts(list(parts), op, x.dtype).reshape(shape)
 
 
-def _pieces(x, axis, sizes):
+def _pieces(x, axis, sizes, out=None):
     """x's pieces along `axis` (sizes) one after another, each in C order: a view of x
-    when they already are (axis 0 of a C-contiguous x), else each copied once."""
-    if axis == 0 and x.flags.c_contiguous:
-        return x.reshape(-1)
-    send, k, cut = np.empty(x.size, x.dtype), 0, _bounds(sizes)
+    when they already are (axis 0 of a C-contiguous x), else each copied once (into
+    `out`, a flat buffer of x.size elements, when given)."""
+    if axis == 0 and (out is not None or x.flags.c_contiguous):
+        if out is None:
+            return x.reshape(-1)
+        np.copyto(out.reshape(x.shape), x)
+        return out
+    send, k, cut = np.empty(x.size, x.dtype) if out is None else out, 0, _bounds(sizes)
     for c, s in zip(cut, sizes):
         q = x[(slice(None),) * axis + (slice(c, c + s),)]
         np.copyto(send[k : k + q.size].reshape(q.shape), q)

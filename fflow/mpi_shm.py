@@ -14,6 +14,10 @@ the other members' slots directly:
   only), a second synchronization, and every member copies member 0's slot out: 1/p
   of the additions, two synchronizations.
 
+A reduce-scatter (P -> S) is the first half of the rows path with each member reading
+only its own range (one barrier, no copy out); an all-gather (S -> B, any dtype: bytes)
+is copy in, one barrier, copy every member's slot out.
+
 The additions are `mpi_ops._reduce_rows`' (acc = slot 0; acc = acc op slot k for k =
 1..p-1), so the bits are the simulated runtime's. Windows are kept per (communicator,
 capacity: a power of two up to PIECE_BYTES; larger values go in pieces of it) and are
@@ -202,4 +206,43 @@ def all_reduce(rt, comm, ranks, flat, fn, out, two_step, what, MPI):
         fn(ins[0], ins[1], out=dst)
         for k in range(2, p):
             fn(dst, ins[k], out=dst)
+    return True
+
+
+def reduce_scatter(rt, comm, ranks, fill, size, dtype, lo, hi, fn, what, MPI):
+    """Elements lo:hi of the ordered reduction of the members' flat values of `size`
+    elements (`fill(dst)` writes this member's into its slot): one barrier, this member
+    reads its range of every slot. None without a window (or over PIECE_BYTES)."""
+    nbytes = size * dtype.itemsize
+    w = window(comm, nbytes, MPI) if 0 < nbytes <= PIECE_BYTES else None
+    if w is None:
+        return None
+    p, me = comm.Get_size(), comm.Get_rank()
+    b = w.parity[0] = w.parity[0] ^ 1
+    ins = [w.slots[r][b][:nbytes].view(dtype) for r in range(p)]
+    fill(ins[me])
+    w.sync(rt, ranks, what)
+    out = np.empty(hi - lo, dtype)
+    fn(ins[0][lo:hi], ins[1][lo:hi], out=out)
+    for k in range(2, p):
+        fn(out, ins[k][lo:hi], out=out)
+    return out
+
+
+def all_gather(rt, comm, ranks, x, counts, out, what, MPI):
+    """`out` (1-D, x's dtype) = the members' contiguous values of counts[j] elements,
+    in group order: one barrier, every member copies the others' slots. False without
+    a window (or over PIECE_BYTES)."""
+    isz = x.dtype.itemsize
+    nbytes = max(counts) * isz
+    w = window(comm, nbytes, MPI) if 0 < nbytes <= PIECE_BYTES else None
+    if w is None:
+        return False
+    b = w.parity[0] = w.parity[0] ^ 1
+    np.copyto(w.slots[comm.Get_rank()][b][: x.nbytes], x.reshape(-1).view(np.uint8))
+    w.sync(rt, ranks, what)
+    raw, a = out.view(np.uint8), 0
+    for r, c in enumerate(counts):
+        raw[a : a + c * isz] = w.slots[r][b][: c * isz]
+        a += c * isz
     return True

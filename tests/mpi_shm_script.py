@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import fflow
-from fflow.sharding import B, P, partial_max, partial_min, runtime
+from fflow.sharding import B, P, S, partial_max, partial_min, runtime
 
 CALLS = 6
 # (mpi_allgather_bytes, mpi_tune_calls): the all-gather / rows path, the two-step path,
@@ -87,12 +87,20 @@ def main(n):
 
         mpi_shm._Window = Slow
     f = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=B)
+    rs = fflow.shard(lambda a: a, pl, in_sbp=P, out_sbp=S(0))
+    ag = fflow.shard(lambda a: a, pl, in_sbp=S(0), out_sbp=B)
+    # (inputs made first: making one may synchronize; each kind's calls back to back)
+    gp = [global_of(parts([999, c], (48, 40), np.float32, n, P), pl, P, mpi, rt) for c in range(16)]
+    wholes = [parts([997, c], (40 * n, 40), np.float32, 1, B)[0] for c in range(16)]
+    gs = [global_of([w[40 * k : 40 * k + 40] for k in range(n)], pl, S(0), mpi, rt) for w in wholes]
     slow = []
-    for c in range(16):
+    for c, g in enumerate(gp):
         set_config(mpi, mpi_tune_calls=0, mpi_allgather_bytes=(1 << 4) if c % 2 else 1 << 30)
-        g = global_of(parts([999, c], (48, 40), np.float32, n, P), pl, P, mpi, rt)
-        slow.append(np.asarray(f(g)).tolist())
-    out["slow"] = slow
+        slow.append(f(g))
+    slow_rs = [rs(g) for g in gp]
+    slow_ag = [ag(g) for g in gs]
+    for key, vals in [("slow", slow), ("slow_rs", slow_rs), ("slow_ag", slow_ag)]:
+        out[key] = [np.asarray(v).tolist() for v in vals]
     if mpi:
         mpi_shm._Window = base
         out["windows"] = sorted({w.cap for w in mpi_shm._windows.values()})

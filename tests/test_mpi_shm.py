@@ -39,10 +39,13 @@ def test_shared_memory_all_reduce_equals_simulated_and_numpy(n):
                 else:
                     assert got == ref.tolist(), key
     # the slow member: every call's numbers are the simulated runtime's and NumPy's
-    assert mpi["slow"] == sim["slow"]
-    for c, got in enumerate(mpi["slow"]):
+    for key in ("slow", "slow_rs", "slow_ag"):
+        assert mpi[key] == sim[key], key
+    for c, (got, got_rs, got_ag) in enumerate(zip(mpi["slow"], mpi["slow_rs"], mpi["slow_ag"])):
         rows = np.stack(s.parts([999, c], (48, 40), np.float32, n, s.P))
         np.testing.assert_allclose(got, rows.sum(0), rtol=1e-6)
+        np.testing.assert_allclose(got_rs, rows.sum(0), rtol=1e-6)  # the logical value
+        assert got_ag == s.parts([997, c], (40 * n, 40), np.float32, 1, s.B)[0].tolist()
     assert mpi["slow_class"] == 1
     assert mpi["windows"] == mpi["windows_after"] == [4096, 8192]
     # over the window budget: MPI's messages, the same numbers
