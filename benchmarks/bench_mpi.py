@@ -89,6 +89,17 @@ collectives' waits (MPI moves data only inside MPI calls, and its shared-memory 
 take the ranks' own CPUs; the overlap probe table shows a polling thread emptying the
 wait and slowing the GEMM more). 4 ranks (2 per core): overlap 2.91 / 3.46x vs waited at
 start 3.34 / 3.69x (there a waiting rank yields its core to one that computes).
+
+Session 7 (deterministic all-reduces, reduce-scatters and all-gathers of ranks on one
+node through an MPI shared-memory window: fflow/mpi_shm.py; this table in 5 rounds of
+40 interleaved calls, ratios as the median (min-max) of the per-round ratios). The
+machine was loaded by other work all session (load 6-11). det / raw Allreduce, six
+launches at 4 ranks (14:54-15:17): 1 KB 0.74-1.37x, 16 KB 0.44-0.95x, 64 KB
+0.40-0.81x, 256 KB 0.35-0.73x, 1 MB 0.29-0.76x, 4 MB 0.47-0.57x, 16 MB 0.54-0.70x,
+64 MB 0.27-0.51x; in five of them without the window (MPI's messages): 64 KB
+0.56-1.51x, 256 KB 0.79-1.79x, 1 MB 0.76-1.50x, 16 MB 2.16-3.53x. 2 ranks, the quietest
+launch (raw 1 KB 4 us): 1 KB 1.02x, 64 KB 0.57x, 256 KB 0.49x, 1 MB 0.58x, 4 MB 0.19x,
+16 MB 0.81x, 64 MB 0.50x (MPI's own sum, native mode: 0.97-1.03x up to 1 MB).
 """
 
 import json

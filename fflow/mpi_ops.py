@@ -60,11 +60,14 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
 Why deterministic is the default: a program gives the same numbers on simulated
 devices (where it is developed and tested) and on `fflow.launch` ranks, and the same
 numbers at every message size and rank count (MPICH switches algorithms, and with them
-the summation order, at size thresholds). What it costs: nothing at 2 ranks (float32
-sums and integer reductions take MPI's path, same bits); at 4 ranks on this 2-core
-machine 7-28% more time per all-reduce from 1 KB to 4 MB (bench_mpi.py, same
-launch, load ~5-8: 1 KB 301 vs 249 us, 64 KB 566 vs 443 us, 1 MB 1.75 vs 1.55 ms),
-the price of two collectives (all-to-all + all-gather) instead of MPI's one.
+the summation order, at size thresholds). What it costs: on one node, nothing (the
+shared-memory window makes it faster than native mode's MPI reductions: bench_mpi.py,
+same launch, load 7-11, det / native vs raw Allreduce, 4 ranks 64 KB 0.61-0.81x /
+1.27-1.33x, 1 MB 0.45-0.76x / 0.94-1.10x; 2 ranks 64 KB 0.57-0.79x / 1.03-1.32x);
+over MPI's messages (the window off, or ranks on several nodes) at 4 ranks on this
+2-core machine 7-28% more time per all-reduce from 1 KB to 4 MB (load ~5-8: 1 KB 301
+vs 249 us, 64 KB 566 vs 443 us, 1 MB 1.75 vs 1.55 ms), the price of two collectives
+(all-to-all + all-gather) instead of MPI's one.
 """
 
 import sys
