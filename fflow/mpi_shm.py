@@ -42,6 +42,7 @@ this path when the ranks share a node and `mpi_shared_memory` is on)::
         y = f(g)  # 4.0 everywhere, the simulated runtime's bits
 """
 
+import os
 from sys import getrefcount
 
 import numpy as np
@@ -92,16 +93,34 @@ class _Window:
 
 def window(comm, nbytes, MPI):
     """The shared window of `comm` for values of up to `nbytes` (capacity: the next
-    power of two), created on first use; None over SHM_BYTES."""
+    power of two), created on first use; None over SHM_BYTES, or when the node's shared
+    memory (/dev/shm) has not twice the room for the group's slots on some member
+    (agreed by all members, once per size class: containers often mount 64 MB)."""
     cap = max(_MIN_CAP, 1 << max(0, nbytes - 1).bit_length())
     key = (id(comm), cap)
     w = _windows.get(key)
     if w is None:
-        if _used[0] + 2 * cap > SHM_BYTES:
+        if key in _refused or _used[0] + 2 * cap > SHM_BYTES:
+            return None
+        room = _shm_room() >= 2 * 2 * cap * comm.Get_size()
+        if not comm.allreduce(room, op=MPI.LAND):
+            _refused.add(key)
             return None
         _used[0] += 2 * cap
         w = _windows[key] = _Window(comm, cap, MPI)
     return w
+
+
+_refused = set()  # (id(comm), capacity) the members agreed not to allocate
+
+
+def _shm_room():
+    """Free bytes of the node's POSIX shared memory (where MPICH puts the window)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:  # no /dev/shm: MPI allocates elsewhere, assume room
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
 
 
 def _views(w, nbytes, dtype):

@@ -105,6 +105,16 @@ def main(n):
         mpi_shm._Window = base
         out["windows"] = sorted({w.cap for w in mpi_shm._windows.values()})
         out["slow_class"] = [type(w).__name__ for w in mpi_shm._windows.values()].count("Slow")
+        # one member short of /dev/shm room: every member takes MPI's messages (agreed)
+        room = mpi_shm._shm_room
+        mpi_shm._shm_room = (lambda: 0) if rt.rank == n - 1 else room
+    f = fflow.shard(lambda a: a, pl, in_sbp=partial_min, out_sbp=B)
+    vals = parts([996], (5000,), np.float32, n, partial_min)
+    out["room"] = [np.asarray(f(global_of(vals, pl, partial_min, mpi, rt))).tolist()]
+    out["room"] += [np.asarray(f(global_of(vals, pl, partial_min, mpi, rt))).tolist()]
+    if mpi:
+        mpi_shm._shm_room = room
+        out["refused"] = sorted(cap for _, cap in mpi_shm._refused)
         budget, mpi_shm.SHM_BYTES = mpi_shm.SHM_BYTES, mpi_shm._used[0]  # no room left
     # over the window budget: a new size class takes MPI's messages (planned and not)
     f = fflow.shard(lambda a: a, pl, in_sbp=partial_max, out_sbp=B)

@@ -48,6 +48,10 @@ def test_shared_memory_all_reduce_equals_simulated_and_numpy(n):
         assert got_ag == s.parts([997, c], (40 * n, 40), np.float32, 1, s.B)[0].tolist()
     assert mpi["slow_class"] == 1
     assert mpi["windows"] == mpi["windows_after"] == [4096, 8192]
+    # one member without /dev/shm room for a size class: all agree on MPI's messages
+    ref = np.stack(s.parts([996], (5000,), np.float32, n, s.partial_min)).min(0).tolist()
+    assert mpi["room"] == sim["room"] == [ref, ref]
+    assert mpi["refused"] == [32768]
     # over the window budget: MPI's messages, the same numbers
     ref = np.stack(s.parts([998], (3000,), np.float32, n, s.partial_max)).max(0).tolist()
     assert mpi["budget"] == sim["budget"] == [ref, ref]
