@@ -326,10 +326,11 @@ def memory_table(grid, prof):
     (ZeRO-3) all-gathers every parameter for the forward and again for the backward
     and reduce-scatters every gradient, 3 (p-1) per parameter byte. On a 2-D mesh
     this is the reference rather than HSDP (PyTorch HYBRID_SHARD: parameters and
-    state split over mesh axis 1, replicated over axis 0): on 2x2 HSDP holds
-    N/2 + 2N/2 of parameters and Adam state per device, ZeRO-2's N + 2N/4, so it
-    cannot fit a budget below ZeRO-2's peak; on 2x4 it could, moving 20N against
-    full-mesh FSDP's 21N (a 1.05x ratio bound on those rows).
+    state split over mesh axis 1, replicated over axis 0): on 2x2 HSDP's parameters
+    and Adam state take N/2 + 2N/2 bytes per device (N: parameter bytes), as many as
+    ZeRO-2's N + 2N/4, so it is no answer to a budget below ZeRO-2's peak; on 2x4
+    (N/4 + 2N/4) it may fit, and moves 20N against full-mesh FSDP's 21N, so a row at
+    ratio r is at most 1.05 r of HSDP.
 
     Planning s: wall (CPU) seconds of `f.plan` under the budget, the whole storage
     ladder included (each rung is one plan)."""
