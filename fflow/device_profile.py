@@ -12,7 +12,11 @@ Example:
     True
 """
 
+import json
+import os
 import time
+
+from fflow.errors import user_error
 
 
 class DeviceProfile:
@@ -26,6 +30,16 @@ class DeviceProfile:
             (the last repeats for further axes).
         bandwidth: bytes/s one device sends per collective step (same forms).
         memory: bytes of memory per device (None: unlimited).
+        copy_bandwidth: bytes/s (read + written) of the host copies a collective makes
+            around its transfer: packing pieces of a non-leading split, joining gathered
+            blocks, reducing received partial sums (MPI ranks on the host;
+            `shard_cost.host_copy_bytes`). None: not priced (NCCL, simulated devices,
+            whose copies are in their measured bandwidth).
+        overlap: the share (0..1) of a gradient bucket's all-reduce that can run while
+            the device computes (`shard_cost.hidden_time`): 1 for links that progress
+            by themselves (NCCL, RDMA), 0 for MPI ranks on host cores, whose
+            shared-memory transport moves data only inside MPI calls, with the ranks'
+            own CPUs.
 
     Example:
         >>> p = DeviceProfile("slow link", 1e12, 1e11, latency=(5e-6, 5e-5), bandwidth=(1e11, 1e10))
@@ -33,13 +47,25 @@ class DeviceProfile:
         (5e-05, 10000000000.0)
     """
 
-    def __init__(self, name, flops, mem_bandwidth, latency, bandwidth, memory=None):
+    def __init__(
+        self,
+        name,
+        flops,
+        mem_bandwidth,
+        latency,
+        bandwidth,
+        memory=None,
+        copy_bandwidth=None,
+        overlap=1.0,
+    ):
         self.name = name
         self.flops = float(flops)
         self.mem_bandwidth = float(mem_bandwidth)
         self.latency = tuple(latency) if isinstance(latency, (tuple, list)) else (latency,)
         self.bandwidth = tuple(bandwidth) if isinstance(bandwidth, (tuple, list)) else (bandwidth,)
         self.memory = memory
+        self.copy_bandwidth = float(copy_bandwidth) if copy_bandwidth else None
+        self.overlap = float(overlap)
 
     def latency_of(self, axis):
         return float(self.latency[min(axis, len(self.latency) - 1)])
@@ -47,11 +73,42 @@ class DeviceProfile:
     def bandwidth_of(self, axis):
         return float(self.bandwidth[min(axis, len(self.bandwidth) - 1)])
 
+    def to_json(self):
+        """The profile as a JSON-ready dict (`from_json` reads it back)."""
+        return {
+            "name": self.name,
+            "flops": self.flops,
+            "mem_bandwidth": self.mem_bandwidth,
+            "latency": list(self.latency),
+            "bandwidth": list(self.bandwidth),
+            "memory": self.memory,
+            "copy_bandwidth": self.copy_bandwidth,
+            "overlap": self.overlap,
+        }
+
+    @classmethod
+    def from_json(cls, d):
+        """A profile from `to_json`'s dict (or a JSON file's contents)."""
+        return cls(**d)
+
+    def save(self, path):
+        """Write the profile as JSON (what `FFLOW_DEVICE_PROFILE=path` makes the default)."""
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+
+    @classmethod
+    def load(cls, path):
+        with open(path) as f:
+            return cls.from_json(json.load(f))
+
     def __repr__(self):
+        extra = ""
+        if self.copy_bandwidth:
+            extra = f", copy_bandwidth={self.copy_bandwidth:.3g}, overlap={self.overlap:g}"
         return (
             f"DeviceProfile({self.name!r}, flops={self.flops:.3g}, "
             f"mem_bandwidth={self.mem_bandwidth:.3g}, latency={self.latency}, "
-            f"bandwidth={self.bandwidth})"
+            f"bandwidth={self.bandwidth}{extra})"
         )
 
 
@@ -67,11 +124,66 @@ H200 = DeviceProfile(
 )
 
 
+# MPI ranks of one node on its host cores (fflow.launch, mpi4py + MPICH's shared-memory
+# transport), as `fflow.sharding.profile_devices()` measured them under `fflow.launch -n
+# 2` with 1 BLAS thread per rank, 2026-12-03 (machine load 8, best of 15 each, four
+# launches): GEMM 1.09-1.25e11 FLOP/s; a 4 MB copy 0.88-1.22e11 B/s; a 256-byte
+# all-reduce right after a GEMM 1.3-2.4e-4 s (a blocking collective waits for its
+# slowest member: warm and synchronized it takes 2e-5 s); a 4 MB all-gather after a GEMM
+# 3.4-5.0e9 B/s; an all-reduce started before a GEMM finished behind it 0-0.28 of its
+# time, and 0 in a DP step (hidden -0.14..+0.07 ms of 1.2 ms, notes/issue10-overlap.md):
+# MPI moves shared-memory data only inside MPI calls, with the ranks' own CPUs. The
+# model then prices the DP MLP step's layer-1 split update (all_to_all 1 MB, all_gather
+# 1.6 MB, all_gather 3.2 MB with its join) at 1.49 ms, measured in that step at 1.32 ms.
+CPU_MPI = DeviceProfile(
+    "cpu-mpi", flops=1.2e11, mem_bandwidth=1.2e11, latency=2e-4, bandwidth=3.5e9,
+    copy_bandwidth=1.2e11, overlap=0.0,
+)  # fmt: skip
+
+NAMED = {"cpu": CPU, "cpu-mpi": CPU_MPI, "h200": H200}
+
+
 def default_profile(pl=None):
-    """The profile the planner uses when none is given: H200 for GPU placements, else CPU."""
+    """The profile the planner uses when none is given.
+
+    H200 for GPU placements. For CPU placements: `FFLOW_DEVICE_PROFILE` if set (a name
+    in `NAMED`, or a JSON file that `profile_devices(path=)` wrote); else `CPU_MPI` on
+    MPI ranks (`python -m fflow.launch`, FFLOW_RUNTIME=mpi) when the placement fits on
+    one node (at most FFLOW_RANKS_PER_NODE devices); else `CPU` (simulated devices). So
+    a program planned on simulated devices gets MPI's plan (and its bits, in
+    deterministic mode) with FFLOW_DEVICE_PROFILE=cpu-mpi.
+
+    Example:
+        >>> default_profile().name
+        'cpu'
+    """
     if pl is not None and getattr(pl, "type", "cpu") in ("cuda", "gpu"):
         return H200
+    chosen = os.environ.get("FFLOW_DEVICE_PROFILE")
+    if chosen:
+        return NAMED.get(chosen.lower()) or _loaded(chosen)
+    if os.environ.get("FFLOW_RUNTIME", "").lower() == "mpi":
+        per_node = int(os.environ.get("FFLOW_RANKS_PER_NODE", "0") or 0)
+        if pl is None or pl.size <= per_node:
+            return CPU_MPI
     return CPU
+
+
+_files = {}
+
+
+def _loaded(path):
+    if path not in _files:
+        try:
+            _files[path] = DeviceProfile.load(path)
+        except (OSError, ValueError, TypeError) as e:
+            raise user_error(
+                ValueError,
+                f"FFLOW_DEVICE_PROFILE={path!r}: not a profile name ({', '.join(NAMED)}) "
+                f"nor a readable profile file ({e}). Fix: write one with "
+                "fflow.sharding.profile_devices(path=...) or unset it.",
+            ) from None
+    return _files[path]
 
 
 def best_time(fn, reps=5):

@@ -22,6 +22,7 @@ Example:
 """
 
 import os
+import time
 
 import numpy as np
 
@@ -31,7 +32,14 @@ from fflow import core, sbp  # noqa: F401
 from fflow.api_util import as_value
 from fflow.array import Array
 from fflow.config import config
-from fflow.device_profile import CPU, H200, DeviceProfile, best_time, default_profile  # noqa: F401
+from fflow.device_profile import (  # noqa: F401
+    CPU,
+    CPU_MPI,
+    H200,
+    DeviceProfile,
+    best_time,
+    default_profile,
+)
 from fflow.errors import ShapeError, user_error
 from fflow.primitives.sbp_constraint import constrain
 from fflow.sbp import (  # noqa: F401
@@ -526,9 +534,20 @@ __all__ = [
 # Measuring a device profile for the planner (fflow/device_profile.py)
 
 
-def profile_devices(pl=None, small=256, large=1 << 20):
-    """Measure a DeviceProfile on this machine: matmul FLOP/s, copy bandwidth, and the
-    latency and bandwidth of an all-reduce over `pl` (default: 2 simulated devices).
+def profile_devices(pl=None, small=256, large=4 << 20, path=None):
+    """Measure a DeviceProfile on this machine, through the runtime that will run the
+    plans: matmul FLOP/s, copy bandwidth, and the links of `pl`.
+
+    On simulated devices (default `pl`: 2 of them) the links are an all-reduce through
+    fflow's boxing (latency: a `small`-byte one; bandwidth: from the `large` one). Under
+    `python -m fflow.launch` (default `pl`: every rank) they are the real transport:
+    latency is a `small`-byte all-reduce through fflow's MPI collectives (the sync and
+    call cost every collective pays), bandwidth an all-gather of `large` bytes along
+    axis 0 (received in place, no host copy), `copy_bandwidth` a host copy of `large`
+    bytes (what packing, joining and reducing cost, `shard_cost.host_copy_bytes`), and
+    `overlap` the share of a `large` all-reduce started before a GEMM that finished
+    behind it. Every rank gets rank 0's numbers (the ranks must plan alike). `path`:
+    also write it as JSON; `FFLOW_DEVICE_PROFILE=path` makes it the planner's default.
 
     Example:
         >>> import fflow
@@ -542,7 +561,18 @@ def profile_devices(pl=None, small=256, large=1 << 20):
     big = np.ones(large // 4, np.float32)
     out = np.empty_like(big)
     mem = 2 * big.nbytes / best_time(lambda: np.copyto(out, big))
-    pl = pl or placement("cpu", [0, 1])
+    world = getattr(runtime(), "world", None)
+    if world is None:
+        prof = _profile_simulated(pl or placement("cpu", [0, 1]), small, large, flops, mem)
+    else:
+        pl = pl or placement("cpu", list(range(world.Get_size())))
+        prof = _profile_mpi(world, pl, small, large, flops, mem, a)
+    if path is not None and (world is None or world.Get_rank() == 0):
+        prof.save(path)
+    return prof
+
+
+def _profile_simulated(pl, small, large, flops, mem):
     p = pl.size
 
     def allreduce(nbytes):
@@ -553,6 +583,65 @@ def profile_devices(pl=None, small=256, large=1 << 20):
     per_device = 2 * (p - 1) / p * large  # ring all-reduce bytes one device sends
     bw = per_device / max(t_large - t_small, 1e-9)
     return DeviceProfile(f"measured {pl}", flops, mem, latency=t_small, bandwidth=bw)
+
+
+def _profile_mpi(world, pl, small, large, flops, mem, a, reps=15):
+    """The links of MPI ranks, measured through fflow's MPI collectives as a training
+    step meets them: each right after a GEMM (see `profile_devices`); rank 0's numbers
+    go to every rank."""
+    p = pl.size
+    mine = world.Get_rank() in pl.ranks
+
+    def after_gemm(fn):
+        """Seconds of fn() run right after a GEMM, minus the GEMM alone (best of
+        `reps` each, so other processes' time slices drop out): what a collective costs
+        in a step (the ranks arrive apart, its data is cold)."""
+        fn()
+        world.Barrier()
+        alone, both = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            a @ a
+            fn()
+            t2 = time.perf_counter()
+            a @ a
+            alone.append(time.perf_counter() - t2)
+            both.append(t2 - t0)
+        return max(min(both) - min(alone), 1e-7)
+
+    def boxing(value, src):
+        x = to_global(value, pl, (src,) * pl.ndim)
+        return lambda: to_global(x, sbp=(B,) * pl.ndim)
+
+    tiny = np.ones(small // 4, np.float32)
+    rows = np.ones((p * 1024, large // 4096 // p), np.float32)
+    t_small, t_gather = after_gemm(boxing(tiny, P)), after_gemm(boxing(rows, S(0)))
+    # never faster than the warm transport alone (ranks sharing cores can make the
+    # difference of the two in-step times meaningless)
+    warm = best_time(boxing(rows, S(0))) - best_time(boxing(tiny, P))
+    bw = (p - 1) / p * rows.nbytes / max(t_gather - t_small, warm, 1e-9)
+    # overlap: an all-reduce of `large` bytes started before a GEMM, waited after it
+    buf, res = np.ones(large // 4, np.float32), np.empty(large // 4, np.float32)
+
+    def seq():
+        world.Allreduce(buf, res)
+        a @ a
+
+    def ovl():
+        req = world.Iallreduce(buf, res)
+        a @ a
+        req.Wait()
+
+    world.Barrier()
+    t_ar = best_time(lambda: world.Allreduce(buf, res))
+    t_seq, t_ovl = best_time(seq), best_time(ovl)
+    overlap = min(1.0, max(0.0, (t_seq - t_ovl) / max(t_ar, 1e-9)))
+    found = (flops, mem, t_small, bw, overlap) if mine else None
+    flops, mem, t_small, bw, overlap = world.bcast(found, root=pl.ranks[0])
+    return DeviceProfile(
+        f"measured MPI {pl}", flops, mem, latency=t_small, bandwidth=bw,
+        copy_bandwidth=mem, overlap=overlap,
+    )  # fmt: skip
 
 
 # -- the global-array methods of Array (OneFlow's tensor.to_global...) --------------

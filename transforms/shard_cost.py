@@ -26,6 +26,7 @@ __all__ = [
     "boxing_time",
     "hidden_time",
     "is_bucketed_reduce",
+    "host_copy_bytes",
 ]
 
 # primitives whose cost is moving bytes, not arithmetic
@@ -108,7 +109,47 @@ def boxing_time(bp, hierarchy, profile, bucketed=0):
         if bucket > 0 and st.kind == "axis" and st.src.is_partial() and st.dst.is_broadcast():
             lat *= min(1.0, max(per_device / bucket, 1.0 / bucketed))
         t += lat + per_device / bw
+        if profile.copy_bandwidth:
+            t += host_copy_bytes(st, per_device, hierarchy) / profile.copy_bandwidth
     return t
+
+
+def host_copy_bytes(st, per_device, hierarchy):
+    """Memory traffic (bytes read + written) one device spends on host copies around one
+    collective step of fflow's MPI runtime (fflow/mpi_ops.py): packing the pieces of a
+    split along a non-leading axis into one send buffer, joining received blocks along a
+    non-leading axis, and reducing received partial sums (each member reduces 1/p of
+    the value: reads p pieces, writes one). `per_device`: the bytes this device sends.
+
+    Example (2 devices, a 1 MB value: gathered along axis 1 it is joined once, 2 MB of
+    traffic; along axis 0 it lands in place):
+        >>> from fflow.sbp import B, S
+        >>> from fflow.transforms.shard_boxing import Step
+        >>> host_copy_bytes(Step("axis", (0,), S(1), B, None, 1 << 20), 1 << 19, (2,))
+        2097152.0
+        >>> host_copy_bytes(Step("axis", (0,), S(0), B, None, 1 << 20), 1 << 19, (2,))
+        0.0
+    """
+    x, y = st.src, st.dst
+    if st.kind != "axis":  # the exchange: every piece sent is packed once, received once
+        return 4.0 * per_device
+    axes = st.axes if st.axes is not None else tuple(range(len(hierarchy)))
+    p = math.prod(hierarchy[a] for a in axes)
+    if p <= 1:
+        return 0.0
+    if x.is_split() and y.is_broadcast():  # all_gather: per device (p-1)/p of the value
+        t = per_device * p / (p - 1)
+        return 2.0 * t if x.axis else 0.0
+    if x.is_split() and y.is_split():  # all_to_all: per device (p-1)/p of its 1/p piece
+        piece = per_device * p / (p - 1)
+        return 2.0 * piece * ((y.axis != 0) + (x.axis != 0))
+    if x.is_partial():
+        if y.is_split():  # reduce_scatter: pack (non-leading axis), reduce 1/p
+            t = per_device * p / (p - 1)
+            return (2.0 * t if y.axis else 0.0) + t * (p + 1) / p
+        t = per_device * p / (2 * (p - 1))  # all_reduce: reduce 1/p (in place)
+        return t * (p + 1) / p
+    return 0.0
 
 
 def is_bucketed_reduce(bp):
@@ -125,7 +166,7 @@ def is_bucketed_reduce(bp):
     )
 
 
-def hidden_time(items):
+def hidden_time(items, overlap=1.0):
     """Seconds of each bucketed all-reduce that overlap compute (DDP's overlap of the
     gradient all-reduces with the rest of the backward pass).
 
@@ -134,16 +175,21 @@ def hidden_time(items):
     all-reduce takes. The link runs one all-reduce at a time, in the order the values
     become ready; each hides the part of it that ends before its reader starts (the
     last gradient of a backward pass, read right away by the optimizer, hides
-    nothing). Returns {key: hidden seconds}, each at most its `seconds`.
+    nothing). `overlap` (the profile's): the share of an all-reduce that can run while
+    the device computes; 0 (MPI ranks on host cores: their shared-memory transport
+    moves data only inside MPI calls, on the ranks' own CPUs) hides nothing. Returns
+    {key: hidden seconds}, each at most `overlap` times its `seconds`.
 
     Example:
         >>> hidden_time([("a", 0.0, 10.0, 4.0), ("b", 1.0, 6.0, 4.0), ("c", 9.0, 9.0, 1.0)])
         {'a': 4.0, 'b': 2.0, 'c': 0.0}
+        >>> hidden_time([("a", 0.0, 10.0, 4.0)], overlap=0.0)
+        {'a': 0.0}
     """
     link = 0.0  # when the link is free
     out = {}
     for key, ready, needed, t in sorted(items, key=lambda it: it[1]):
         start = max(ready, link)
-        out[key] = max(0.0, min(t, needed - start))
+        out[key] = max(0.0, min(t, needed - start)) * overlap
         link = start + t
     return out

@@ -316,7 +316,7 @@ class _Problem:
                 secs = boxing_time(bp, self.h, self.profile, bucketed=self.crossing)
                 ready = start[k] + min(self.comp[k])
                 items.append((i, ready, end if needed is None else start[needed], secs))
-        return {i: s for i, s in hidden_time(items).items() if s > 0}
+        return {i: s for i, s in hidden_time(items, self.profile.overlap).items() if s > 0}
 
     def nd_of(self, code):
         return _NDS[code]
