@@ -100,6 +100,17 @@ launches at 4 ranks (14:54-15:17): 1 KB 0.74-1.37x, 16 KB 0.44-0.95x, 64 KB
 0.56-1.51x, 256 KB 0.79-1.79x, 1 MB 0.76-1.50x, 16 MB 2.16-3.53x. 2 ranks, the quietest
 launch (raw 1 KB 4 us): 1 KB 1.02x, 64 KB 0.57x, 256 KB 0.49x, 1 MB 0.58x, 4 MB 0.19x,
 16 MB 0.81x, 64 MB 0.50x (MPI's own sum, native mode: 0.97-1.03x up to 1 MB).
+
+Session 7 (dpcost): ranks plan with the CPU_MPI profile by default (fflow/device_profile.py),
+which gives this step plain data parallelism; the column "CPU-profile plan" is the plan of
+the simulated-device profile (layer 1's update split: all_to_all + 2 all_gathers at 2 ranks,
+reduce_scatter + all_gather at 4) in the same launch. Load 6-10, 25 steps per variant, x of
+1 process: 2 ranks, planner (now plain DP) vs CPU-profile plan: 1.40/1.53, 1.33/1.43,
+1.26/1.26, 1.53/1.61, 1.26/1.34, 1.99/2.01, 1.85/1.86 (faster in 7 of 7); plain DP forced
+1.24, 1.36, 1.14, 1.53, 1.17, 1.96, 1.79 (the same collectives, but dW1 transposed before
+its all-reduce; the planner all-reduces it first: 3-4% slower, a tie in the model). 4 ranks
+(2 per core) the other way: planner 2.48, 2.62, 2.42, 2.39, 3.20 vs CPU-profile plan 2.22,
+2.38, 2.27, 2.10, 2.78.
 """
 
 import json
@@ -230,7 +241,7 @@ def dp_rows(batch, dims, steps):
 
     import fflow
     import fflow.numpy as jnp
-    from fflow.sharding import B, P, S, runtime
+    from fflow.sharding import CPU, B, P, S, runtime
 
     def loss(params, x, y):
         h = x
@@ -264,6 +275,8 @@ def dp_rows(batch, dims, steps):
     pl = fflow.placement("cpu", list(range(n)))
     dp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B)
     plain = fflow.shard(plain_step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B)
+    # the plan of the simulated-device profile (what ranks got before CPU_MPI)
+    sim_plan = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU)
     gx, gy = fflow.make_global_array(x, pl, S(0)), fflow.make_global_array(y, pl, S(0))
     grad_fn, update_fn = fflow.jit(fflow.value_and_grad(loss)), fflow.jit(update)
     flat = np.empty(sum(a.size for layer in params for a in layer), np.float32)
@@ -294,6 +307,7 @@ def dp_rows(batch, dims, steps):
         "no_overlap": fflow_dp(False),
         # the planner's plan vs plain data parallelism (one bucket of every gradient)
         "plain": lambda: plain(params, gx, gy),
+        "cpu_profile": lambda: sim_plan(params, gx, gy),
         "hand": hand,
         # every rank runs the 1-process step at once, no communication: the floor of
         # weak scaling on this machine (the ranks share memory bandwidth and caches)
@@ -325,6 +339,10 @@ def dp_rows(batch, dims, steps):
     med.update({f"blocked_{k}": statistics.median(v) for k, v in blocked.items()})
     med.update({f"bucket_wait_{k}": statistics.median(v) for k, v in bucket_wait.items()})
     med["buckets"] = [b.nbytes for b in plan_buckets(dp.plan(params, gx, gy).local_program(0))]
+    med["profile"] = dp.plan(params, gx, gy).plan.profile.name
+    med["collectives"] = sorted(
+        {c for *_, bp in dp.plan(params, gx, gy).boxings() if bp.bytes for c in bp.collectives()}
+    )
     return med
 
 
@@ -473,9 +491,9 @@ def main():
         "| ranks | 1 process | fflow DP | vs 1 process | hand DP (jit + 1 Allreduce) | vs 1 "
         "process | every rank alone, no comm (floor) | fflow blocked in comm | without "
         "overlap: step / blocked | hidden | blocked in bucket waits: overlap / without | "
-        "fflow, plain DP forced |"
+        "fflow, plain DP forced | fflow, CPU-profile plan | planner's profile: collectives |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = [(n, res["dp"]) for n, res in runs.items()]
     rows.append(("2, MPICH async progress", async_run["dp"]))
     for n, d in rows:
@@ -488,7 +506,8 @@ def main():
             f"({d['blocked_fflow'] / d['fflow'] * 100:.0f}%) | {_ms(d['no_overlap'])} / "
             f"{_ms(d['blocked_no_overlap'])} | {_ms(hidden)} ({len(d['buckets'])} buckets, "
             f"{sum(d['buckets']) / 2**20:.1f} MB) | {_ms(d['bucket_wait_fflow'])} / "
-            f"{_ms(d['bucket_wait_no_overlap'])} | {d['plain'] / t1:.2f}x |"
+            f"{_ms(d['bucket_wait_no_overlap'])} | {d['plain'] / t1:.2f}x | "
+            f"{d['cpu_profile'] / t1:.2f}x | {d['profile']}: {'+'.join(d['collectives'])} |"
         )
     print("\nwhat overlap can hide here: a 4 MB bucket's Iallreduce started before a GEMM on")
     print("every rank (mpi4py; MPI's shared-memory transport copies with the ranks' own CPUs)")
