@@ -108,7 +108,9 @@ reduce_scatter + all_gather at 4) in the same launch. Load 6-10, 25 steps per va
 1 process: 2 ranks, planner (now plain DP) vs CPU-profile plan: 1.40/1.53, 1.33/1.43,
 1.26/1.26, 1.53/1.61, 1.26/1.34, 1.99/2.01, 1.85/1.86 (faster in 7 of 7); plain DP forced
 1.24, 1.36, 1.14, 1.53, 1.17, 1.96, 1.79 (the same collectives, but dW1 transposed before
-its all-reduce; the planner all-reduces it first: 3-4% slower, a tie in the model). 4 ranks
+its all-reduce; the planner all-reduces it first, then its update reads dW1 transposed: a
+tie in the model, 3-8% slower in three more launches, 1.33/1.27/1.34 vs 1.29/1.23/1.24
+(old plan 1.37/1.36/1.36), and 1-6% slower on 2 simulated devices, so not MPI). 4 ranks
 (2 per core) the other way: planner 2.48, 2.62, 2.42, 2.39, 3.20 vs CPU-profile plan 2.22,
 2.38, 2.27, 2.10, 2.78.
 """
