@@ -126,17 +126,20 @@ H200 = DeviceProfile(
 
 # MPI ranks of one node on its host cores (fflow.launch, mpi4py + MPICH's shared-memory
 # transport), as `fflow.sharding.profile_devices()` measured them under `fflow.launch -n
-# 2` with 1 BLAS thread per rank, 2026-12-03 (machine load 8, best of 15 each, four
-# launches): GEMM 1.09-1.25e11 FLOP/s; a 4 MB copy 0.88-1.22e11 B/s; a 256-byte
-# all-reduce right after a GEMM 1.3-2.4e-4 s (a blocking collective waits for its
-# slowest member: warm and synchronized it takes 2e-5 s); a 4 MB all-gather after a GEMM
-# 3.4-5.0e9 B/s; an all-reduce started before a GEMM finished behind it 0-0.28 of its
-# time, and 0 in a DP step (hidden -0.14..+0.07 ms of 1.2 ms, notes/issue10-overlap.md):
-# MPI moves shared-memory data only inside MPI calls, with the ranks' own CPUs. The
-# model then prices the DP MLP step's layer-1 split update (all_to_all 1 MB, all_gather
-# 1.6 MB, all_gather 3.2 MB with its join) at 1.49 ms, measured in that step at 1.32 ms.
+# 2` with 1 BLAS thread per rank, 2026-12-03 (machine load 7-8, six launches): GEMM
+# 1.1-1.25e11 FLOP/s; a 4 MB copy 0.9-1.2e11 B/s; a 256-byte all-reduce right after a
+# GEMM, best of 15, 0.7-1.6e-4 s (a blocking collective waits for its slowest member:
+# warm and synchronized it takes 2e-5 s); a 4 MB all-gather after a GEMM 4.1-6.0e9 B/s;
+# a 16 MB all-reduce started before a GEMM finished behind it 0-0.09 of its time, and 0
+# in a DP step (hidden -0.14..+0.07 ms of 1.2 ms, notes/issue10-overlap.md): MPI moves
+# shared-memory data only inside MPI calls, with the ranks' own CPUs. Latency 2e-4 is
+# the top of that range: at 7e-5 the planner splits bench_mpi's DP step's layer-1 update
+# again (measured slower), and at 1.5e-4 on 4 devices its search returned a plan costlier
+# than plain DP by its own model. The model then prices that split (all_to_all 1 MB,
+# all_gather 1.6 MB, all_gather 3.2 MB with its join) at 1.26 ms, 1.32 ms measured in
+# the step (W1's all-reduce 0.88 ms; the 4.2 MB bucket's wait measured 0.9-1.2 ms).
 CPU_MPI = DeviceProfile(
-    "cpu-mpi", flops=1.2e11, mem_bandwidth=1.2e11, latency=2e-4, bandwidth=3.5e9,
+    "cpu-mpi", flops=1.2e11, mem_bandwidth=1.2e11, latency=2e-4, bandwidth=5e9,
     copy_bandwidth=1.2e11, overlap=0.0,
 )  # fmt: skip
 

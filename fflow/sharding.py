@@ -593,21 +593,18 @@ def _profile_mpi(world, pl, small, large, flops, mem, a, reps=15):
     mine = world.Get_rank() in pl.ranks
 
     def after_gemm(fn):
-        """Seconds of fn() run right after a GEMM, minus the GEMM alone (best of
-        `reps` each, so other processes' time slices drop out): what a collective costs
-        in a step (the ranks arrive apart, its data is cold)."""
+        """Seconds of fn() run right after a GEMM (best of `reps`, so other processes'
+        time slices drop out): what a collective costs in a step (the ranks arrive
+        apart, its data is cold)."""
         fn()
         world.Barrier()
-        alone, both = [], []
+        best = float("inf")
         for _ in range(reps):
+            a @ a
             t0 = time.perf_counter()
-            a @ a
             fn()
-            t2 = time.perf_counter()
-            a @ a
-            alone.append(time.perf_counter() - t2)
-            both.append(t2 - t0)
-        return max(min(both) - min(alone), 1e-7)
+            best = min(best, time.perf_counter() - t0)
+        return best
 
     def boxing(value, src):
         x = to_global(value, pl, (src,) * pl.ndim)
@@ -621,8 +618,9 @@ def _profile_mpi(world, pl, small, large, flops, mem, a, reps=15):
     gather = best_time(boxing(rows, S(0)), 7)
     warm = max(gather - best_time(boxing(tiny, P), 7), gather / 2)
     bw = (p - 1) / p * rows.nbytes / max(t_gather - t_small, warm, 1e-9)
-    # overlap: an all-reduce of `large` bytes started before a GEMM, waited after it
-    buf, res = np.ones(large // 4, np.float32), np.empty(large // 4, np.float32)
+    # overlap: an all-reduce of 4 x `large` bytes (long next to the GEMM's jitter)
+    # started before a GEMM, waited after it
+    buf, res = np.ones(large, np.float32), np.empty(large, np.float32)
 
     def seq():
         world.Allreduce(buf, res)
@@ -634,8 +632,10 @@ def _profile_mpi(world, pl, small, large, flops, mem, a, reps=15):
         req.Wait()
 
     world.Barrier()
-    t_ar = best_time(lambda: world.Allreduce(buf, res))
-    t_seq, t_ovl = best_time(seq), best_time(ovl)
+    t_ar = best_time(lambda: world.Allreduce(buf, res), reps)
+    t_seq = t_ovl = float("inf")
+    for _ in range(reps):  # interleaved, best of each: load drifts the same way for both
+        t_seq, t_ovl = min(t_seq, best_time(seq, 1)), min(t_ovl, best_time(ovl, 1))
     overlap = min(1.0, max(0.0, (t_seq - t_ovl) / max(t_ar, 1e-9)))
     found = (flops, mem, t_small, bw, overlap) if mine else None
     flops, mem, t_small, bw, overlap = world.bcast(found, root=pl.ranks[0])

@@ -81,6 +81,7 @@ def test_profile_json_round_trip(tmp_path):
     back = DeviceProfile.load(path)
     assert back.to_json() == CPU_MPI.to_json()
     assert (back.latency_of(0), back.overlap, back.copy_bandwidth) == (2e-4, 0.0, 1.2e11)
+    assert back.bandwidth_of(3) == 5e9
 
 
 def test_default_profile_per_runtime(monkeypatch, tmp_path):
