@@ -541,12 +541,15 @@ def profile_devices(pl=None, small=256, large=4 << 20, path=None):
     On simulated devices (default `pl`: 2 of them) the links are an all-reduce through
     fflow's boxing (latency: a `small`-byte one; bandwidth: from the `large` one). Under
     `python -m fflow.launch` (default `pl`: every rank) they are the real transport:
+    each collective runs right after a GEMM, as in a training step (best of 15):
     latency is a `small`-byte all-reduce through fflow's MPI collectives (the sync and
     call cost every collective pays), bandwidth an all-gather of `large` bytes along
     axis 0 (received in place, no host copy), `copy_bandwidth` a host copy of `large`
     bytes (what packing, joining and reducing cost, `shard_cost.host_copy_bytes`), and
-    `overlap` the share of a `large` all-reduce started before a GEMM that finished
-    behind it. Every rank gets rank 0's numbers (the ranks must plan alike). `path`:
+    `overlap` the share of a 4 x `large`-byte all-reduce started before a GEMM that
+    finished behind it. Every rank gets rank 0's numbers (the ranks must plan alike). On
+    a loaded machine the numbers vary run to run (other processes' time slices), so
+    measure on a quiet one. `path`:
     also write it as JSON; `FFLOW_DEVICE_PROFILE=path` makes it the planner's default.
 
     Example:
