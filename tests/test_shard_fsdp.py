@@ -18,7 +18,15 @@ from fflow.transforms import shard_exec
 from fflow.transforms.shard_fsdp import gather_per_use, use_groups
 from fflow.transforms.staging import trace_to_program
 from mpi_util import launch_result, mpi_available
-from shard_fsdp_script import DIMS, init, mesh_placement, peaks_without_fsdp, run, step
+from shard_fsdp_script import (
+    DIMS,
+    init,
+    mesh_placement,
+    numpy_step,
+    peaks_without_fsdp,
+    run,
+    step,
+)
 from test_planner_memory import local_peak
 
 import fflow
@@ -258,3 +266,29 @@ def test_transformer_grads_on_2x2_mesh_under_a_tight_budget():
     np.testing.assert_allclose(float(v), float(ref_v), rtol=1e-5)
     for a, r in zip(fflow.tree_util.tree_flatten(g)[0], ref):
         np.testing.assert_allclose(np.asarray(a), np.asarray(r), rtol=2e-4, atol=2e-6)
+
+
+def test_fsdp_on_2x2_with_dims_the_mesh_does_not_divide():
+    """MLP 6-10-10-2 on a 2x2 mesh: no dim is a multiple of 4, so each mesh axis splits
+    its own dim (weights (S(0), S(1))) or, where only one dim divides by 2, one axis
+    splits and the other keeps it whole (biases (S(0), B)). Under a budget of half the
+    data-parallel peak the plan gathers per use, fits by every device's liveness count,
+    and the Adam step equals float64 NumPy."""
+    pl = mesh_placement(4, "2x2")
+    params, opt, x, y = init((6, 10, 10, 2), batch=8)
+    args = (params, opt, x, y)
+    data = (S(0), S(0))
+    in_sbp = (None, None, data, data)
+    peak = local_peak(fflow.shard(step, pl, in_sbp=in_sbp, profile=H200).plan(*args))
+    limit = peak // 2
+    f = fflow.shard(step, pl, in_sbp=in_sbp, profile=H200, memory_limit=limit)
+    sp = f.plan(*args)
+    assert sp.gathered_per_use
+    assert sp.in_sbps[:4] == [(S(0), S(1)), (S(0), B), (S(0), S(1)), (S(0), B)]
+    assert max(local_peak(sp, k) for k in range(4)) == sp.peak_memory <= limit
+    loss, new_p, new_o = f(*args)
+    ref_loss, ref_p, ref_o = numpy_step(*args)
+    np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-5)
+    for got, ref in zip(new_p + new_o, ref_p + ref_o):
+        for a, r in zip(got, ref):
+            np.testing.assert_allclose(np.asarray(a), r, rtol=1e-4, atol=1e-6)
