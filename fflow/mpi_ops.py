@@ -558,6 +558,14 @@ def start_all_reduce(comm, flat, op, owned=False):
     p = comm.Get_size()
     sizes = balanced(flat.size, p)
     me = comm.Get_rank()
+    name, exact = _name(flat.dtype), exact_native(flat.dtype, op, p)
+    if _det[0] and _shm[0] and name in _NATIVE and p > 1 and flat.size:
+        # one node: on a window lane of its own (mpi_shm.start), unless MPI's own
+        # reduction has the same bits and the bucket is small (see `all_reduce`)
+        if not (exact and flat.nbytes < SHM_NATIVE_BYTES) and mpi_shm.on_one_node(comm, MPI):
+            got = mpi_shm.start(comm, flat, MPI)
+            if got is not None:
+                return ("window", got[0], got[1], sizes, op)
     if (use_native(flat.dtype) and _name(flat.dtype) not in _HALF) or exact_native(
         flat.dtype, op, p
     ):
@@ -588,6 +596,10 @@ def finish_all_reduce(rt, comm, ranks, handle, what):
         return buf
     if kind == "rows":
         return _reduce_rows(buf, op, buf.dtype).reshape(-1)
+    if kind == "window":
+        p, nbytes = comm.Get_size(), buf[3] * buf[4].itemsize
+        two = p > 2 and nbytes * p > _small[0]
+        return mpi_shm.finish(rt, comm, ranks, buf, _REDUCE[op], two, what)
     return _gather_reduced(rt, comm, ranks, buf, sizes, op, what)
 
 

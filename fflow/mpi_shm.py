@@ -14,6 +14,9 @@ the other members' slots directly:
   only), a second synchronization, and every member copies member 0's slot out: 1/p
   of the additions, two synchronizations.
 
+Gradient buckets (`start` / `finish`, non-blocking) copy in and start an `Ibarrier` at
+start, and reduce at finish; each bucket in flight has a window lane of its own.
+
 A reduce-scatter (P -> S) is the first half of the rows path with each member reading
 only its own range (one barrier, no copy out); an all-gather (S -> B, any dtype: bytes)
 is copy in, one barrier, copy every member's slot out.
@@ -52,7 +55,7 @@ PIECE_BYTES = 16 << 20  # the largest window capacity: larger values go in piece
 _MIN_CAP = 4 << 10
 
 _node = {}  # id(comm) -> (comm, whether every member is on this node)
-_windows = {}  # (id(comm), capacity) -> _Window
+_windows = {}  # (id(comm), capacity, lane) -> _Window
 _used = [0]
 
 
@@ -91,13 +94,13 @@ class _Window:
         self.sync = sync
 
 
-def window(comm, nbytes, MPI):
+def window(comm, nbytes, MPI, lane=0):
     """The shared window of `comm` for values of up to `nbytes` (capacity: the next
     power of two), created on first use; None over SHM_BYTES, or when the node's shared
     memory (/dev/shm) has not twice the room for the group's slots on some member
     (agreed by all members, once per size class: containers often mount 64 MB)."""
     cap = max(_MIN_CAP, 1 << max(0, nbytes - 1).bit_length())
-    key = (id(comm), cap)
+    key = (id(comm), cap, lane)
     w = _windows.get(key)
     if w is None:
         if key in _refused or _used[0] + 2 * cap > SHM_BYTES:
@@ -111,7 +114,7 @@ def window(comm, nbytes, MPI):
     return w
 
 
-_refused = set()  # (id(comm), capacity) the members agreed not to allocate
+_refused = set()  # (id(comm), capacity, lane) the members agreed not to allocate
 
 
 def _shm_room():
@@ -265,3 +268,53 @@ def all_gather(rt, comm, ranks, x, counts, out, what, MPI):
         raw[a : a + c * isz] = w.slots[r][b][: c * isz]
         a += c * isz
     return True
+
+
+_busy = {}  # id(comm) -> the window lanes of gradient buckets in flight
+
+
+def start(comm, flat, MPI):
+    """Start a bucket's all-reduce (non-blocking, `finish` completes it): copy `flat`
+    into this member's slot of a window lane of its own and start an `Ibarrier`; the
+    data is then in place, so nothing has to progress while the backward pass computes.
+    A lane is the smallest one (from 1; lane 0 is the blocking collectives') no bucket
+    of this communicator has in flight: every member starts and finishes buckets in the
+    same order, so all pick the same lane, and a lane is reused only after this member
+    finished its last bucket, whose barrier every member passed. Returns (request,
+    state), or None without a window (or over PIECE_BYTES)."""
+    busy = _busy.setdefault(id(comm), set())
+    lane = next(k for k in range(1, len(busy) + 2) if k not in busy)
+    nbytes = flat.nbytes
+    w = window(comm, nbytes, MPI, lane) if 0 < nbytes <= PIECE_BYTES else None
+    if w is None:
+        return None
+    busy.add(lane)
+    b = w.parity[0] = w.parity[0] ^ 1
+    np.copyto(w.slots[comm.Get_rank()][b][:nbytes].view(flat.dtype), flat)
+    w.win.Sync()
+    return comm.Ibarrier(), (w, b, lane, flat.size, flat.dtype)
+
+
+def finish(rt, comm, ranks, state, fn, two_step, what):
+    """The flat result of a bucket `start`ed on the window, after its barrier was waited
+    for: the rows path (every member reduces the p slots in group order), or with
+    `two_step` this member's chunk into member 0's slot, a barrier, and a copy out."""
+    w, b, lane, size, dtype = state
+    w.win.Sync()
+    _busy[id(comm)].discard(lane)
+    p, me = comm.Get_size(), comm.Get_rank()
+    ins = [w.slots[r][b][: size * dtype.itemsize].view(dtype) for r in range(p)]
+    out = np.empty(size, dtype)
+    if two_step:
+        q, r = divmod(size, p)
+        lo = me * q + min(me, r)
+        part = [v[lo : lo + q + (me < r)] for v in ins]
+        for k in range(1, p):
+            fn(part[0], part[k], out=part[0])
+        w.sync(rt, ranks, what)
+        np.copyto(out, ins[0])
+        return out
+    fn(ins[0], ins[1], out=out)
+    for k in range(2, p):
+        fn(out, ins[k], out=out)
+    return out

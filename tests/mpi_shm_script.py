@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import fflow
+import fflow.numpy as jnp
 from fflow.sharding import B, P, S, partial_max, partial_min, runtime
 
 CALLS = 6
@@ -114,7 +115,7 @@ def main(n):
     out["room"] += [np.asarray(f(global_of(vals, pl, partial_min, mpi, rt))).tolist()]
     if mpi:
         mpi_shm._shm_room = room
-        out["refused"] = sorted(cap for _, cap in mpi_shm._refused)
+        out["refused"] = sorted(key[1] for key in mpi_shm._refused)
         budget, mpi_shm.SHM_BYTES = mpi_shm.SHM_BYTES, mpi_shm._used[0]  # no room left
     # over the window budget: a new size class takes MPI's messages (planned and not)
     f = fflow.shard(lambda a: a, pl, in_sbp=partial_max, out_sbp=B)
@@ -124,6 +125,34 @@ def main(n):
     if mpi:
         out["windows_after"] = sorted({w.cap for w in mpi_shm._windows.values()})
         mpi_shm.SHM_BYTES = budget
+    # gradient buckets: one per weight (several in flight, each on its own lane of one
+    # size class's windows; 7.5-8 KB each, so 2-rank sums take the window too), ten steps
+    # back to back, every gradient kept
+    rw = np.random.default_rng(31)
+    ws = [rw.normal(size=(32, 60 + c)).astype(np.float32) for c in range(4)]
+    xb = rw.normal(size=(512 * n, 32)).astype(np.float32)
+    gx = global_of([xb[512 * k : 512 * k + 512] for k in range(n)], pl, S(0), mpi, rt)
+
+    def lin(w0, w1, w2, w3, x):
+        return sum(jnp.sum(jnp.tanh(x @ w)) for w in (w0, w1, w2, w3))
+
+    set_config(mpi, mpi_allgather_bytes=1 << 19, mpi_tune_calls=4)  # (rows: one barrier)
+    fflow.config.update("grad_bucket_mb", 0.0001)
+    if mpi:  # rank n-1 reads its buckets' slots late (after their barrier)
+        finish = mpi_shm.finish
+
+        def late(rt_, *a):
+            if rt_.rank == n - 1:
+                time.sleep(0.02)
+            return finish(rt_, *a)
+
+        mpi_shm.finish = late
+    g = fflow.jit(fflow.grad(fflow.shard(lin, pl, in_sbp=(B,) * 4 + (S(0),)), argnums=(0, 1, 2, 3)))
+    kept = [g(*ws, gx) for _ in range(10)]
+    fflow.config.update("grad_bucket_mb", 25.0)
+    if mpi:
+        mpi_shm.finish = finish
+    out["buckets"] = [[np.asarray(a).tolist() for a in step] for step in kept]
     if rt.rank == 0:
         print("RESULT " + json.dumps(out))
 

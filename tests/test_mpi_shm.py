@@ -52,6 +52,16 @@ def test_shared_memory_all_reduce_equals_simulated_and_numpy(n):
     ref = np.stack(s.parts([996], (5000,), np.float32, n, s.partial_min)).min(0).tolist()
     assert mpi["room"] == sim["room"] == [ref, ref]
     assert mpi["refused"] == [32768]
+    # gradient buckets in flight together (window lanes): NumPy's gradient, every step
+    rw = np.random.default_rng(31)
+    ws = [rw.normal(size=(32, 60 + c)).astype(np.float32) for c in range(4)]
+    xb = rw.normal(size=(512 * n, 32)).astype(np.float32)
+    assert mpi["buckets"] == sim["buckets"]
+    for step in mpi["buckets"]:
+        for got, w in zip(step, ws):
+            x64 = xb.astype(np.float64)
+            ref = x64.T @ (1 - np.tanh(x64 @ w) ** 2)  # d/dw sum(tanh(x @ w))
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     # over the window budget: MPI's messages, the same numbers
     ref = np.stack(s.parts([998], (3000,), np.float32, n, s.partial_max)).max(0).tolist()
     assert mpi["budget"] == sim["budget"] == [ref, ref]
