@@ -362,12 +362,18 @@ def planned(name, comm, ranks, params, shape, dtype):
     keep = _cell(shape, dtype) if _shm[0] and mpi_shm.on_one_node(comm, _mpi()) else None
     if keep is not None:  # one node: the ordered paths on a shared window (mpi_shm.py)
         args = (comm, ranks, shape, dtype, _REDUCE[op], moved, keep, _mpi())
-        rows, two = mpi_shm.planned_rows(*args), mpi_shm.planned_two_step(*args)
+        rows = mpi_shm.planned_rows(*args)
+        # (the two-step path's second barrier does not pay below half the all-gather
+        # limit: 4 ranks, 16-64 KB, rows 0.48-0.93x of raw vs two-step 0.64-0.97x; timing
+        # both there can pick the slower under noise)
+        if rows is not None and nbytes * p > _small[0] // 2:
+            two = mpi_shm.planned_two_step(*args)
     if native is not None and rows is None:  # MPI's own reduction has the same bits
         return native
+    window = rows is not None
     if rows is None and nbytes * p <= _small[0] * 8:
         rows = _planned_rows(comm, ranks, shape, dtype, op, moved)
-    if two is None and size % p == 0 and nbytes * p > _small[0] // 4:
+    if not window and size % p == 0 and nbytes * p > _small[0] // 4:
         two = _planned_two_step(comm, ranks, shape, dtype, op, moved)
     static = rows if nbytes * p <= _small[0] else two
     others = [c for c in (rows, two, native) if c is not None and c is not static]
