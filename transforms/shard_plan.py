@@ -66,9 +66,11 @@ PARTIAL_PENALTIES = (0.1, 1.0)
 # 0.665 MB at 0.08% more time) only from the 0.0 or 0.5 start
 SMALL_PARTIAL_PENALTIES = (0.0, 0.5)
 # one more start, refined whatever its cost, where splits only propagate (`_propagated`);
-# for programs of at most this many equations (12 layers of the Megatron step: 4300):
-# its passes memoise less well, +40-50% planning time at 24 layers
-PROPAGATED_MAX_EQNS = 5000  # one more start: splits only propagate (`_propagated`)
+# its lookahead only for programs of at most this many equations (12 layers of the
+# Megatron step: 4542): its messages memoise less well (+40-50% planning time at 24
+# layers with it, +10-20% without)
+PROPAGATED_MAX_EQNS = 5000
+PROPAGATED_START = True  # one more start: splits only propagate (`_propagated`)
 INF = float("inf")
 # seconds charged for a conversion that splits a value under keep_in_sbp (where the
 # plan follows the kept inputs' splits): large, but finite so deltas stay numbers
@@ -529,7 +531,7 @@ def _searched(prob, search):
         best = scored[0][0]
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
-        if not prob.kept and len(program.eqns) <= PROPAGATED_MAX_EQNS:
+        if not prob.kept and PROPAGATED_START:
             found.append(_refine(prob, _propagated(prob)))
     return found
 
@@ -538,7 +540,7 @@ def _propagated(prob):
     """A start where splits only propagate from the inputs' SBPs (as keep_in_sbp plans,
     and as JAX's sharding propagation would): the message-passing starts with NEW_SPLIT
     on every conversion that newly splits a value (refined by the caller with the true
-    costs). Megatron from weight annotations, 2
+    costs; Viterbi only beyond PROPAGATED_MAX_EQNS). Megatron from weight annotations, 2
     layers at 4,128,256 on 4 devices: the other starts refine to 170.1 us (a layernorm
     backward reduce-scattered and all-gathered back in every block, as the forward
     layernorms ran batch-split), this one to 149.0 us."""
@@ -548,7 +550,10 @@ def _propagated(prob):
     prob.akid, prob.akid_class = prob.prop_ids
     try:
         fwd = _forward(prob, 1.0)
-        return min([_viterbi(prob, fwd), _lookahead(prob, fwd)], key=prob.total)
+        starts = [_viterbi(prob, fwd)]
+        if len(prob.cands) <= PROPAGATED_MAX_EQNS:
+            starts.append(_lookahead(prob, fwd))
+        return min(starts, key=prob.total)
     finally:
         prob.akid, prob.akid_class = saved
 
