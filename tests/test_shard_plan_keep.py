@@ -135,3 +135,19 @@ def test_keep_in_sbp_structure_errors_say_what_to_give():
     g = fflow.shard(lambda x, w: x @ w, pl, in_sbp=(B, S(1)), keep_in_sbp=(True,))
     with pytest.raises(ValueError, match="keep_in_sbp"):
         g.plan(np.ones((2, 4), np.float32), np.ones((4, 2), np.float32))
+
+
+def test_a_global_arrays_own_sbp_is_kept_and_jit_keeps_it():
+    """keep_in_sbp=True with no in_sbp: a global array's own SBP is its annotation (kept),
+    a local NumPy argument is unannotated (free); the same through jit."""
+    pl = fflow.placement("cpu", [0, 1])
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(8, 6)).astype(np.float32)
+    w = rng.normal(size=(6, 4)).astype(np.float32)
+    wg = fflow.to_global(w, pl, S(0))
+    f = fflow.shard(lambda x, w: jnp.tanh(x @ w), pl, keep_in_sbp=True)
+    sp = f.plan(x, wg)
+    assert sp.plan.problem.kept == {1: "w"}
+    assert all(v is not sp.exec_program.invars[1] for _, v, _, _, _ in sp.boxings())
+    for got in (f(x, wg), fflow.jit(f)(x, wg)):
+        np.testing.assert_allclose(np.asarray(got), np.tanh(x @ w), rtol=1e-5, atol=1e-6)
