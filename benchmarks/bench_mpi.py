@@ -100,6 +100,11 @@ launches at 4 ranks (14:54-15:17): 1 KB 0.74-1.37x, 16 KB 0.44-0.95x, 64 KB
 0.56-1.51x, 256 KB 0.79-1.79x, 1 MB 0.76-1.50x, 16 MB 2.16-3.53x. 2 ranks, the quietest
 launch (raw 1 KB 4 us): 1 KB 1.02x, 64 KB 0.57x, 256 KB 0.49x, 1 MB 0.58x, 4 MB 0.19x,
 16 MB 0.81x, 64 MB 0.50x (MPI's own sum, native mode: 0.97-1.03x up to 1 MB).
+A later launch (15:46, raw 64 KB 214 us: out of the time-slice regime) gave 4 ranks
+64 KB 1.16x (16 KB 1.20x); forced paths right after: rows 0.48x, two-step 0.64x, so
+below 64 KB + 1 at 4 ranks the window's rows path is now used without tuning (e8957d9);
+after it, 64 KB det 0.43 / 0.50x (two launches, time slices) and 0.72-0.74x in two
+short probes with raw at 209-217 us (MPI-message rows path there: 1.19-1.34x).
 
 Session 7 (dpcost): ranks plan with the CPU_MPI profile by default (fflow/device_profile.py),
 which gives this step plain data parallelism; the column "CPU-profile plan" is the plan of
