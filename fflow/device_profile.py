@@ -150,15 +150,15 @@ def default_profile(pl=None):
     """The profile the planner uses when none is given.
 
     H200 for GPU placements. For CPU placements: `FFLOW_DEVICE_PROFILE` if set (a name
-    in `NAMED`, or a JSON file that `profile_devices(path=)` wrote); else `CPU_MPI` on
-    MPI ranks (`python -m fflow.launch`, FFLOW_RUNTIME=mpi) when the placement fits on
-    one node (at most FFLOW_RANKS_PER_NODE devices); else `CPU` (simulated devices). So
-    a program planned on simulated devices gets MPI's plan (and its bits, in
-    deterministic mode) with FFLOW_DEVICE_PROFILE=cpu-mpi.
+    in `NAMED`, or a JSON file that `profile_devices(path=)` wrote); else `CPU_MPI`, on
+    simulated devices and on MPI ranks (`python -m fflow.launch`, FFLOW_RUNTIME=mpi)
+    alike, so a program gets the same plan on both (and the same bits, in deterministic
+    mode: simulate, then deploy); `CPU` only for MPI ranks spread over nodes (more
+    devices than FFLOW_RANKS_PER_NODE).
 
     Example:
         >>> default_profile().name
-        'cpu'
+        'cpu-mpi'
     """
     if pl is not None and getattr(pl, "type", "cpu") in ("cuda", "gpu"):
         return H200
@@ -167,9 +167,9 @@ def default_profile(pl=None):
         return NAMED.get(chosen.lower()) or _loaded(chosen)
     if os.environ.get("FFLOW_RUNTIME", "").lower() == "mpi":
         per_node = int(os.environ.get("FFLOW_RANKS_PER_NODE", "0") or 0)
-        if pl is None or pl.size <= per_node:
-            return CPU_MPI
-    return CPU
+        if pl is not None and pl.size > per_node:
+            return CPU
+    return CPU_MPI
 
 
 _files = {}

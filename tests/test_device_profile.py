@@ -88,7 +88,7 @@ def test_default_profile_per_runtime(monkeypatch, tmp_path):
     pl2, pl4 = fflow.placement("cpu", [0, 1]), fflow.placement("cpu", [0, 1, 2, 3])
     monkeypatch.delenv("FFLOW_DEVICE_PROFILE", raising=False)
     monkeypatch.delenv("FFLOW_RUNTIME", raising=False)
-    assert default_profile(pl2) is CPU
+    assert default_profile(pl2) is CPU_MPI  # simulated devices plan as MPI ranks do
     monkeypatch.setenv("FFLOW_RUNTIME", "mpi")
     monkeypatch.setenv("FFLOW_RANKS_PER_NODE", "2")
     assert default_profile(pl2) is CPU_MPI

@@ -1,9 +1,10 @@
 """The planner on a data-parallel training step: params B, batch S(0), outputs B.
 
-With the default CPU profile the plan is plain data parallelism (one all-reduce per
-gradient and one for the loss, bytes = 2 (p-1) x their sizes), because gradient
+With the simulated-link CPU profile the plan is plain data parallelism (one all-reduce
+per gradient and one for the loss, bytes = 2 (p-1) x their sizes), because gradient
 all-reduces are bucketed and overlap the rest of the backward pass
-(transforms/shard_cost.py `hidden_time`). Before that credit, every collective was
+(transforms/shard_cost.py `hidden_time`); the default CPU_MPI profile gets the same plan
+from its per-collective costs (tests/test_device_profile.py). Before that credit, every collective was
 priced as if serial and the planner reduce-scattered the hidden layers' gradients,
 updated them split and all-gathered the weights. Values against a float64 NumPy step
 with the backward pass written out, on simulated devices and under fflow.launch."""
@@ -16,6 +17,7 @@ from shard_plan_dp_script import DIMS, run
 
 import fflow
 from fflow.config import config
+from fflow.sharding import CPU
 
 
 def test_hidden_time_is_the_overlap_on_one_link():
@@ -65,11 +67,11 @@ def test_without_buckets_nothing_is_hidden():
     old = config.grad_bucket_mb
     try:
         config.update("grad_bucket_mb", 0.0)
-        sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B).plan(params, x, y)
+        sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU).plan(params, x, y)
         assert not sp.plan.problem.hidden
     finally:
         config.update("grad_bucket_mb", old)
-    sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B).plan(params, x, y)
+    sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU).plan(params, x, y)
     assert sp.plan.problem.hidden
 
 
@@ -88,7 +90,7 @@ def test_explain_shows_the_communication_hidden_behind_the_backward_pass():
 
     params, x, y = init()
     pl = fflow.placement("cpu", [0, 1])
-    sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B).plan(params, x, y)
+    sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU).plan(params, x, y)
     plan = sp.plan
     # every weight and bias gradient (4 layers) overlaps; the loss's all-reduce does not
     assert plan.hidden_count == 2 * (len(DIMS) - 1)
