@@ -67,7 +67,9 @@ def test_without_buckets_nothing_is_hidden():
     old = config.grad_bucket_mb
     try:
         config.update("grad_bucket_mb", 0.0)
-        sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU).plan(params, x, y)
+        sp = fflow.shard(step, pl, in_sbp=(B, S(0), S(0)), out_sbp=B, profile=CPU).plan(
+            params, x, y
+        )
         assert not sp.plan.problem.hidden
     finally:
         config.update("grad_bucket_mb", old)
