@@ -33,7 +33,8 @@ Two reduction modes (config `mpi_deterministic`, FFLOW_MPI_DETERMINISTIC):
   reduces everything; two-step, from value x ranks > mpi_allgather_bytes at 3+ ranks:
   each member its chunk, a second barrier, copy out). Same bits, none of the
   all-gather's / all-to-all's copies through MPI's queues. Planned calls tune between
-  the window's two paths (and MPI's own reduction where its bits are the same); from
+  the window's two paths (the rows path alone up to value x ranks = mpi_allgather_bytes
+  / 2) and MPI's own reduction where its bits are the same; from
   mpi_large_bytes both modes use the window, in pieces of mpi_shm.PIECE_BYTES (16 MB).
   Measured, same launch vs raw Allreduce, load 7-9 (MPI-message paths in brackets):
   4 ranks on 2 cores 64 KB 0.41x (0.55x), 256 KB 0.43x (1.34x), 1 MB 0.53x (1.08x),
