@@ -65,10 +65,10 @@ PARTIAL_PENALTIES = (0.1, 1.0)
 # Megatron at 2,16,64 on 2x2 / 2x4 reaches the hand plan (0.448 / 0.554 MB, was 0.496 /
 # 0.665 MB at 0.08% more time) only from the 0.0 or 0.5 start
 SMALL_PARTIAL_PENALTIES = (0.0, 0.5)
-# one more start, refined whatever its cost, where splits only propagate (`_propagated`);
-# its lookahead only for programs of at most this many equations (12 layers of the
-# Megatron step: 4542): its messages memoise less well (+40-50% planning time at 24
-# layers with it, +10-20% without)
+# one more start, refined whatever its cost, where splits only propagate (`_propagated`),
+# for programs of at most this many equations (12 layers of the Megatron step: 4542):
+# at 24 layers it costs +0.6-1.9 CPU s (2x4 4,128,256: 2.95 -> 4.86 s, for 1.581 ->
+# 1.555 ms), too close to the 5 s budget
 PROPAGATED_MAX_EQNS = 5000
 PROPAGATED_START = True  # one more start: splits only propagate (`_propagated`)
 INF = float("inf")
@@ -531,7 +531,7 @@ def _searched(prob, search):
         best = scored[0][0]
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
-        if not prob.kept and PROPAGATED_START:
+        if not prob.kept and PROPAGATED_START and len(program.eqns) <= PROPAGATED_MAX_EQNS:
             found.append(_refine(prob, _propagated(prob)))
     return found
 
@@ -540,7 +540,7 @@ def _propagated(prob):
     """A start where splits only propagate from the inputs' SBPs (as keep_in_sbp plans,
     and as JAX's sharding propagation would): the message-passing starts with NEW_SPLIT
     on every conversion that newly splits a value (refined by the caller with the true
-    costs; Viterbi only beyond PROPAGATED_MAX_EQNS). Megatron from weight annotations, 2
+    costs). Megatron from weight annotations, 2
     layers at 4,128,256 on 4 devices: the other starts refine to 170.1 us (a layernorm
     backward reduce-scattered and all-gathered back in every block, as the forward
     layernorms ran batch-split), this one to 149.0 us."""
@@ -550,10 +550,7 @@ def _propagated(prob):
     prob.akid, prob.akid_class = prob.prop_ids
     try:
         fwd = _forward(prob, 1.0)
-        starts = [_viterbi(prob, fwd)]
-        if len(prob.cands) <= PROPAGATED_MAX_EQNS:
-            starts.append(_lookahead(prob, fwd))
-        return min(starts, key=prob.total)
+        return min([_viterbi(prob, fwd), _lookahead(prob, fwd)], key=prob.total)
     finally:
         prob.akid, prob.akid_class = saved
 
