@@ -136,12 +136,21 @@ def _dot_transpose_lhs(ct, x_shape, y, x_dtype, dimension_numbers, swap=False, p
     else:
         ct_batch, ct_x_free, ct_y_free = _ranges_like(xb, x_free, y_free)
     dn = ((tuple(ct_y_free), tuple(y_free)), (tuple(ct_batch), tuple(yb)))
-    out = lax.dot_general(ct, y, dn, preferred_element_type=preferred)
     # out dims: batch, x_free, then y's remaining (contracting) dims in increasing order
     y_contract_sorted = sorted(yc)
-    x_dims_of_out = list(xb) + x_free + [xc[list(yc).index(d)] for d in y_contract_sorted]
-    perm = tuple(int(i) for i in np.argsort(x_dims_of_out))
-    out = lax.transpose(out, perm)
+    y_part = [xc[list(yc).index(d)] for d in y_contract_sorted]
+    x_dims_of_out = list(xb) + x_free + y_part
+    if x_dims_of_out != sorted(x_dims_of_out) and list(xb) + y_part + x_free == sorted(
+        x_dims_of_out
+    ):
+        # y first gives x's own dim order (e.g. a weight's gradient x^T @ ct of x @ w):
+        # no transpose, so the gradient is contiguous where it is reduced and updated
+        dn_y_first = ((tuple(y_free), tuple(ct_y_free)), (tuple(yb), tuple(ct_batch)))
+        out = lax.dot_general(y, ct, dn_y_first, preferred_element_type=preferred)
+    else:
+        out = lax.dot_general(ct, y, dn, preferred_element_type=preferred)
+        perm = tuple(int(i) for i in np.argsort(x_dims_of_out))
+        out = lax.transpose(out, perm)
     if out.dtype != x_dtype:
         out = lax.convert_element_type(out, x_dtype)
     return out
