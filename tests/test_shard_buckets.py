@@ -150,3 +150,22 @@ def test_buckets_change_no_number_simulated(n):
 def test_buckets_change_no_number_on_mpi_ranks(n):
     sim = run(fflow.placement("cpu", list(range(n))))
     _check(launch_result("shard_buckets_script.py", n), sim)
+
+
+def test_every_member_of_the_group_splits_a_bucket_alike():
+    """Which bucket members are reduced alone depends on their sizes only: a device whose
+    big gradient is also held elsewhere (a cache, a view) must send the same parts as a
+    device that owns it (different parts made the group's flat buffers differ: 3,075 vs
+    265,219 elements in one run), and the held array is copied, never overwritten."""
+    from fflow.transforms.shard_buckets import SPLIT_BYTES, Bucket
+
+    big = np.arange(SPLIT_BYTES[0] // 4, dtype=np.float32)
+    small = np.ones(10, np.float32)
+    held = big.copy()
+    bucket = Bucket(0, {}, np.float32)
+    owned = bucket.parts([(small, False), (big.copy(), True)])
+    shared = bucket.parts([(small, False), (held, False)])
+    assert [p[0] for p in owned] == [p[0] for p in shared] == [[0], [1]]
+    assert [p[1].shape for p in owned] == [p[1].shape for p in shared]
+    assert all(p[2] for p in shared[1:])  # the big part may be reduced in place...
+    assert not np.shares_memory(shared[1][1], held)  # ...because it is a copy
