@@ -132,16 +132,25 @@ def _views(w, nbytes, dtype):
     return [[w.slots[r][b][:nbytes].view(dtype) for b in (0, 1)] for r in range(p)]
 
 
-def planned_rows(comm, ranks, shape, dtype, fn, moved, keep, MPI):
-    """All-reduce `run(rt, x, what)` on the window: copy in, one barrier, every member
-    reduces the p slots in group order into its result (None: no window)."""
+def _planned_window(comm, shape, dtype, MPI):
+    """(window, size, p, this member, every member's two slot views, this member's two
+    slots shaped as the value) for a planned path, or None: no window."""
     size = int(np.prod(shape, dtype=np.int64))
     w = window(comm, size * dtype.itemsize, MPI)
     if w is None:
         return None
     p, me = comm.Get_size(), comm.Get_rank()
     ins = _views(w, size * dtype.itemsize, dtype)
-    mine = [ins[me][b].reshape(shape) for b in (0, 1)]
+    return w, size, p, me, ins, [ins[me][b].reshape(shape) for b in (0, 1)]
+
+
+def planned_rows(comm, ranks, shape, dtype, fn, moved, keep, MPI):
+    """All-reduce `run(rt, x, what)` on the window: copy in, one barrier, every member
+    reduces the p slots in group order into its result (None: no window)."""
+    got = _planned_window(comm, shape, dtype, MPI)
+    if got is None:
+        return None
+    w, size, p, me, ins, mine = got
     parity, sync = w.parity, w.sync
 
     def rows(rt, x, what):
@@ -165,16 +174,13 @@ def planned_two_step(comm, ranks, shape, dtype, fn, moved, keep, MPI):
     """All-reduce `run(rt, x, what)` on the window: copy in, a barrier, member j reduces
     chunk j (balanced sizes) of the p slots in group order into member 0's slot, a
     barrier, copy member 0's slot out (None: no window)."""
-    size = int(np.prod(shape, dtype=np.int64))
-    w = window(comm, size * dtype.itemsize, MPI)
-    if w is None:
+    got = _planned_window(comm, shape, dtype, MPI)
+    if got is None:
         return None
-    p, me = comm.Get_size(), comm.Get_rank()
-    ins = _views(w, size * dtype.itemsize, dtype)
+    w, size, p, me, ins, mine = got
     q, r = divmod(size, p)
     lo = me * q + min(me, r)
     hi = lo + q + (me < r)
-    mine = [ins[me][b].reshape(shape) for b in (0, 1)]
     parts = [[ins[k][b][lo:hi] for k in range(p)] for b in (0, 1)]
     whole = [ins[0][b].reshape(shape) for b in (0, 1)]
     parity, sync = w.parity, w.sync

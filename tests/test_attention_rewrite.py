@@ -363,6 +363,16 @@ def test_fused_primitive_second_derivatives(causal):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-5)
 
 
+def seq_major_causal(q, k, v):
+    """Causal attention written by hand on seq-major [b, t, heads, h] operands, made
+    head-major by hand (as after a projection) and back."""
+    t, h = q.shape[1], q.shape[3]
+    q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q, k, v))
+    s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(h)
+    s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
+    return jnp.transpose(nn.softmax(s, axis=-1) @ v, (0, 2, 1, 3))
+
+
 def test_cuda_launch_plan_of_a_hand_written_training_step():
     # seq-major operands made head-major by hand (as after a projection): the rewrite's
     # layout cancels those transposes and their backward ones; one kernel per direction
@@ -370,14 +380,8 @@ def test_cuda_launch_plan_of_a_hand_written_training_step():
 
     b, n, t, h = 2, 4, 64, 16
 
-    def attn(q, k, v):
-        q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q, k, v))
-        s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(h)
-        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
-        return jnp.transpose(nn.softmax(s, axis=-1) @ v, (0, 2, 1, 3))
-
     def fwd_bwd(q, k, v, ct):
-        return fflow.vjp(attn, q, k, v)[1](ct)
+        return fflow.vjp(seq_major_causal, q, k, v)[1](ct)
 
     q = np.ones((b, t, n, h), np.float32)
     for on in (True, False):
@@ -548,10 +552,7 @@ def test_cuda_shim_runs_a_rewritten_training_step():
     b, n, t, h = 1, 2, 8, 8
 
     def loss(q, k, v):
-        q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q, k, v))
-        s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(h)
-        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
-        return jnp.sum(jnp.sin(jnp.transpose(nn.softmax(s, axis=-1) @ v, (0, 2, 1, 3))))
+        return jnp.sum(jnp.sin(seq_major_causal(q, k, v)))
 
     rng = np.random.default_rng(18)
     args = [rng.normal(size=(b, t, n, h)).astype(np.float32) for _ in range(3)]

@@ -67,11 +67,16 @@ def unpack_d(d):
     return D
 
 
-@pytest.mark.parametrize("kind", ["bf16", "f16"])
-def test_emulated_mma_matches_numpy_on_random_fragments(kind):
+def _dtype(kind):
     dtype = BF16 if kind == "bf16" else np.dtype(np.float16)
     if dtype is None:
         pytest.skip("ml_dtypes missing")
+    return dtype
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_emulated_mma_matches_numpy_on_random_fragments(kind):
+    dtype = _dtype(kind)
     rng = np.random.default_rng(7)
     warps = []
     for _ in range(2):  # two warps of one block hold different tiles
@@ -93,9 +98,7 @@ def test_emulated_mma_matches_numpy_on_random_fragments(kind):
 
 @pytest.mark.parametrize("kind", ["bf16", "f16"])
 def test_pack_rounds_to_nearest_even_low_half_first(kind):
-    dtype = BF16 if kind == "bf16" else np.dtype(np.float16)
-    if dtype is None:
-        pytest.skip("ml_dtypes missing")
+    dtype = _dtype(kind)
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(64) * 10).astype(np.float32)
     x[:4] = [1 + 2**-9, 1 + 3 * 2**-9, -0.0, 65504.0]  # ties round to even; -0 keeps its sign
