@@ -1,7 +1,8 @@
 """Run by tests/test_shard_plan_keep.py on simulated devices (imported) and under
-`python -m fflow.launch -n 4` (as a script): a 2-layer pre-LN transformer Adam step
+`python -m fflow.launch -n 2` and `-n 4` (as a script): a 2-layer pre-LN transformer Adam step
 (benchmarks/planner_models.py) with Megatron-annotated weights held to their SBPs by
-`shard(..., keep_in_sbp=)`, on a 1-D mesh of 4 and a 2x2 (data x model) mesh. Prints
+`shard(..., keep_in_sbp=)`, on a 1-D mesh of every device and (with 4 devices) a 2x2
+(data x model) mesh. Prints
 (rank 0) per mesh the planned conversions of (b, t, d) activations, whether any kept
 input is converted, the largest matmul work share, and the step's values next to the
 same step unsharded, as JSON."""
@@ -61,10 +62,10 @@ def run(pl, size=SIZE, layers=LAYERS, values=True):
 
 
 def placements(n=4):
-    return {
-        "1d": fflow.placement("cpu", list(range(n))),
-        "2x2": fflow.placement("cpu", [[0, 1], [2, 3]]),
-    }
+    out = {"1d": fflow.placement("cpu", list(range(n)))}
+    if n == 4:
+        out["2x2"] = fflow.placement("cpu", [[0, 1], [2, 3]])
+    return out
 
 
 if __name__ == "__main__":
