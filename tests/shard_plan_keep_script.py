@@ -5,7 +5,8 @@
 (data x model) mesh. Prints
 (rank 0) per mesh the planned conversions of (b, t, d) activations, whether any kept
 input is converted, the largest matmul work share, and the step's values next to the
-same step unsharded, as JSON."""
+same step unsharded, as JSON; and ("remat") the gradient of the same model with each
+layer under `checkpoint`, its SBPs and values next to the unsharded gradient."""
 
 import json
 import os
@@ -61,6 +62,49 @@ def run(pl, size=SIZE, layers=LAYERS, values=True):
     }
 
 
+def remat_loss(params, x, y):
+    """pm.loss with every layer under `checkpoint` (recomputed in the backward pass)."""
+    lay = fflow.checkpoint(pm.layer, static_argnums=(2,))
+    for p in params:
+        x = lay(p, x, HEADS)
+    return fflow.numpy.mean(fflow.numpy.square(x - y))
+
+
+def sharded_loss(pl, d=32, layers=LAYERS, remat=True):
+    """(`remat_loss` or pm.loss sharded with Megatron-annotated weights kept, args)."""
+    params = pm.init(layers, d)
+    sbp = pm.megatron_sbp(params, pl.ndim == 2)
+    f = fflow.shard(
+        remat_loss if remat else pm.loss, pl, in_sbp=(sbp[0], sbp[2], sbp[3]),
+        keep_in_sbp=(True, False, False), profile=fflow.sharding.H200,
+    )  # fmt: skip
+    return f, sbp
+
+
+def run_remat(pl, size=SIZE):
+    """On a 1-D mesh: `value_and_grad` of the sharded checkpointed loss: each gradient's SBP and the
+    annotated one, values next to the unsharded `value_and_grad` of pm.loss."""
+    b, t, d = size
+    f, sbp = sharded_loss(pl, d)
+    params, (x, y) = pm.init(LAYERS, d), pm.data(b, t, d)
+    value, grads = fflow.value_and_grad(f)(params, x, y)
+    rv, rg = fflow.value_and_grad(pm.loss)(params, x, y)
+    leaves = fflow.tree_util.tree_flatten(grads)[0]
+    return {
+        "sbps": [str(g.sbp) for g in leaves],
+        "annotated": [str((s,)) for s in fflow.tree_util.tree_flatten(sbp[0])[0]],  # (1-D)
+        "got": [np.asarray(g).tolist() for g in [value, *leaves]],
+        "ref": [np.asarray(r).tolist() for r in [rv, *fflow.tree_util.tree_flatten(rg)[0]]],
+    }
+
+
+def check_remat(out):
+    """`run_remat`'s gradients are in the annotated SBPs and equal the unsharded ones."""
+    assert out["sbps"] == out["annotated"]  # S(1) / S(0) weights, B layernorm parameters
+    for g, r in zip(out["got"], out["ref"]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=2e-4, atol=2e-5)
+
+
 def placements(n=4):
     out = {"1d": fflow.placement("cpu", list(range(n)))}
     if n == 4:
@@ -70,5 +114,6 @@ def placements(n=4):
 
 if __name__ == "__main__":
     out = {name: run(pl) for name, pl in placements(runtime().device_count()).items()}
+    out["remat"] = run_remat(placements(runtime().device_count())["1d"])
     if runtime().rank == 0:
         print("RESULT " + json.dumps(out), flush=True)

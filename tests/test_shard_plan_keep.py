@@ -9,7 +9,7 @@ Values against the same step unsharded; on simulated devices and fflow.launch -n
 import numpy as np
 import pytest
 from mpi_util import launch_result, mpi_available
-from shard_plan_keep_script import BIG, HEADS, placements, run
+from shard_plan_keep_script import BIG, HEADS, check_remat, placements, run
 
 import fflow
 import fflow.numpy as jnp
@@ -51,7 +51,8 @@ def test_kept_megatron_weights_at_sizes_where_the_free_plan_differs(mesh):
 def test_kept_megatron_weights_on_mpi_ranks(n):
     out = launch_result("shard_plan_keep_script.py", n)
     meshes = ("1d", "2x2") if n == 4 else ("1d",)  # (a 2x2 mesh needs 4 ranks)
-    assert sorted(out) == sorted(meshes)
+    assert sorted(out) == sorted([*meshes, "remat"])
+    check_remat(out["remat"])  # checkpointed layers, kept weights (test_shard_plan_keep_remat)
     for mesh in meshes:
         assert out[mesh]["devices"] == n
         _check(out[mesh], mesh)

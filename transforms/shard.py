@@ -868,10 +868,20 @@ def _split_with_remat(sp, known):
     known_in += [s for s, k in zip(sp.in_sbps, known) if k]
     k_outs = [s for s, u in zip(sp.out_sbps, out_unknown) if not u]
     kept = _kept_of(sp)
+    kept_known = [n for n, k in zip(kept, known) if k]
+    sbp_known = [s for s, k in zip(sp.in_sbps, known) if k]
+    # a kept input passed on as a residual (a weight the recomputation reads) stays kept,
+    # in its own SBP: else the linear program and its transpose may gather it
+    res_kept, res_out = [], []
+    for kind, i in split.res_kinds:
+        j = i - len(consts) if kind == "input" else -1
+        name = kept_known[j] if j >= 0 else None
+        res_kept.append(name)
+        res_out.append(sbp_known[j] if name is not None else None)
     ksp = ShardedProgram(
-        split.known, sp.placement, known_in, k_outs + [None] * n_res,
+        split.known, sp.placement, known_in, k_outs + res_out,
         allow_partial_out=True, name="known",
-        plan_options=_opts(sp, [None] * n_consts + [n for n, k in zip(kept, known) if k]),
+        plan_options=_opts(sp, [None] * n_consts + kept_known),
     )  # fmt: skip
     res_sbps = ksp.out_sbps[len(k_outs) :]
     usp = ShardedProgram(
@@ -879,7 +889,7 @@ def _split_with_remat(sp, known):
         list(res_sbps) + [s for s, k in zip(sp.in_sbps, known) if not k],
         [s for s, u in zip(sp.out_sbps, out_unknown) if u],
         name="linear",
-        plan_options=_opts(sp, [None] * n_res + [n for n, k in zip(kept, known) if not k]),
+        plan_options=_opts(sp, res_kept + [n for n, k in zip(kept, known) if not k]),
     )  # fmt: skip
     return (ksp, usp, out_unknown, n_res, list(split.known_consts) + list(consts))
 
