@@ -7,6 +7,16 @@ Example:
     True
     >>> len(report.groups)
     1
+
+A sharded function's report ends with each sharded call's plan: its totals and what
+the annotations forced (kept inputs by name):
+
+    >>> pl = fflow.placement("cpu", [0, 1])
+    >>> S, B = fflow.sbp.split, fflow.sbp.broadcast
+    >>> f = fflow.shard(lambda x, w: x @ w, pl, in_sbp=(B, S(1)), keep_in_sbp=True)
+    >>> report = fflow.explain(f)(jnp.ones((4, 3)), jnp.ones((3, 2)))
+    >>> print(report.plans[0].splitlines()[3])
+      in_sbp: input 1 f32[3,2] = S(1), kept (keep_in_sbp: w): read in place by eqn 0
 """
 
 import sys
@@ -15,13 +25,16 @@ import types
 
 from fflow.transforms.jit import Jitted
 from fflow.transforms.lowered import Report
+from fflow.transforms.shard_print import summary
 
 
 def explain(fun, **jit_kwargs):
     """`explain(f)(*args)` traces and lowers `f` as jit would and reports on it.
 
     Returns a `Report` (print it): trace time, pass times, equation counts before
-    and after the passes, fused groups and estimated bytes moved.
+    and after the passes, fused groups and estimated bytes moved; and, per sharded call
+    (`fflow.shard`) in the program, its plan's totals and what its annotations forced
+    (`report.plans`; `shard(...).plan(*args).explain()` adds every equation's choice).
     """
     jitted = fun if isinstance(fun, Jitted) else Jitted(fun, **jit_kwargs)
 
@@ -30,12 +43,31 @@ def explain(fun, **jit_kwargs):
         t0 = time.perf_counter()
         lowered = fresh.lower(*args, **kwargs)
         total = time.perf_counter() - t0
-        return Report(lowered.entry, compile_time=total - lowered.entry.trace_time)
+        return PlanReport(lowered.entry, compile_time=total - lowered.entry.trace_time)
 
     return run
 
 
-__all__ = ["explain", "Report"]
+class PlanReport(Report):
+    """A `Report` that also explains the plans of the sharded calls in the program."""
+
+    def __init__(self, entry, compile_time=None):
+        super().__init__(entry, compile_time)
+        calls = [e for e in self.program.eqns if "sharded_call" in e.primitive.traits]
+        # (a program over several placements is planned per segment: no one plan)
+        calls = [e for e in calls if not getattr(e.params["sharded"], "is_mixed", False)]
+        self.plans = ["\n".join(summary(e.params["sharded"])) for e in calls]
+
+    def __str__(self):
+        text = super().__str__()
+        for k, plan in enumerate(self.plans):
+            text += f"\nsharded call {k}: " + plan
+        return text
+
+    __repr__ = __str__
+
+
+__all__ = ["explain", "Report", "PlanReport"]
 
 
 class _CallableModule(types.ModuleType):

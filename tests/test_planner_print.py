@@ -44,6 +44,21 @@ def test_explain_lists_with_sbp_constraints_and_only_communicating_equations():
 
     f = fflow.shard(hinted, PL2, in_sbp=(B, B, S(0)), out_sbp=B, profile=PROFILE)
     text = f.plan(*ARGS).explain(every=False)
-    assert "with_sbp at test_planner_print.py:" in text and "= S(1)" in text
+    assert "with_sbp at test_planner_print.py:" in text and "= S(1), already so" in text
     body = text.split("alternatives):\n")[1].splitlines()
     assert all("0 B]" not in line for line in body if line.startswith("  "))
+
+
+def test_explain_says_which_inputs_were_kept_and_what_the_others_became_golden():
+    """keep_in_sbp: the kept weights are named and read in place (their equations have no
+    other choice); the annotated but free batch is all-gathered; an alternative that
+    would split a value anew shows that apart from its time."""
+    f = fflow.shard(
+        mlp, PL2, in_sbp=(S(0), S(1), S(0)), out_sbp=B, profile=PROFILE,
+        keep_in_sbp=(False, True, True),
+    )  # fmt: skip
+    golden = _golden("planner_explain_keep.txt")
+    assert f.plan(*ARGS).explain() == golden
+    # fflow.explain of the sharded function ends with the plan's head (totals, forced)
+    head = golden.split("\nequations (")[0]
+    assert str(fflow.explain(f)(*ARGS)).endswith("\nsharded call 0: " + head)

@@ -12,7 +12,7 @@ from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_boxing import _ops_1d_names
 from fflow.transforms.shard_fsdp import inserted
 from fflow.transforms.shard_memory import _local_bytes, peak_memory
-from fflow.transforms.shard_plan import _code, _State
+from fflow.transforms.shard_plan import NEW_SPLIT, _code, _State
 
 from fflow.core import Literal, Var
 from fflow.printing import _Names, _pp_param
@@ -125,6 +125,15 @@ def _b(nbytes):
     return f"{int(nbytes)} B"
 
 
+def _delta(d):
+    """A change of the step's time; under keep_in_sbp the price of splitting a value anew
+    (NEW_SPLIT, not time) is said apart: '+10.3 us, 1 new split'."""
+    n = round(d / NEW_SPLIT)
+    d -= n * NEW_SPLIT
+    text = f"{'+' if d >= 0 else ''}{_t(d)}"
+    return text + (f", {n:+d} new split{'s' if abs(n) > 1 else ''} (keep_in_sbp)" if n else "")
+
+
 def _incoming(prob, have, k, s):
     """(seconds, bytes) of converting equation k's inputs for candidate s (unshared)."""
     t = nbytes = 0
@@ -148,15 +157,12 @@ def _compute(prob, k, s):
     return prob.comp[k][s] - (prob.pen[k][s] if prob.pen is not None else 0.0)
 
 
-def explain(sp, every=True):
-    """The plan as text: totals, what the annotations forced, and per equation the chosen
-    signature with its cost and its two best alternatives (the change each would make to
-    the step's time, and its own compute, incoming bytes and output memory)."""
+def summary(sp):
+    """The head of `explain` (a list of lines): the plan's totals and what the
+    annotations forced."""
     plan = sp.plan
     prob = plan.problem
-    have = prob.labels_of(plan.sig_index)
     peak = peak_memory(prob, plan.sig_index)[0]
-    st = _State(prob, plan.sig_index)
     lines = [
         f"plan on {sp.placement} with profile {plan.profile.name}: {_t(plan.time)} per step "
         f"(compute {_t(plan.compute_time)}, communication {_t(plan.comm_time)}), "
@@ -174,16 +180,19 @@ def explain(sp, every=True):
             f"{uses} uses), {grads} gradients reduce-scattered where computed"
         )
     lines.append("forced by annotations:")
-    for n, (v, s) in enumerate(zip(sp.exec_program.invars, sp.in_sbps)):
-        if any(not x.is_broadcast() for x in s):
-            lines.append(f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}")
-    for k, eqn in enumerate(sp.exec_program.eqns):
-        if eqn.primitive is sbp_constraint_p and eqn.outputs[0].id not in fsdp:
-            where = eqn.source_info.short() if eqn.source_info else "?"
-            lines.append(f"  with_sbp at {where}: eqn {k} = {_nd_text(eqn.params['sbp'])}")
-    for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
-        if req is not None:
-            lines.append(f"  out_sbp: output {n} {v.aval.str_short()} = {_nd_text(req)}")
+    lines.extend(_forced(sp, prob, fsdp))
+    return lines
+
+
+def explain(sp, every=True):
+    """The plan as text: totals, what the annotations forced, and per equation the chosen
+    signature with its cost and its two best alternatives (the change each would make to
+    the step's time, and its own compute, incoming bytes and output memory)."""
+    plan = sp.plan
+    prob = plan.problem
+    have = prob.labels_of(plan.sig_index)
+    st = _State(prob, plan.sig_index)
+    lines = summary(sp)
     lines.append("equations (chosen: compute, incoming conversions | two best alternatives):")
     for k, eqn in enumerate(sp.exec_program.eqns):
         s = plan.sig_index[k]
@@ -200,11 +209,14 @@ def explain(sp, every=True):
         for d, a in sorted(others)[:2]:
             _, ab = _incoming(prob, have, k, a)
             alts.append(
-                f"{_sig_text(prob.cands[k][a])} ({'+' if d >= 0 else ''}{_t(d)}, "
+                f"{_sig_text(prob.cands[k][a])} ({_delta(d)}, "
                 f"compute {_t(_compute(prob, k, a))}, {_b(ab)} in, "
                 f"{_b(_out_memory(prob, k, a))} out)"
             )
-        lines.append(head + (" | " + "; ".join(alts) if alts else " | only choice"))
+        only = " | only choice"
+        if any(i in prob.kept for i in prob.eqn_ins[k]):
+            only += " (it reads a kept input as stored)"
+        lines.append(head + (" | " + "; ".join(alts) if alts else only))
     outs = []
     for n, want in enumerate(sp.out_sbps):
         i = prob.out_ids[n]
@@ -214,6 +226,55 @@ def explain(sp, every=True):
             outs.append(f"{text} [{_t(prob.bt(i, have[i], w))}, {_b(prob.bbytes(i, have[i], w))}]")
     lines.append("outputs: " + ("; ".join(outs) if outs else "as computed"))
     return "\n".join(lines)
+
+
+def _moves(conversions):
+    """'S(0) -> B (all_gather, 64 B)' for each conversion."""
+    return "; ".join(
+        f"{_nd_text(src)} -> {_nd_text(dst)} ({'+'.join(bp.collectives()) or 'relabel'}, "
+        f"{_b(bp.bytes)})"
+        for src, dst, bp in conversions
+    )
+
+
+def _forced(sp, prob, fsdp):
+    """What each annotation forced: per annotated input its SBP and, kept (keep_in_sbp),
+    the equations that read it in place, else where the plan converted it; per with_sbp
+    the conversion into it; per out_sbp the SBP asked for."""
+    conv, into = {}, {}
+    for where, v, src, dst, bp in sp.boxings():
+        conv.setdefault(v, []).append((src, dst, bp))
+        into.setdefault((where, v), []).append((src, dst, bp))
+    readers = {}
+    for k, eqn in enumerate(sp.exec_program.eqns):
+        for v in eqn.inputs:
+            readers.setdefault(v, []).append(k)
+    lines = []
+    for n, (v, s) in enumerate(zip(sp.exec_program.invars, sp.in_sbps)):
+        name = prob.kept.get(n)
+        if name is None and all(x.is_broadcast() for x in s):
+            continue
+        text = f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}"
+        if name is not None:
+            ks = sorted(set(readers.get(v, ())))
+            at = ", ".join(map(str, ks[:6])) + (", ..." if len(ks) > 6 else "")
+            by = f"eqn {at}" if len(ks) == 1 else f"{len(ks)} eqns ({at})" if ks else "no eqn"
+            text += f", kept (keep_in_sbp: {name}): read in place by {by}"
+        elif v in conv:
+            text += f", converted {_moves(conv[v])}"
+        else:
+            text += ", read as given"
+        lines.append(text)
+    for k, eqn in enumerate(sp.exec_program.eqns):
+        if eqn.primitive is sbp_constraint_p and eqn.outputs[0].id not in fsdp:
+            where = eqn.source_info.short() if eqn.source_info else "?"
+            moved = into.get((k, eqn.inputs[0]))
+            text = f"  with_sbp at {where}: eqn {k} = {_nd_text(eqn.params['sbp'])}"
+            lines.append(text + (f", converted {_moves(moved)}" if moved else ", already so"))
+    for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
+        if req is not None:
+            lines.append(f"  out_sbp: output {n} {v.aval.str_short()} = {_nd_text(req)}")
+    return lines
 
 
 def _code_of(nd):
