@@ -323,6 +323,7 @@ class Sharded:
             sp = fit_budget(
                 make, _split_state, in_sbps, out_specs, avals, [v.aval for v in program.outvars],
                 [s is None for s in out_specs], free, self.memory_limit, self.placement,
+                program,
             )  # fmt: skip
         if any(isinstance(c, core.Tracer) for c in lifted):
             # values of other traces closed over by `f`: passed as inputs, and traced

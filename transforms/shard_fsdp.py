@@ -79,11 +79,30 @@ def use_groups(program, var):
     """The equation indices reading `var` before the optimizer tail (the equations after
     the last matmul), in groups: a new group starts where a matmul not reading `var`
     runs between two readers (a layer's forward and its backward)."""
-    heavy = list(itertools.accumulate(int(e.primitive is dot_general_p) for e in program.eqns))
-    last = _last_matmul(program)
-    readers = [k for k, e in enumerate(program.eqns[: last + 1]) if var in e.inputs]
+    return _use_groups(_Readers(program), var)
+
+
+class _Readers:
+    """One pass over a program for `use_groups` of many vars: matmuls up to each
+    equation, and each var's readers before the optimizer tail."""
+
+    def __init__(self, program):
+        self.heavy = list(
+            itertools.accumulate(int(e.primitive is dot_general_p) for e in program.eqns)
+        )
+        self.of = {}
+        for k, e in enumerate(program.eqns[: _last_matmul(program) + 1]):
+            for v in e.inputs:
+                if type(v) is not Literal:
+                    ks = self.of.setdefault(v, [])
+                    if not ks or ks[-1] != k:  # (a var read twice by one equation)
+                        ks.append(k)
+
+
+def _use_groups(readers, var):
+    heavy = readers.heavy
     groups = []
-    for k in readers:
+    for k in readers.of.get(var, ()):
         # matmuls strictly between the previous reader and this one
         if groups and heavy[k - 1] - heavy[groups[-1][-1]] == 0:
             groups[-1].append(k)
@@ -102,9 +121,10 @@ def gather_per_use(program, stored):
     the planner (one gather, dead after its readers anyway)."""
     copies = {}  # eqn index -> [(input var, copy var, gathered var, sbp)] to put before it
     rename = {}  # (eqn index, input var) -> gathered var
+    readers = _Readers(program) if stored else None
     for i, nd in stored.items():
         v = program.invars[i]
-        groups = use_groups(program, v)
+        groups = _use_groups(readers, v)
         if len(groups) < 2:
             continue
         for g in groups:

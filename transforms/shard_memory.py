@@ -18,8 +18,12 @@ step gets what this one returned. "Split" is over every mesh axis (shard.py
 fastest plan that fits wins.
 """
 
+import math
+
+from fflow.primitives.sbp_constraint import sbp_constraint_p
 from fflow.transforms.shard_fsdp import eager_conversions, is_alias, local_bytes
 
+from fflow.core import Literal
 from fflow.errors import user_error
 
 # (this module imports nothing of shard's: the planner's problem decodes its own SBP
@@ -122,6 +126,50 @@ def buffers(prob, sig_idx):
     return out
 
 
+def values_floor(program, devices):
+    """A lower bound, over every plan of `program` on `devices` devices, of the bytes one
+    device holds besides the inputs and constants at the moment the most is held (the
+    peak of every plan is at least this plus the inputs' local bytes; `fit_budget`
+    skips a storage rung whose bound is over the budget without planning it).
+
+    Each value computed is held, by `buffers`' rules, from the slot its equation runs
+    to its last reader's (the end for an output), in its own SBP or a converted copy;
+    an SBP constraint's output is its input's buffer; every buffer of a value holds at
+    least ceil(elements / devices) elements. Conversions' extra copies only add, so
+    summing those minima over the values live at each slot bounds every plan's count.
+    0 for a program with call-like equations (custom_jvp/vjp, checkpoint, nested
+    shard): the planner inlines them, and values inside have other lifetimes."""
+    eqns = program.eqns
+    if any({"call", "sharded_call"} & e.primitive.traits for e in eqns):
+        return 0
+    root = {}  # SBP constraint output -> the var whose buffer it is
+    first, last, size = {}, {}, {}
+    for k, e in enumerate(eqns):
+        for v in e.inputs:
+            if type(v) is not Literal:
+                last[root.get(v, v)] = 3 * k + 1
+        if e.primitive is sbp_constraint_p and type(e.inputs[0]) is not Literal:
+            root[e.outputs[0]] = root.get(e.inputs[0], e.inputs[0])
+            continue
+        for o in e.outputs:
+            n = math.prod(o.aval.shape)
+            first[o] = 3 * k + 1
+            size[o] = -(-n // devices) * o.aval.dtype.itemsize
+    end = 3 * len(eqns) + 1
+    for v in program.outvars:
+        if type(v) is not Literal:
+            last[root.get(v, v)] = end
+    delta = [0] * (end + 2)
+    for v, lo in first.items():
+        delta[lo] += size[v]
+        delta[max(last.get(v, lo), lo) + 1] -= size[v]
+    cur = peak = 0
+    for d in delta:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
 def storage_ladder(arg_of_leaf, free, _unused=None):
     """The sets of unannotated leaves to store split, rung by rung: none, then those of
     the last argument that has any, then also the argument before it, ..."""
@@ -140,7 +188,17 @@ MEMORY_FACTORS = (1.0, 8.0)
 
 
 def fit_budget(
-    make, split_of, in_sbps, out_specs, in_avals, out_avals, free_out, arg_of_leaf, limit, pl
+    make,
+    split_of,
+    in_sbps,
+    out_specs,
+    in_avals,
+    out_avals,
+    free_out,
+    arg_of_leaf,
+    limit,
+    pl,
+    program=None,
 ):
     """The fastest ShardedProgram over the storage ladder whose peak fits `limit`.
 
@@ -150,12 +208,16 @@ def fit_budget(
     argument of input leaf i, None where the user gave its SBP; `free_out[j]`: output
     j unannotated. When no rung fits, the last one is planned again with the leaves
     it split beyond the first split rung (the parameters) gathered per use (FSDP):
-    more communication, so only when the budget forces it.
+    more communication, so only when the budget forces it. A rung whose inputs plus
+    `values_floor(program)` (the global program `make` plans) exceed `limit` cannot
+    fit and is not planned (the same result, one whole plan less each).
     """
     h = tuple(pl.hierarchy)
+    floor = 0 if program is None else values_floor(program, math.prod(h))
     free = [i for i, a in enumerate(arg_of_leaf) if a is not None]
     ladder = storage_ladder(arg_of_leaf, free, None)
     tried = []
+    floors = []  # lower bounds of the peaks of the rungs not planned
 
     def attempt(rung, per_use=(), weight=0.0):
         ins, outs = list(in_sbps), list(out_specs)
@@ -173,6 +235,10 @@ def fit_budget(
             js = by_aval.get((in_avals[i].shape, in_avals[i].dtype))
             if js:
                 outs[js.pop(0)] = nd  # the next step gets this state as it came in
+        low = floor + sum(local_bytes(a, nd, h) for a, nd in zip(in_avals, ins))
+        if low > limit:
+            floors.append(low)
+            return None
         sp = make(ins, outs, sorted(split & set(per_use)), weight)
         sp.peak_memory = peak_memory(sp.plan.problem, sp.plan.sig_index)[0]
         sp.memory_limit = limit
@@ -190,20 +256,21 @@ def fit_budget(
         sp = attempt(ladder[-1], per_use)
         # still too big: the time-optimal plan holds too much (activations replicated,
         # partial sums at full size); steer the search by memory, harder each time
-        prob = sp.plan.problem
-        held = sum(local_bytes(prob.avals[i], (), h) for outs in prob.eqn_outs for i in outs)
-        for factor in MEMORY_FACTORS:
-            if sp.peak_memory <= limit:
-                break
-            sp = attempt(ladder[-1], per_use, factor * sp.plan.time / max(held, 1))
+        if sp is not None:  # (else no plan of this rung fits: its floor is over)
+            prob = sp.plan.problem
+            held = sum(local_bytes(prob.avals[i], (), h) for outs in prob.eqn_outs for i in outs)
+            for factor in MEMORY_FACTORS:
+                if sp.peak_memory <= limit:
+                    break
+                sp = attempt(ladder[-1], per_use, factor * sp.plan.time / max(held, 1))
         fits = [sp for sp in tried if sp.peak_memory <= limit]
     if not fits:
-        low = min(sp.peak_memory for sp in tried)
+        low = min([sp.peak_memory for sp in tried] or floors)
         raise user_error(
             ValueError,
             f"shard: no plan fits memory_limit={limit} bytes per device; the smallest "
-            f"needs {low} bytes (with every unannotated state argument stored split, "
-            "parameters gathered per use). Fix: raise memory_limit, use more devices, or "
-            "annotate more inputs as split.",
+            f"needs {'' if tried else 'at least '}{low} bytes (with every unannotated "
+            "state argument stored split, parameters gathered per use). Fix: raise "
+            "memory_limit, use more devices, or annotate more inputs as split.",
         )
     return min(fits, key=lambda sp: sp.plan.time)
