@@ -11,14 +11,16 @@ whether the kept plan meets the Megatron targets (or what it misses), planning
 seconds of f.plan (wall, and
 the process's CPU seconds, which a loaded machine disturbs less; the arguments are
 fflow arrays before the clock starts, and conversion plans are cached per process,
-so a row after rows of the same shapes plans faster than a fresh process).
+so a row after rows of the same shapes plans faster than a fresh process), and JAX's
+collectives (jit with the same in_shardings, `--only fflow` to skip): HLO ops per kind,
+with the values they carry where XLA combined several into one op (fflow counts
+values), and their bytes in the same convention (benchmarks/jax_hlo.py).
 
 Rows: --layers=1,24 --sizes=8.512.1024 --meshes=4,2x4 --tables=megatron,sequence,memory
 pick a part of the grid (--quick / --tiny for the small grids).
 """
 
 import os
-import re
 import sys
 import time
 
@@ -27,6 +29,7 @@ import numpy as np  # noqa: E402
 from common import load_jax, parse_args  # noqa: E402
 from fflow.transforms.shard_cost import work_share  # noqa: E402
 from fflow.transforms.shard_memory import peak_memory  # noqa: E402
+from jax_hlo import counts_text, hlo_collectives  # noqa: E402
 
 import fflow  # noqa: E402
 
@@ -92,13 +95,6 @@ def megatron_verdict(n_layers, kept, hand, ar, other, rep):
 # ----------------------------------------------------------------------------
 # JAX's partitioner on the same program
 
-HLO_COLLECTIVE = re.compile(
-    r"=\s*(\(?[a-z0-9]+\[[^\]]*\][^=]*?)\s+(all-reduce|all-gather|reduce-scatter|all-to-all)"
-    r"(?:-start)?\("
-)
-SHAPE = re.compile(r"([a-z]+[0-9]*)\[([0-9,]*)\]")
-ITEM = {"f32": 4, "f16": 2, "bf16": 2, "s32": 4, "f64": 8, "pred": 1}
-
 
 def jax_collectives(jax, mesh, n_layers, b, t, d, heads):
     """(counts by collective, bytes by our cost convention) of JAX's compiled step."""
@@ -136,38 +132,7 @@ def jax_collectives(jax, mesh, n_layers, b, t, d, heads):
         return pm.train_step(params, opt, x, y, heads, None, lib=lib)
 
     fn = jax.jit(step, in_shardings=in_sh, out_shardings=out_sh)
-    # long tuples carry /*index=5*/ markers, whose '=' hid XLA's combined gradient
-    # all-reduce from HLO_COLLECTIVE (2x2, 4 layers: 25.17 MB counted without it)
-    text = re.sub(r"/\*index=\d+\*/", "", fn.lower(params, opt, x, y).compile().as_text())
-    counts, total = {}, 0
-    for m in HLO_COLLECTIVE.finditer(text):
-        shapes, op = m.group(1), m.group(2)
-        nbytes = 0
-        for dt, dims in SHAPE.findall(shapes):
-            size = int(np.prod([int(s) for s in dims.split(",") if s])) if dims else 1
-            nbytes += size * ITEM.get(dt, 4)
-        p = _group_size(text[m.end() : text.find("\n", m.end())], n)
-        g = n // p  # groups working side by side
-        # this file's convention (transforms/shard_boxing.py): bytes summed over devices
-        # (HLO shapes are per device: an all-gather's result is the whole group piece, a
-        # reduce-scatter's one of p pieces)
-        per = {"all-reduce": 2 * (p - 1), "all-gather": p - 1, "reduce-scatter": (p - 1) * p}
-        total += g * per.get(op, p - 1) * nbytes
-        counts[op] = counts.get(op, 0) + 1
-    return counts, int(total)
-
-
-def _group_size(line, n):
-    """Devices per replica group of a collective's HLO line: the explicit form
-    {{0,1},{2,3}}, or the mesh form mesh['axis_0'=2,'axis_1'=2] {'axis_0'}."""
-    groups = re.search(r"replica_groups=\{\{([0-9,]*)\}", line)
-    if groups:
-        return len(groups.group(1).split(","))
-    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
-    if mesh:
-        sizes = {a: int(k) for a, k in re.findall(r"'(\w+)'=(\d+)", mesh.group(1))}
-        return int(np.prod([sizes[a] for a in re.findall(r"'(\w+)'", mesh.group(2))]))
-    return n
+    return hlo_collectives(fn.lower(params, opt, x, y).compile().as_text(), n)
 
 
 def _select(grid, argv):
@@ -259,7 +224,7 @@ def megatron_table(grid, prof, args):
                 if jax is not None:
                     try:
                         counts, jb = jax_collectives(jax, mesh, n_layers, b, t, d, heads)
-                        jc = ",".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "-"
+                        jc = counts_text(counts) or "-"
                     except Exception as e:  # noqa: BLE001  (a JAX version without this API)
                         jc = f"error: {type(e).__name__}"
                 name = f"{n_layers} layers, b,t,d={b},{t},{d}"
