@@ -18,11 +18,13 @@ axis. Inside, the loss runs under `fflow.amp(..., "bf16")` (bf16 matmuls and att
 with fp32 accumulation, fp32 master weights), and the update is `fflow.optim`'s AdamW
 with warmup + cosine decay and global-norm clipping; its state is sharded like the
 parameters. The planner inserts every collective and picks each operation's layout
-by cost. At this size activations are larger than weights, so it gathers each bf16
-weight over the model axis and splits the batch over all 4 devices. For most weight
-matrices it reduce-scatters the gradient, so each device updates a quarter of the
-matrix, then gathers the new weights back into their layout (the rest are all-reduced
-over the data axis). The run prints a one-line summary of that plan.
+by cost; no `with_sbp` hint is needed. At this size every matmul runs on a quarter
+of the work, the batch split over all 4 devices (tests/test_examples_plans.py): the
+attention weights are gathered over the model axis (they are smaller than the
+activations), the MLP weights stay split Megatron-style with the block's activations
+reduce-scattered and all-gathered over the model axis, and the weight gradients are
+all-reduced over the data axis in their layout. The run prints a one-line summary of
+that plan.
 
 Batches come from `fflow.data.DataLoader` (shuffled windows, each device gets its own
 rows), checkpoints from `fflow.CheckpointManager` (every --ckpt-every steps; --resume
