@@ -35,6 +35,8 @@ def explain(fun, **jit_kwargs):
     and after the passes, fused groups and estimated bytes moved; and, per sharded call
     (`fflow.shard`) in the program, its plan's totals and what its annotations forced
     (`report.plans`; `shard(...).plan(*args).explain()` adds every equation's choice).
+    Under `grad(shard(f))` those are the primal and the backward sharded programs that
+    grad derived, each saying which it is.
     """
     jitted = fun if isinstance(fun, Jitted) else Jitted(fun, **jit_kwargs)
 

@@ -62,3 +62,21 @@ def test_explain_says_which_inputs_were_kept_and_what_the_others_became_golden()
     # fflow.explain of the sharded function ends with the plan's head (totals, forced)
     head = golden.split("\nequations (")[0]
     assert str(fflow.explain(f)(*ARGS)).endswith("\nsharded call 0: " + head)
+
+
+def test_explain_of_grad_names_the_derived_plans_and_their_kept_weights():
+    """fflow.explain(grad(shard(...))): the primal and backward sharded calls, each with
+    what it is, the kept weights it reads in place and the gradients' SBPs."""
+    f = fflow.shard(
+        lambda x, w1, w2: jnp.sum(mlp(x, w1, w2) ** 2), PL2, in_sbp=(B, S(1), S(0)),
+        profile=PROFILE, keep_in_sbp=(False, True, True),
+    )  # fmt: skip
+    text = str(fflow.explain(fflow.grad(f, argnums=(1, 2)))(*ARGS))
+    calls = text.split("\nsharded call ")[1:]
+    assert [c.splitlines()[1].split(" (")[0] for c in calls] == [
+        "the primal part of a sharded call under grad",
+        "the transposed linear part of a sharded call",
+    ]
+    # the backward reads w2 in place (x's gradient is not asked for; w1 is not read)
+    assert "= S(0), kept (keep_in_sbp: w2): read in place by eqn" in calls[1]
+    assert calls[1].endswith("output 0 f32[4,16] = S(1)\n  output 1 f32[16,4] = S(0)")

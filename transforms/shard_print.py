@@ -179,9 +179,21 @@ def summary(sp):
             f"  under memory_limit: parameters stored split, all-gathered per use (FSDP: "
             f"{uses} uses), {grads} gradients reduce-scattered where computed"
         )
-    lines.append("forced by annotations:")
+    if sp.name in DERIVED:  # (its SBPs come from the plan it was derived from)
+        lines.append(f"the {DERIVED[sp.name]}: SBPs from the plan it derives from:")
+    else:
+        lines.append("forced by annotations:")
     lines.extend(_forced(sp, prob, fsdp))
     return lines
+
+
+DERIVED = {
+    "jvp": "JVP of a sharded call (grad's forward with tangents)",
+    "known": "primal part of a sharded call under grad (saves residuals)",
+    "linear": "linear part of a sharded call under grad",
+    "transpose": "transposed linear part of a sharded call (grad's backward)",
+    "vmap": "batched sharded call (vmap)",
+}
 
 
 def explain(sp, every=True):
@@ -241,6 +253,7 @@ def _forced(sp, prob, fsdp):
     """What each annotation forced: per annotated input its SBP and, kept (keep_in_sbp),
     the equations that read it in place, else where the plan converted it; per with_sbp
     the conversion into it; per out_sbp the SBP asked for."""
+    ins, outs = ("", "") if sp.name in DERIVED else ("in_sbp: ", "out_sbp: ")
     conv, into = {}, {}
     for where, v, src, dst, bp in sp.boxings():
         conv.setdefault(v, []).append((src, dst, bp))
@@ -254,7 +267,7 @@ def _forced(sp, prob, fsdp):
         name = prob.kept.get(n)
         if name is None and all(x.is_broadcast() for x in s):
             continue
-        text = f"  in_sbp: input {n} {v.aval.str_short()} = {_nd_text(s)}"
+        text = f"  {ins}input {n} {v.aval.str_short()} = {_nd_text(s)}"
         if name is not None:
             ks = sorted(set(readers.get(v, ())))
             at = ", ".join(map(str, ks[:6])) + (", ..." if len(ks) > 6 else "")
@@ -273,7 +286,7 @@ def _forced(sp, prob, fsdp):
             lines.append(text + (f", converted {_moves(moved)}" if moved else ", already so"))
     for n, (v, req) in enumerate(zip(sp.exec_program.outvars, sp.requested_out)):
         if req is not None:
-            lines.append(f"  out_sbp: output {n} {v.aval.str_short()} = {_nd_text(req)}")
+            lines.append(f"  {outs}output {n} {v.aval.str_short()} = {_nd_text(req)}")
     return lines
 
 
