@@ -82,7 +82,7 @@ def sharded_loss(pl, d=32, layers=LAYERS, remat=True):
 
 
 def run_remat(pl, size=SIZE):
-    """On a 1-D mesh: `value_and_grad` of the sharded checkpointed loss: each gradient's SBP and the
+    """`value_and_grad` of the sharded checkpointed loss: each gradient's SBP and the
     annotated one, values next to the unsharded `value_and_grad` of pm.loss."""
     b, t, d = size
     f, sbp = sharded_loss(pl, d)
@@ -90,9 +90,10 @@ def run_remat(pl, size=SIZE):
     value, grads = fflow.value_and_grad(f)(params, x, y)
     rv, rg = fflow.value_and_grad(pm.loss)(params, x, y)
     leaves = fflow.tree_util.tree_flatten(grads)[0]
+    annotated = fflow.tree_util.tree_flatten(sbp[0], is_leaf=lambda s: isinstance(s, tuple))[0]
     return {
         "sbps": [str(g.sbp) for g in leaves],
-        "annotated": [str((s,)) for s in fflow.tree_util.tree_flatten(sbp[0])[0]],  # (1-D)
+        "annotated": [str(fflow.sharding.as_nd_sbp(s, pl.ndim, "")) for s in annotated],
         "got": [np.asarray(g).tolist() for g in [value, *leaves]],
         "ref": [np.asarray(r).tolist() for r in [rv, *fflow.tree_util.tree_flatten(rg)[0]]],
     }
@@ -114,6 +115,7 @@ def placements(n=4):
 
 if __name__ == "__main__":
     out = {name: run(pl) for name, pl in placements(runtime().device_count()).items()}
-    out["remat"] = run_remat(placements(runtime().device_count())["1d"])
+    # (the 2x2 remat run is simulated only: it adds ~10 s to a loaded 4-rank launch)
+    out["remat"] = {"1d": run_remat(placements(runtime().device_count())["1d"])}
     if runtime().rank == 0:
         print("RESULT " + json.dumps(out), flush=True)
