@@ -62,6 +62,9 @@ def test_explain_says_which_inputs_were_kept_and_what_the_others_became_golden()
     # fflow.explain of the sharded function ends with the plan's head (totals, forced)
     head = golden.split("\nequations (")[0]
     assert str(fflow.explain(f)(*ARGS)).endswith("\nsharded call 0: " + head)
+    free = fflow.shard(mlp, PL2, in_sbp=(S(0), S(1), S(0)), out_sbp=B, profile=PROFILE)
+    text = free.plan(*ARGS).compare(f.plan(*ARGS))
+    assert text.splitlines()[1] == "kept inputs: none vs w1, w2"
 
 
 def test_explain_of_grad_names_the_derived_plans_and_their_kept_weights():

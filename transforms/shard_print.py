@@ -295,13 +295,17 @@ def _code_of(nd):
 
 
 def compare(a, b):
-    """Where two plans of one program differ (signatures per equation) and their totals."""
+    """Where two plans of one program differ (signatures per equation), their totals, and
+    which inputs each keeps (keep_in_sbp)."""
     pa, pb = a.plan, b.plan
     lines = [
         f"time {_t(pa.time)} vs {_t(pb.time)} ({pb.time / max(pa.time, 1e-30):.2f}x), "
         f"bytes {_b(pa.bytes)} vs {_b(pb.bytes)}, "
         f"collectives {len(a.collectives())} vs {len(b.collectives())}",
     ]
+    ka, kb = (sorted(p.problem.kept.values()) for p in (pa, pb))
+    if ka or kb:  # (keep_in_sbp binds one plan's inputs, maybe not the other's)
+        lines.append(f"kept inputs: {', '.join(ka) or 'none'} vs {', '.join(kb) or 'none'}")
     ea, eb = a.exec_program.eqns, b.exec_program.eqns
     if len(ea) != len(eb) or any(x.primitive is not y.primitive for x, y in zip(ea, eb)):
         lines.append("(different programs: equations not compared)")
