@@ -49,3 +49,38 @@ def test_two_layer_layernorm_backward_is_one_all_reduce_per_block():
     assert acts and all(c == ["all_reduce"] for c in acts), acts
     assert sp.plan.time <= hand.plan.time * (1 + 1e-9)
     assert sp.bytes <= 1.05 * hand.bytes
+
+
+def test_propagated_start_shares_repeated_layers(monkeypatch):
+    """The start where splits only propagate prices a new split at 1e3 s; a label
+    reached only that way had a cost-to-come of 1e3 s minus what each layer's compute
+    saved, new in every layer, so the lookahead's memo missed in every layer (24 layers:
+    2766 messages vs 708 in the other starts) and the start was too slow to run there.
+    From 4 to 8 layers it must send few new messages per added layer (about 10 of a
+    layer's 373 equations; 60 before the fix)."""
+    from fflow.transforms import shard_plan
+
+    sent = {"on": False, "n": 0}
+    messages, propagated = shard_plan._messages, shard_plan._propagated
+
+    def counting_messages(*a):
+        sent["n"] += sent["on"]
+        return messages(*a)
+
+    def counting_propagated(prob):
+        sent["on"], sent["n"] = True, 0
+        try:
+            return propagated(prob)
+        finally:
+            sent["on"] = False
+
+    monkeypatch.setattr(shard_plan, "_messages", counting_messages)
+    monkeypatch.setattr(shard_plan, "_propagated", counting_propagated)
+    pl = fflow.placement("cpu", [0, 1, 2, 3])
+    n = {}
+    for layers in (4, 8):
+        f, args = pm.megatron_sharded(pl, layers, 2, 16, 64, 4, profile=H200)
+        per_layer = len(f.plan(*args).exec_program.eqns) / layers
+        n[layers] = sent["n"]
+    assert n[4] > 0
+    assert (n[8] - n[4]) / 4 < 0.1 * per_layer, (n, per_layer)
