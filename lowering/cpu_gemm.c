@@ -1,10 +1,11 @@
 /* fflow's GEMM pool in C: large GEMMs cut into chunks of the output, each chunk one
  * single-threaded cblas call; workers are pthreads that block on a condition variable
  * between jobs (no spinning between GEMMs, no Python GIL). The caller computes chunks
- * too and, after spinning at most twice its own chunk time for the workers, computes
- * every chunk a worker still holds into scratch and publishes it itself (the first
- * copy to arrive wins, the same bits), so a worker the OS descheduled cannot stall
- * the step. Publishing takes no lock: the first copy claims the chunk (0 -> 2) with
+ * too and, while it waits for the workers, computes a chunk a worker holds into
+ * scratch and publishes it itself (the first copy to arrive wins, the same bits) as
+ * soon as that worker is seen descheduled (its CPU-time clock stands still), or after
+ * twice its own chunk time, so a worker the OS descheduled cannot stall the step.
+ * fflow_pool_stats counts the chunks, backups and waits. Publishing takes no lock: the first copy claims the chunk (0 -> 2) with
  * one atomic exchange and writes it outside any lock, so a worker preempted in the
  * middle of its copy holds up nothing but the caller's final wait for that chunk (a
  * mutex held for the copy made the caller's next publish sleep a time slice).
@@ -33,6 +34,7 @@
 
 #define MAXCH 64
 #define MAXW 64
+#define STALL 30e-6 /* seconds a worker's CPU clock is watched before judging it */
 
 typedef void (*sgemm64_t)(int, int, int, long, long, long, float, const float *, long,
                           const float *, long, float, float *, long);
@@ -71,6 +73,7 @@ typedef struct job {
   long bounds[MAXCH + 1];
   int next, left, refs, max_workers, joined, error;
   unsigned char finished[MAXCH];   /* 0 open, 2 being written (claimed), 1 done */
+  unsigned char owner[MAXCH];      /* the worker computing chunk k (index + 1), or 0 */
   pthread_mutex_t lock;            /* joined and refs */
 } job_t;
 
@@ -79,6 +82,14 @@ static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
 static job_t *g_job;
 static long g_gen;
 static int g_workers;
+static clockid_t g_clock[MAXW]; /* each worker's CPU-time clock */
+static int g_has_clock[MAXW];
+/* counters (fflow_pool_stats): jobs shared with workers, chunks the caller computed
+ * in place, chunks workers published, backups the caller computed, backups that won,
+ * nanoseconds the caller waited for workers, backups started because the worker was
+ * seen descheduled, backups started because the wait outlasted twice a chunk */
+static long g_stats[8];
+#define STAT(i, v) __atomic_add_fetch(&g_stats[i], (v), __ATOMIC_RELAXED)
 
 static void gemm(const job_t *j, long M, long N, const char *A, const char *B, char *C, long ldc) {
   if (j->isz == 4) {
@@ -167,11 +178,11 @@ static void finish(job_t *j) {
 /* Chunk k is in: `scratch` holds a worker's (or a backup's) copy, or NULL when the
  * caller computed it in place (it claimed k, no one else has it). The first copy to
  * claim k writes it and runs its epilogue; later copies are dropped. */
-static void publish(job_t *j, int k, const char *scratch) {
+static int publish(job_t *j, int k, const char *scratch) {
   unsigned char open = 0;
   if (!__atomic_compare_exchange_n(&j->finished[k], &open, 2, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE))
-    return;
+    return 0;
   if (scratch) {
     long s = j->bounds[k], e = j->bounds[k + 1], isz = j->isz;
     if (j->axis == 4) {
@@ -199,6 +210,7 @@ static void publish(job_t *j, int k, const char *scratch) {
   }
   __atomic_store_n(&j->finished[k], 1, __ATOMIC_RELEASE);
   __atomic_sub_fetch(&j->left, 1, __ATOMIC_ACQ_REL);
+  return 1;
 }
 
 static void release(job_t *j) {
@@ -232,7 +244,9 @@ static long handle(job_t *j) {
 }
 
 static void *worker(void *arg) {
-  (void)arg;
+  int me = (int)(long)arg;
+  if (pthread_getcpuclockid(pthread_self(), &g_clock[me]) == 0)
+    __atomic_store_n(&g_has_clock[me], 1, __ATOMIC_RELEASE);
   long seen = 0;
   for (;;) {
     pthread_mutex_lock(&g_lock);
@@ -254,6 +268,7 @@ static void *worker(void *arg) {
     for (;;) {
       int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_SEQ_CST);
       if (k >= j->n) break;
+      __atomic_store_n(&j->owner[k], (unsigned char)(me + 1), __ATOMIC_RELEASE);
       char *scratch = malloc(chunk_bytes(j, k));
       if (!scratch) {
         j->error = 1;
@@ -261,7 +276,7 @@ static void *worker(void *arg) {
         continue;
       }
       run_chunk(j, k, scratch);
-      publish(j, k, scratch);
+      STAT(2, publish(j, k, scratch));
       free(scratch);
     }
     release(j);
@@ -279,7 +294,7 @@ int fflow_gemm_init(int workers, void *sgemm, void *dgemm, int ilp64) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, worker, NULL) != 0) break;
+    if (pthread_create(&t, &attr, worker, (void *)(long)w) != 0) break;
     pthread_attr_destroy(&attr);
     g_workers = w + 1;
   }
@@ -314,24 +329,58 @@ static void lead(job_t *j) {
     mine++;
     publish(j, k, NULL);
   }
-  /* Wait for the workers' chunks by spinning, at most twice our own chunk time:
-   * sleeping here would hand the core to another process, and on a busy machine
-   * getting it back takes longer than computing the chunks ourselves. */
-  double per_chunk = mine ? (now() - t0) / mine : 1e-3;
-  double deadline = now() + (2 * per_chunk < 1e-4 ? 1e-4 : 2 * per_chunk);
-  int left;
-  while ((left = __atomic_load_n(&j->left, __ATOMIC_SEQ_CST)) > 0 && now() < deadline)
-    __builtin_ia32_pause();
-  if (left > 0) { /* back up every chunk a (descheduled) worker still holds */
+  STAT(1, mine);
+  if (j->max_workers > 0) STAT(0, 1);
+  /* Wait for the workers' chunks by spinning: sleeping here would hand the core to
+   * another process, and on a busy machine getting it back takes longer than
+   * computing the chunks ourselves. Back a chunk up (compute it here) as soon as the
+   * worker holding it is seen descheduled: its CPU-time clock advanced less than half
+   * the wall time over the last STALL seconds (another process has its core); or
+   * when the wait outlasts twice our own chunk time (a worker that runs but slowly). */
+  double t1 = now();
+  double per_chunk = mine ? (t1 - t0) / mine : 1e-3;
+  double deadline = t1 + (2 * per_chunk < 1e-4 ? 1e-4 : 2 * per_chunk);
+  double since[MAXW];
+  long cpu0[MAXW];
+  int watched[MAXW];
+  memset(watched, 0, sizeof watched);
+  while (__atomic_load_n(&j->left, __ATOMIC_SEQ_CST) > 0) {
+    double t = now();
+    int late = t >= deadline, backups = 0;
     for (int k = 0; k < j->n; k++) {
       if (__atomic_load_n(&j->finished[k], __ATOMIC_SEQ_CST)) continue;
+      int w = __atomic_load_n(&j->owner[k], __ATOMIC_ACQUIRE) - 1;
+      int stalled = 0;
+      if (!late && w >= 0 && __atomic_load_n(&g_has_clock[w], __ATOMIC_ACQUIRE)) {
+        struct timespec c;
+        if (clock_gettime(g_clock[w], &c) == 0) {
+          long cpu = c.tv_sec * 1000000000L + c.tv_nsec;
+          if (!watched[w]) {
+            watched[w] = 1;
+            since[w] = t;
+            cpu0[w] = cpu;
+          } else if (t - since[w] >= STALL) {
+            stalled = (cpu - cpu0[w]) * 1e-9 < 0.5 * (t - since[w]);
+            since[w] = t;
+            cpu0[w] = cpu;
+          }
+        }
+      }
+      if (!late && !stalled) continue;
       char *scratch = malloc(chunk_bytes(j, k));
       if (!scratch) { j->error = 1; publish(j, k, NULL); continue; }
       run_chunk(j, k, scratch);
-      publish(j, k, scratch);
+      STAT(3, 1);
+      STAT(4, publish(j, k, scratch));
+      STAT(late ? 7 : 6, 1);
       free(scratch);
+      backups++;
     }
+    if (late) break;
+    if (!backups)
+      for (int i = 0; i < 32; i++) __builtin_ia32_pause();
   }
+  STAT(5, (long)((now() - t1) * 1e9));
   /* a worker may still be writing a chunk it claimed: wait until it is in (a short
    * copy; yield the core in case that worker waits for it) */
   for (int spins = 0; __atomic_load_n(&j->left, __ATOMIC_ACQUIRE) > 0; spins++) {
@@ -404,6 +453,11 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   finish(j);
   *error = j->error;
   return handle(j);
+}
+
+/* The pool's counters (g_stats) into out[0..7]. */
+void fflow_pool_stats(long *out) {
+  for (int i = 0; i < 8; i++) out[i] = __atomic_load_n(&g_stats[i], __ATOMIC_RELAXED);
 }
 
 /* Whether a worker still holds the job (its operands must stay alive). */

@@ -151,6 +151,7 @@ def _load():
     lib.fflow_gemm_list.restype = ctypes.c_long
     lib.fflow_gemm_list.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.fflow_gemm_list.argtypes += [ctypes.POINTER(ctypes.c_int)]
+    lib.fflow_pool_stats.argtypes = [ctypes.c_void_p]
     lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
     lib.fflow_gemm_release.argtypes = [ctypes.c_long]
     workers = max(0, threads.available_cores() - 1)
@@ -165,6 +166,43 @@ def own_kernels():
     if _lib is None:
         _load()
     return bool(_lib) and _own[0]
+
+
+STATS = (
+    "shared jobs",
+    "caller chunks",
+    "worker chunks",
+    "backups",
+    "backups kept",
+    "wait seconds",
+    "backups of descheduled workers",
+    "backups after the deadline",
+)
+
+
+def pool_stats():
+    """Counters of the C pool since the process started: jobs shared with workers,
+    chunks the caller and the workers computed, the caller's backups of late chunks
+    (all, and those whose copy was the one kept), seconds the caller waited for the
+    workers, and why each backup started (its worker seen descheduled, or the wait
+    outlasted twice a chunk). Empty without the C pool.
+
+    >>> import numpy as np
+    >>> from fflow.lowering import cpu_gemm
+    >>> a = np.ones((256, 256), np.float32)
+    >>> _ = cpu_gemm.matmul(a, a, np.empty_like(a), 2)
+    >>> stats = cpu_gemm.pool_stats()
+    >>> not stats or stats["caller chunks"] >= 1
+    True
+    """
+    lib = _lib if _lib is not None else _load()
+    if not lib:
+        return {}
+    out = (ctypes.c_long * len(STATS))()
+    lib.fflow_pool_stats(out)
+    values = dict(zip(STATS, out))
+    values["wait seconds"] *= 1e-9
+    return values
 
 
 def _layout(x, rows, cols):
@@ -356,4 +394,4 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep, align=1):
     return True
 
 
-__all__ = ["matmul", "matmul2", "parallel"]
+__all__ = ["matmul", "matmul2", "parallel", "pool_stats"]

@@ -207,3 +207,48 @@ def test_a_stalled_pool_worker_neither_stalls_the_caller_nor_writes_late():
     again = np.zeros(n, np.float32)
     assert cpu_gemm.parallel(fill, (native.address(x),), native.address(again), n, 4, 1024, 2, (x,))
     np.testing.assert_array_equal(again, want)  # the pool still works
+
+
+SLOW_SOURCE = """
+#include <pthread.h>
+#include <unistd.h>
+static pthread_t caller;
+void set_caller(void) { caller = pthread_self(); }
+/* out[i] = 2 x[i]; the caller takes 50 ms per chunk (so the worker claims the other
+ * one), the worker sleeps 300 ms in it: its CPU clock stands still, as when descheduled */
+void twice(long *a, char *o, long s, long e) {
+  usleep(pthread_equal(pthread_self(), caller) ? 50000 : 300000);
+  const float *x = (const float *)a[0];
+  float *out = (float *)o;
+  for (long i = s; i < e; i++) out[i - s] = 2.0f * x[i];
+}
+"""
+
+
+def test_a_descheduled_worker_is_backed_up_before_the_deadline():
+    # the caller backs up a chunk as soon as its worker's CPU clock stops, not after
+    # twice its own chunk time (here 100 ms)
+    import ctypes
+    import time
+
+    from fflow.lowering import cpu_gemm
+
+    from fflow import threads
+
+    if threads.available_cores() < 2 or not cpu_gemm.pool_stats():
+        pytest.skip("no C pool worker")
+    lib = native.load_library(SLOW_SOURCE)
+    lib.set_caller()
+    twice = ctypes.cast(lib.twice, ctypes.c_void_p).value
+    n = 2 * 1024
+    x = np.arange(n, dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    before = cpu_gemm.pool_stats()
+    assert cpu_gemm.parallel(twice, (native.address(x),), native.address(out), n, 4, 1024, 2, (x,))
+    after = cpu_gemm.pool_stats()
+    np.testing.assert_array_equal(out, 2 * x)
+    delta = {k: after[k] - before[k] for k in before}
+    assert delta["backups of descheduled workers"] == 1, delta
+    assert delta["backups after the deadline"] == 0, delta
+    assert delta["caller chunks"] == 1 and delta["worker chunks"] == 0, delta
+    time.sleep(0.35)  # the worker wakes up, its copy is dropped; the pool is free again
