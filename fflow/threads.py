@@ -27,8 +27,8 @@ Rules, each from a measurement on the shared 2-core machine (docs/benchmarks.md)
 
 Knobs: `fflow.config.update("blas_threads", n)`: 0 (default) adapts; n > 0 runs
 large GEMMs on n threads; -1 leaves NumPy's BLAS alone (OpenBLAS's own threads).
-`SMALL_GEMM_FLOPS`, `WINDOW`, `WARMUP`, `FIRST_SAMPLES`, `PROBE_EVERY`, `PROBE_MAX` and
-`BUSY_WEIGHT` below;
+`SMALL_GEMM_FLOPS`, `WINDOW`, `WARMUP`, `FIRST_SAMPLES`, `PROBE_EVERY`, `PROBE_MAX`,
+`PROBE_CALLS` and `BUSY_WEIGHT` below;
 `threads.picks` counts the calls per thread count (the benchmarks print it).
 
 Example:
@@ -68,6 +68,10 @@ WARMUP = 1
 FIRST_SAMPLES = 3
 PROBE_EVERY = 16
 PROBE_MAX = 1024
+# StepThreads: a probe runs another count this many calls in a row; its first call
+# is not a sample (the other core wakes from idle: the MLP step's first 2-thread call
+# after 1-thread calls took 1.85-2.3 ms, the next ones 1.7-1.8 ms)
+PROBE_CALLS = 3
 # StepThreads: weight of the newest free-core sample in the running average
 BUSY_WEIGHT = 0.3
 
@@ -519,10 +523,15 @@ class StepThreads:
 
     * **quiet** (no core taken): the count is chosen from wall times. Each count's
       first `WARMUP` calls are not timed samples (one-time costs), then every count
-      is timed `FIRST_SAMPLES` times (a median of 3 outvotes one outlier). Then the
+      is timed `FIRST_SAMPLES` times (a median of 3 outvotes one outlier), the
+      counts taking turns: a process's first calls are slower at every count (the
+      MLP step's first 1-thread calls 2.8-3.2 ms, later 2.4-2.6 ms), so sampling
+      one count after the other compared a slow phase with a fast one. Then the
       count with the best median of its last `WINDOW` calls runs, and now and then
-      another count is probed once: right after a probe wins, the gap to the next
-      probe is `PROBE_EVERY` calls; each losing probe doubles it (up to `PROBE_MAX`).
+      another count is probed for `PROBE_CALLS` calls in a row (the first not a
+      sample: it wakes the idle cores); it wins on its median. Right after a probe
+      wins, the gap to the next probe is `PROBE_EVERY` calls; each losing probe
+      doubles it (up to `PROBE_MAX`).
     * **shared** (at most as many other threads as cores: with all of ours, at most
       twice as many threads as cores): the quiet choice stays (all cores before any
       quiet sample), and these calls are not samples. The scheduler shares the cores
@@ -549,6 +558,7 @@ class StepThreads:
         self.gap = PROBE_EVERY
         self.next_probe = PROBE_EVERY
         self._turn = 0
+        self.probe = None  # (count, calls left, its samples) while a probe runs
         self.busy = None  # other runnable threads at recent calls' starts (an average)
         self.timed = True  # whether the current call is a sample (quiet machine)
 
@@ -570,14 +580,17 @@ class StepThreads:
             return 1
         if taken:  # shared: the choice made on quiet samples
             return self.current
-        for c in self.choices:  # first calls: warm-up, then samples of every count
-            if len(self.samples[c]) < FIRST_SAMPLES:
-                return c
-        if self.calls >= self.next_probe:
+        # first calls: each count's warm-up, then its samples, taking turns (most
+        # threads first), so a process that is still warming up (its first calls
+        # slower at every count) slows every count's samples alike
+        short = [c for c in self.choices if len(self.samples[c]) < FIRST_SAMPLES]
+        if short:
+            return min(short, key=lambda c: (self.warm[c] + len(self.samples[c]), -c))
+        if self.probe is None and self.calls >= self.next_probe:
             others = [c for c in self.choices if c != self.current]
             self._turn = (self._turn + 1) % len(others)
-            return others[self._turn]
-        return self.current
+            self.probe = (others[self._turn], PROBE_CALLS, [])
+        return self.current if self.probe is None else self.probe[0]
 
     def record(self, threads, seconds):
         samples = self.samples.get(threads)
@@ -586,12 +599,21 @@ class StepThreads:
         if self.warm[threads] < WARMUP:  # a first call at this count: not a sample
             self.warm[threads] += 1
             return
-        if threads != self.current and self.calls >= self.next_probe:
-            # a probe: it wins outright or the next one waits twice as long
-            won = bool(self.samples[self.current]) and seconds < _median(self.samples[self.current])
+        if self.probe is not None and threads == self.probe[0]:
+            count, left, probed = self.probe
+            if left < PROBE_CALLS:  # its first call wakes idle cores: not a sample
+                probed.append(seconds)
+            self.probe = (count, left - 1, probed)
+            if left > 1:
+                return
+            # the probe is over: it wins on its median, or the next one waits twice as long
+            self.probe = None
+            won = bool(self.samples[self.current]) and _median(probed) < _median(
+                self.samples[self.current]
+            )
             self.gap = PROBE_EVERY if won else min(2 * self.gap, PROBE_MAX)
             self.next_probe = self.calls + self.gap
-            samples.append(seconds)
+            samples.extend(probed)
             if won:
                 self.current = threads
             return

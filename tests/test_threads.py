@@ -186,9 +186,38 @@ def test_step_threads_first_call_at_a_count_is_not_a_sample():
 def test_step_threads_backs_off_exponentially():
     policy = _Clockless(2, free=2)
     picks = _drive(policy, lambda n: 5.0 if n == 2 else 1.0, 2000)
-    probes = [k for k, n in enumerate(picks) if n == 2][2:]  # after the first samples
-    gaps = np.diff(probes)
-    assert len(probes) <= 12 and all(g2 >= g1 for g1, g2 in zip(gaps, gaps[1:]))
+    twos = [k for k, n in enumerate(picks) if n == 2][1 + threads.FIRST_SAMPLES :]
+    starts = [k for k in twos if k - 1 not in twos]  # each probe: PROBE_CALLS in a row
+    assert len(twos) == threads.PROBE_CALLS * len(starts)
+    gaps = np.diff(starts)
+    assert len(starts) <= 12 and all(g2 >= g1 for g1, g2 in zip(gaps, gaps[1:]))
+
+
+def test_step_threads_samples_the_counts_in_turns():
+    # a process's first calls are slower at every count (caches, heap, idle cores);
+    # sampled one count after the other, the later count looked faster or slower by
+    # where the slowdown ended. In turns, both see it alike
+    warming = iter([3.0, 2.6, 2.2, 1.8, 1.4, 1.2, 1.1] + [1.0] * 100)
+    policy = _Clockless(2, free=2)
+    picks = _drive(policy, lambda n: next(warming) * (0.7 if n == 2 else 1.0), 15)
+    assert picks[:8] == [2, 1, 2, 1, 2, 1, 2, 1]  # warm-ups, then samples, in turns
+    assert picks[-6:] == [2] * 6
+
+
+def test_step_threads_probe_counts_after_its_first_call():
+    # the first call of a probe wakes idle cores: slower than the next ones; the
+    # probe is judged on the calls after it
+    policy = _Clockless(2, free=2)
+    _drive(policy, lambda n: 5.0 if n == 2 else 1.0, 20)  # 2 threads lose at first
+    assert policy.current == 1
+    seen = []
+
+    def cost(n):  # now 2 threads are faster, except right after a switch
+        seen.append(n)
+        return 1.0 if n == 1 else (1.5 if len(seen) < 2 or seen[-2] != 2 else 0.6)
+
+    picks = _drive(policy, cost, 60)
+    assert picks[-10:] == [2] * 10
 
 
 def test_step_threads_goes_back_up_when_the_machine_frees():
