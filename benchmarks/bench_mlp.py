@@ -131,15 +131,26 @@ def step_flops(batch, dims):
     return 2 * fwd + sum(2 * batch * a * b for a, b in pairs[1:])
 
 
-def thread_note():
-    """How many threads fflow's adaptive steps ran their GEMMs on, and which kernels."""
+def thread_note(pool_before):
+    """How many threads fflow's adaptive steps ran their GEMMs on, which kernels, and
+    what the C pool did over the timed calls (`pool_before`: its counters before)."""
     from fflow.lowering import cpu_gemm
 
     from fflow import threads
 
     counts = ", ".join(f"{n}: {c}" for n, c in sorted(threads.picks.items()))
     lib = "this CPU's (a private copy)" if cpu_gemm._own[0] else "NumPy's"
-    return f"fflow's calls per GEMM thread count: {counts or 'none'}; OpenBLAS kernels: {lib}."
+    note = f"fflow's calls per GEMM thread count: {counts or 'none'}; OpenBLAS kernels: {lib}."
+    after = cpu_gemm.pool_stats()
+    if after and pool_before:
+        d = {k: after[k] - pool_before[k] for k in after}
+        note += (
+            f" C pool over the timed calls: {d['shared jobs']} jobs shared with a worker,"
+            f" chunks by the caller {d['caller chunks']} / workers {d['worker chunks']},"
+            f" backups of late chunks {d['backups']} ({d['backups of descheduled workers']}"
+            f" of descheduled workers), caller waited {d['wait seconds'] * 1e3:.2f} ms."
+        )
+    return note
 
 
 def cpu_and_preemption(fns, reps):
@@ -237,26 +248,31 @@ def main():
         params = init(dims)
         step_times_fns["numpy"] = lambda: numpy_step(params, x, y)
 
+    pool_before = None
     if "fflow" in step_times_fns:
+        from fflow.lowering import cpu_gemm
+
         from fflow import threads
 
         threads.picks.clear()
+        pool_before = cpu_gemm.pool_stats()
     step_times = interleaved_times(step_times_fns, reps)
+    pool_note = thread_note(pool_before) if "fflow" in step_times else ""
     name = f"MLP step {'-'.join(map(str, dims))}, batch {batch}"
-    note = ""
+    flops = step_flops(batch, dims)
+    parts = [f"GEMM work of the step: {flops / 1e6:.0f} MFLOP"]
+    for label, key in (("fflow", "fflow"), ("JAX", "jax.jit")):
+        if key in step_times:
+            parts.append(f"{label} achieves {flops / step_times[key] / 1e9:.0f} GFLOP/s")
     if "fflow" in step_times:
         limit = sgemm_limit(reps)
-        flops = step_flops(batch, dims)
         rates = ", ".join(f"{n} thread(s) {g:.0f}" for n, g in limit.items())
-        jax_rate = ""
-        if "jax.jit" in step_times:
-            jax_rate = f", JAX {flops / step_times['jax.jit'] / 1e9:.0f}"
-        note = (
-            f"GEMM work of the step: {flops / 1e6:.0f} MFLOP; fflow achieves "
-            f"{flops / step_times['fflow'] / 1e9:.0f} GFLOP/s{jax_rate}; sgemm limit "
-            f"measured in the same run (512^3, GFLOP/s): {rates}. {thread_note()}"
-        )
-        pair = {n: f for n, f in step_times_fns.items() if n in ("fflow", "jax.jit")}
+        parts.append(f"sgemm limit measured in the same run (512^3, GFLOP/s): {rates}")
+    note = "; ".join(parts) + "." if len(parts) > 1 else ""
+    if pool_note:
+        note += f" {pool_note}"
+    pair = {n: f for n, f in step_times_fns.items() if n in ("fflow", "jax.jit")}
+    if pair:
         cpu = cpu_and_preemption(pair, reps)
         note += (
             " CPU time per step (process, median) and calls descheduled: "

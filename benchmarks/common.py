@@ -97,6 +97,8 @@ def interleaved_times(fns, reps, warmup=3, inner=1):
     spinning go idle (`settle`), as they would for a user running only one
     framework; the wait is not timed.
     """
+    if not fns:  # e.g. `--only numpy` on a jit-only row
+        return {}
     for fn in fns.values():
         for _ in range(warmup):
             fn()

@@ -5,23 +5,41 @@ python benchmarks/run_all.py --tiny          # tiny sizes (what the tests run)
 python benchmarks/run_all.py --load 2        # each script quiet, then beside 2 CPU hogs
 python benchmarks/run_all.py --load 2 --example mlp_digits.py   # + an example's wall time
 python benchmarks/run_all.py --markdown docs/benchmarks.md
+python benchmarks/run_all.py --rounds 1      # faster: one process per framework, once
+
+Every framework is measured in its own process (`--only NAME`), as a user runs one
+framework: the others' threads (torch's OpenMP workers spin ~20 ms after each call,
+XLA's pool a few ms) and their work on the main thread never share a process with
+the one measured. The processes run in `--rounds` rounds, the frameworks' order
+rotating each round, and each cell is the median over the rounds; the notes give
+fflow/JAX round by round.
 
 With `--load N`, N busy-looping processes (started and stopped by this script, and
 bounded by `--load-seconds` even if it dies) share the machine while the "loaded"
-run of each script measures; between those runs they are paused (SIGSTOP), so the
-quiet and loaded runs of one script are back to back. Both tables are printed side
+rounds of each script measure; between those they are paused (SIGSTOP), so the
+quiet and loaded rounds of one script are back to back. Both tables are printed side
 by side: every framework's time quiet and loaded, and the ratios within each.
+
+Why rounds of processes: beside busy processes, where the scheduler puts a process's
+threads (sharing a core with a hog or not) is decided when it starts and tends to
+stay for its whole run, so one process's median is one draw: `bench_mlp.py` with all
+four frameworks in one process gave fflow/JAX 0.87-2.09x under load 2 from one run
+to the next (fflow's main thread, which also ran the NumPy and torch steps, shared a
+core with a hog in the slow runs: the NumPy step was descheduled on 100 % of its calls).
 """
 
 import argparse
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 SCRIPTS = [
     "bench_dispatch.py",
     "bench_mlp.py",
@@ -30,6 +48,7 @@ SCRIPTS = [
     "bench_import.py",
 ]
 FRAMEWORKS = ["fflow", "jax.jit", "torch eager", "numpy"]
+ONLY = {"fflow": "fflow", "jax.jit": "jax", "torch eager": "torch", "numpy": "numpy"}
 HOG = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
 
@@ -62,17 +81,89 @@ class Hogs:
             p.wait()
 
 
-def run_script(script, args, env):
+def run_script(script, args, env, only=None):
     cmd = [sys.executable, os.path.join(HERE, script)]
     if args.tiny:
         cmd.append("--tiny")
-    if args.only:
-        cmd += ["--only", args.only]
+    if only or args.only:
+        cmd += ["--only", only or args.only]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"{script} failed")
     return proc.stdout.strip()
+
+
+def frameworks(only):
+    """The table columns to measure (`--only` names them as the scripts do)."""
+    if not only:
+        return list(FRAMEWORKS)
+    names = only.split(",")
+    return [f for f in FRAMEWORKS if ONLY[f] in names]
+
+
+def run_rounds(script, args, env, columns):
+    """Each framework of `columns` in its own process, `args.rounds` times, the order
+    rotating each round. Returns (title, {workload: {column: cell}}, notes): each cell
+    the median over the rounds; notes from every framework's last process, then
+    fflow/JAX round by round."""
+    times = {}  # workload -> column -> seconds per round
+    title, notes = None, {}
+    for r in range(args.rounds):
+        k = r % len(columns)
+        for col in columns[k:] + columns[:k]:
+            text = run_script(script, args, env, only=ONLY[col])
+            title = title or text.splitlines()[0].lstrip("# ").strip()
+            for workload, cells in parse_rows(text).items():
+                t = _seconds(cells.get(col))
+                times.setdefault(workload, {}).setdefault(col, [None] * args.rounds)[r] = t
+            notes[col] = [n for n in text.splitlines()[1:] if n.strip() and n[0] not in "|#"]
+    rows, per_round = merge_rounds(times)
+    lines = [n for col in columns for n in notes.get(col, [])]
+    if args.rounds > 1 and per_round:
+        lines.append(
+            f"fflow/jax in each of {args.rounds} rounds: "
+            + "; ".join(f"{w}: {rs}" for w, rs in per_round.items())
+            + "."
+        )
+    return title, rows, lines
+
+
+def merge_rounds(times):
+    """{workload: {column: [seconds or None per round]}} -> ({workload: {column: cell,
+    "fflow/jax": ratio of the medians}}, {workload: "r1, r2, ..." fflow/jax per round})."""
+    from common import fmt_time
+
+    rows, per_round = {}, {}
+    for workload, cols in times.items():
+        medians = {}
+        for col, ts in cols.items():
+            ts = [t for t in ts if t is not None]
+            if ts:
+                medians[col] = statistics.median(ts)
+        row = {col: fmt_time(t) for col, t in medians.items()}
+        f, j = medians.get("fflow"), medians.get("jax.jit")
+        row["fflow/jax"] = f"{f / j:.2f}×" if f and j else "n/a"
+        rows[workload] = row
+        pairs = zip(cols.get("fflow", []), cols.get("jax.jit", []))
+        ratios = [f"{a / b:.2f}×" for a, b in pairs if a and b]
+        if len(ratios) > 1:
+            per_round[workload] = ", ".join(ratios)
+    return rows, per_round
+
+
+def plain_table(title, rows):
+    """One Markdown table of merged rows (the columns of common.print_table)."""
+    header = ["workload"] + FRAMEWORKS + ["fflow/jax", "fflow/torch", "fflow/numpy"]
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, row in rows.items():
+        f = _seconds(row.get("fflow"))
+        cells = [name] + [row.get(c, "n/a") for c in FRAMEWORKS]
+        for other in ("jax.jit", "torch eager", "numpy"):
+            o = _seconds(row.get(other))
+            cells.append(f"{f / o:.2f}×" if f and o else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def parse_rows(text):
@@ -159,6 +250,9 @@ def main():
     parser.add_argument(
         "--load-seconds", type=int, default=1800, help="the hogs end by themselves after this"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="processes per framework (medians over rounds)"
+    )
     parser.add_argument("--example", default=None, help="also time examples/<EXAMPLE>")
     parser.add_argument("--example-reps", type=int, default=3)
     args = parser.parse_args()
@@ -177,21 +271,23 @@ def main():
     outputs = []
     started = time.strftime("%Y-%m-%d %H:%M")
     try:
+        columns = frameworks(args.only)
         for script in scripts:
-            quiet = run_script(script, args, env)
+            title, quiet, quiet_notes = run_rounds(script, args, env, columns)
             if not args.load:
-                print(quiet, flush=True)
-                outputs.append(quiet)
+                table = plain_table(title, quiet)
+                if quiet_notes:
+                    table += "\n\n" + " ".join(quiet_notes)
+                print(table, flush=True)
+                outputs.append(table)
                 continue
             hogs.resume()
             try:
-                loaded = run_script(script, args, env)
+                _, loaded, loaded_notes = run_rounds(script, args, env, columns)
             finally:
                 hogs.pause()
-            title = quiet.splitlines()[0].lstrip("# ").strip()
-            table = side_by_side(title, parse_rows(quiet), parse_rows(loaded), args.load)
-            for label, text in (("quiet", quiet), (f"load {args.load}", loaded)):
-                notes = [n for n in text.splitlines()[1:] if n.strip() and n[0] not in "|#"]
+            table = side_by_side(title, quiet, loaded, args.load)
+            for label, notes in (("quiet", quiet_notes), (f"load {args.load}", loaded_notes)):
                 if notes:
                     table += f"\n\n{label}: " + " ".join(notes)
             print(table, flush=True)
@@ -213,7 +309,8 @@ def main():
             + (f", load average {load[0]:.1f} at the end" if load else "")
             + (f", every framework limited to {args.threads} thread(s)" if args.threads else "")
             + (f", loaded columns beside {args.load} busy processes" if args.load else "")
-            + ". Medians after warm-up; ratios are fflow time / other time "
+            + f". Each framework in its own process, {args.rounds} round(s); medians "
+            "after warm-up, then over the rounds; ratios are fflow time / other time "
             "(below 1 means fflow is faster).\n\n"
         )
         with open(args.markdown, "w") as f:
