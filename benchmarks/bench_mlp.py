@@ -131,9 +131,10 @@ def step_flops(batch, dims):
     return 2 * fwd + sum(2 * batch * a * b for a, b in pairs[1:])
 
 
-def thread_note(pool_before):
+def thread_note(pool_before=None):
     """How many threads fflow's adaptive steps ran their GEMMs on, which kernels, and
-    what the C pool did over the timed calls (`pool_before`: its counters before)."""
+    what the C pool did over the timed calls (`pool_before`: its counters before
+    them, if given)."""
     from fflow.lowering import cpu_gemm
 
     from fflow import threads
