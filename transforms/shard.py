@@ -603,10 +603,10 @@ def shard(
             stored as needed: as given (data parallelism), the last argument split (the
             optimizer state: ZeRO-1/2), the one before it too (the parameters), and
             last the parameters gathered per use (FSDP / ZeRO-3: all-gathered before
-            each forward and backward use, freed after); the fastest plan that fits
-            wins. "Split" is over every mesh axis (on a 2x2 mesh a device holds a
-            quarter). `.plan(...)` then has `peak_memory`, `storage_rung` and
-            `gathered_per_use`.
+            each forward and backward use, freed after); the first that fits wins
+            (in the cost model, also the fastest that fits). "Split" is over every
+            mesh axis (on a 2x2 mesh a device holds a quarter). `.plan(...)` then has
+            `peak_memory`, `storage_rung` and `gathered_per_use`.
         keep_in_sbp: True (every annotated input), or a pytree prefix of the arguments
             with a bool per argument: the annotated SBP of those inputs (from `in_sbp`,
             or a global array's own) is their binding layout, as JAX's in_shardings /

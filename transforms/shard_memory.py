@@ -15,7 +15,8 @@ ZeRO-2), then the one before it as well (the parameters: ZeRO-3 / FSDP), each
 matching output (same shape and dtype, in order) stored the same way so the next
 step gets what this one returned. "Split" is over every mesh axis (shard.py
 `_split_state`), so each device holds 1/p of the state on a 2-D mesh too. The
-fastest plan that fits wins.
+first rung whose plan fits wins: in the cost model it is also the fastest that fits
+(`fit_budget`); rungs that cannot fit by `values_floor` are not planned.
 """
 
 import math
@@ -200,7 +201,7 @@ def fit_budget(
     pl,
     program=None,
 ):
-    """The fastest ShardedProgram over the storage ladder whose peak fits `limit`.
+    """The first ShardedProgram up the storage ladder whose peak fits `limit`.
 
     `make(in_sbps, out_specs, per_use)` plans one (`per_use`: the input leaves to gather
     per use, transforms/shard_fsdp.py); `split_of(shape, hierarchy)` is how a state
@@ -208,9 +209,15 @@ def fit_budget(
     argument of input leaf i, None where the user gave its SBP; `free_out[j]`: output
     j unannotated. When no rung fits, the last one is planned again with the leaves
     it split beyond the first split rung (the parameters) gathered per use (FSDP):
-    more communication, so only when the budget forces it. A rung whose inputs plus
-    `values_floor(program)` (the global program `make` plans) exceed `limit` cannot
-    fit and is not planned (the same result, one whole plan less each).
+    more communication, so only when the budget forces it; then with memory weights.
+
+    The first that fits is the fastest that fits: in the cost model each step up
+    costs at least as much time. A plan of a rung is a plan of the rung below (the
+    state read whole instead of split: slicing a broadcast value moves nothing, and
+    the outputs that rung leaves free may stay split); a per-use plan is a plain one
+    with more gathers; a memory weight trades time for bytes. So later rungs are not
+    planned once one fits. A rung whose inputs plus `values_floor(program)` (the
+    global program `make` plans) exceed `limit` cannot fit and is not planned either.
     """
     h = tuple(pl.hierarchy)
     floor = 0 if program is None else values_floor(program, math.prod(h))
@@ -248,9 +255,10 @@ def fit_budget(
         return sp
 
     for rung in ladder:
-        attempt(rung)
-    fits = [sp for sp in tried if sp.peak_memory <= limit]
-    if not fits and len(ladder) > 1:
+        sp = attempt(rung)
+        if sp is not None and sp.peak_memory <= limit:
+            return sp
+    if len(ladder) > 1:
         first = ladder[1] if len(ladder) > 2 else set()
         per_use = ladder[-1] - first
         sp = attempt(ladder[-1], per_use)
@@ -263,8 +271,8 @@ def fit_budget(
                 if sp.peak_memory <= limit:
                     break
                 sp = attempt(ladder[-1], per_use, factor * sp.plan.time / max(held, 1))
-        fits = [sp for sp in tried if sp.peak_memory <= limit]
-    if not fits:
+            if sp.peak_memory <= limit:
+                return sp
         low = min([sp.peak_memory for sp in tried] or floors)
         raise user_error(
             ValueError,
@@ -273,4 +281,3 @@ def fit_budget(
             "state argument stored split, parameters gathered per use). Fix: raise "
             "memory_limit, use more devices, or annotate more inputs as split.",
         )
-    return min(fits, key=lambda sp: sp.plan.time)
