@@ -18,11 +18,11 @@ axis. Inside, the loss runs under `fflow.amp(..., "bf16")` (bf16 matmuls and att
 with fp32 accumulation, fp32 master weights), and the update is `fflow.optim`'s AdamW
 with warmup + cosine decay and global-norm clipping; its state is sharded like the
 parameters. The planner inserts every collective and picks each operation's layout
-by cost; no `with_sbp` hint is needed. At this size every matmul runs on a quarter
-of the work, the batch split over all 4 devices (tests/test_examples_plans.py): the
-attention weights are gathered over the model axis (they are smaller than the
-activations), the MLP weights stay split Megatron-style with the block's activations
-reduce-scattered and all-gathered over the model axis, and the weight gradients are
+by cost; no `with_sbp` hint is needed. At this size (tests/test_examples_plans.py)
+the weights stay split Megatron-style: every matmul of the blocks runs on a quarter
+of the work, the block's activations are all-reduced over the model axis (two per
+block forward), the tied output layer (vocabulary 40) runs on the data split alone,
+the loss's `take_along_axis` keeps the batch split, and the weight gradients are
 all-reduced over the data axis in their layout. The run prints a one-line summary of
 that plan.
 

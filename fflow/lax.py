@@ -85,7 +85,7 @@ __all__ = sorted(
         }
     )
     # fflow-internal names of lax_ops that jax.lax does not have
-    - {"stop_gradient_", "take_along_axis", "zeros_like"}
+    - {"stop_gradient_", "take_along_axis", "scatter_add_along_axis", "zeros_like"}
 )
 
 

@@ -420,19 +420,24 @@ def scatter_max(x, indices, updates, axes):
 
 
 def take_along_axis(x, indices, axis):
-    """x[..., indices, ...] along `axis` with `indices` shaped like x (NumPy's)."""
-    aval = aval_of_value(x)
-    ishape = aval_of_value(indices).shape
-    parts = []
-    for d in range(aval.ndim):
-        if d == axis:
-            parts.append(reshape(indices, ishape + (1,)))
-        else:
-            parts.append(
-                reshape(broadcasted_iota(aval_of_value(indices).dtype, ishape, d), ishape + (1,))
-            )
-    idx = concatenate(parts, len(ishape))
-    return gather(x, idx, tuple(range(aval.ndim)))
+    """x[..., indices, ...] along `axis` (NumPy's take_along_axis; out-of-range indices
+    clamp): `indices` has x's shape except along `axis` (negative counts from the end)."""
+    axis = _canonical_axis(axis, aval_of_value(x).ndim)
+    return _p.take_along_axis_p.bind(x, indices, axis=axis)
+
+
+def scatter_add_along_axis(x, indices, updates, axis):
+    """x with `updates` added at `indices` along `axis` (repeats accumulate; out-of-range
+    indices clamp): take_along_axis's transpose; `updates` is shaped like `indices`."""
+    axis = _canonical_axis(axis, aval_of_value(x).ndim)
+    return _p.scatter_add_along_axis_p.bind(x, indices, updates, axis=axis)
+
+
+def _canonical_axis(axis, ndim):
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise user_error(ShapeError, f"axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -610,6 +615,7 @@ __all__ = [
     "rsqrt",
     "scatter",
     "scatter_add",
+    "scatter_add_along_axis",
     "scatter_max",
     "scatter_min",
     "scatter_mul",

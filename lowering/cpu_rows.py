@@ -114,7 +114,7 @@ class _Builder:
         seen = v
         while type(v) is Var and v not in self.names:
             e = self.prod.get(v)
-            if e is None or type(e.inputs[0]) is not Var:
+            if e is None or not e.inputs or type(e.inputs[0]) is not Var:  # (iota: none)
                 break
             if e.primitive is reshape_p and self.kind(v) == self.kind(e.inputs[0]) == "row":
                 v = e.inputs[0]

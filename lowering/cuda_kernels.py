@@ -14,6 +14,7 @@ import hashlib
 
 import numpy as np
 from fflow.lowering.cuda_render import PREAMBLE, Renderer, renderer_for, storage_ctype
+from fflow.primitives.along_axis import scatter_add_along_axis_p, take_along_axis_p
 from fflow.primitives.binary import div_p
 from fflow.primitives.compare import select_n_p
 from fflow.primitives.convert import bitcast_convert_type_p, convert_element_type_p
@@ -83,7 +84,7 @@ REDUCTIONS = {
 CUMULATIVE = {cumsum_p: "reduce_sum", cumprod_p: "reduce_prod", cummax_p: "reduce_max",
               cummin_p: "reduce_min"}  # fmt: skip
 SCATTERS = {scatter_p: "set", scatter_add_p: "add", scatter_mul_p: "mul", scatter_min_p: "min",
-            scatter_max_p: "max"}  # fmt: skip
+            scatter_max_p: "max", scatter_add_along_axis_p: "add"}  # fmt: skip
 
 
 def size_of(shape):
@@ -421,6 +422,14 @@ def _gather(b, eqn, idx, guard):
     return _at(b, x, in_idx, guard)
 
 
+def _take_along_axis(b, eqn, idx, guard):
+    x, indices = eqn.inputs
+    axis = eqn.params["axis"]
+    i = _at(b, indices, idx, guard)
+    e = f"fflow_clamp((long long)({i}), 0LL, {x.aval.shape[axis] - 1}LL)"
+    return _at(b, x, idx[:axis] + [f"({b.k.idx_t})({e})"] + idx[axis + 1 :], guard)
+
+
 def _random_bits(b, eqn, idx, guard):
     (key,) = eqn.inputs
     shape = tuple(eqn.params["shape"])
@@ -454,6 +463,7 @@ INDEX_RULES = {
     dynamic_slice_p: _dynamic_slice,
     dynamic_update_slice_p: _dynamic_update_slice,
     gather_p: _gather,
+    take_along_axis_p: _take_along_axis,
     random_bits_p: _random_bits,
     random_fold_in_p: _random_fold_in,
     sbp_constraint_p: lambda b, eqn, idx, guard: _at(b, eqn.inputs[0], idx, guard),

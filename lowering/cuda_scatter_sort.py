@@ -23,7 +23,6 @@ from fflow.lowering.cuda_render import renderer_for, storage_ctype
 def scatter_kernel(eqn, inline, out_var, wide=False):
     """Apply the updates of a scatter to `out_var` (already holding the operand)."""
     x, indices, updates = eqn.inputs
-    axes = eqn.params["axes"]
     mode = SCATTERS[eqn.primitive]
     k = KernelSource("scat", inline, wide)
     dtype = np.dtype(x.aval.dtype)
@@ -38,15 +37,24 @@ def scatter_kernel(eqn, inline, out_var, wide=False):
         uidx = [b.index_tmp(e) for e in uidx]
     batch, rest = uidx[:nb], iter(uidx[nb:])
     conds, tidx = [], []
-    for dim, size in enumerate(x.aval.shape):
-        if dim in axes:
-            t = b.tmp(
-                "long long", f"(long long)({b.value(indices, batch + [str(axes.index(dim))])})"
-            )
-            conds.append(f"{t} >= 0 && {t} < {size}")
-            tidx.append(f"({k.idx_t})({t})")
-        else:
-            tidx.append(next(rest))
+    axis = eqn.params.get("axis")
+    if axis is None:
+        axes = eqn.params["axes"]
+        for dim, size in enumerate(x.aval.shape):
+            if dim in axes:
+                t = b.tmp(
+                    "long long", f"(long long)({b.value(indices, batch + [str(axes.index(dim))])})"
+                )
+                conds.append(f"{t} >= 0 && {t} < {size}")
+                tidx.append(f"({k.idx_t})({t})")
+            else:
+                tidx.append(next(rest))
+    else:  # scatter_add_along_axis: indices shaped like the updates, clamped into range
+        n = x.aval.shape[axis]
+        i = f"(long long)({b.value(indices, uidx)})"
+        t = b.tmp("long long", f"fflow_clamp({i}, 0LL, {max(n - 1, 0)}LL)")
+        tidx = uidx[:axis] + [f"({k.idx_t})({t})"] + uidx[axis + 1 :]
+        conds += [] if n else ["false"]
     val = b.value(updates, uidx)
     lin = linear(tidx, x.aval.shape, k.lit)
     if mode == "set":

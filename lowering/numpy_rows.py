@@ -12,6 +12,7 @@ import functools
 import numpy as np
 from fflow.lowering import cpu_attention, cpu_casts, cpu_epilogue, cpu_gemm
 from fflow.lowering.schedule import FusionGroup
+from fflow.primitives.along_axis import add_along_axis_into, scatter_add_along_axis_p
 from fflow.primitives.attention import attention_bwd_p, attention_p
 from fflow.primitives.control_flow import cond_p, while_p
 from fflow.primitives.dot import dot_general_p
@@ -333,7 +334,8 @@ def _dus_into(out, update, *starts):
 
 
 def emit_update(ctx, eqn, i):
-    """scatter*/dynamic_update_slice: in place when the operand's buffer is free."""
+    """scatter*/dynamic_update_slice/scatter_add_along_axis: in place when the operand's
+    buffer is free."""
     operand = eqn.inputs[0]
     out = eqn.outputs[0]
     target = ctx.inplace_target(i, out, [operand])
@@ -346,6 +348,9 @@ def emit_update(ctx, eqn, i):
     if eqn.primitive is dynamic_update_slice_p:
         fn = ctx.const(_dus_into, "dus_into")
         inplace = f"{fn}({name}, {rest})"
+    elif eqn.primitive is scatter_add_along_axis_p:
+        fn = ctx.const(add_along_axis_into, "add_along_axis_into")
+        inplace = f"{fn}({name}, {rest}, {eqn.params['axis']})"
     else:
         fn = ctx.const(_SCATTER_INTO[eqn.primitive], "scatter_into")
         inplace = f"{fn}({name}, {rest}, {tuple(eqn.params['axes'])})"
@@ -455,6 +460,7 @@ ROWS = {
     reshape_p: emit_reshape,
     transpose_p: emit_transpose,
     dynamic_update_slice_p: emit_update,
+    scatter_add_along_axis_p: emit_update,
     **{p: emit_update for p in _SCATTERS},
 }
 

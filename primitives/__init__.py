@@ -1,6 +1,7 @@
 """The primitive set, one module per family. Importing this registers them all."""
 
 from fflow.primitives import (  # noqa: F401
+    along_axis,
     attention,
     binary,
     collectives,

@@ -155,6 +155,19 @@ def gather(draw):
     return [arr(draw, (n, m)), idx], dict(axes=(0,))
 
 
+def take_along_axis(draw):
+    s = shape(draw, min_rank=1, max_rank=3)
+    axis = draw(st.integers(0, len(s) - 1))
+    ishape = s[:axis] + (draw(st.integers(1, 5)),) + s[axis + 1 :]
+    idx = arr(draw, ishape, -1, s[axis] + 1, np.int32)  # out of range clamps
+    return [arr(draw, s), idx], dict(axis=axis)
+
+
+def scatter_add_along_axis(draw):
+    (x, idx), params = take_along_axis(draw)
+    return [x, idx, arr(draw, idx.shape)], params
+
+
 def scatter(unique=False):
     def case(draw):
         n, m, k = draw(st.integers(1, 7)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
@@ -308,6 +321,8 @@ CASES = {
     "gather": gather,
     "scatter": scatter(unique=True),
     "scatter_add": scatter(),
+    "take_along_axis": take_along_axis,
+    "scatter_add_along_axis": scatter_add_along_axis,
     "scatter_mul": scatter(unique=True),
     "scatter_min": scatter(),
     "scatter_max": scatter(),

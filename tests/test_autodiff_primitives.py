@@ -284,6 +284,31 @@ def _cases():
             lambda: (uniform(-1, 1, (3,)),),
         ),
     ]
+    idx_along = np.array([[2, 0, 2], [1, 1, 7], [-3, 0, 1]], np.int32)  # repeats, clamps
+    c["take_along_axis"] = [
+        (
+            "axis1",
+            lambda x: lax.take_along_axis(x, idx_along, 1),
+            lambda: (uniform(-1, 1, (3, 4)),),
+        ),
+        (
+            "axis0",
+            lambda x: lax.take_along_axis(x, idx_along.T[:2], 0),
+            lambda: (uniform(-1, 1, (3, 3)),),
+        ),
+    ]
+    c["scatter_add_along_axis"] = [
+        (
+            "axis1",
+            lambda x, u: lax.scatter_add_along_axis(x, idx_along, u, 1),
+            lambda: (uniform(-1, 1, (3, 4), "x"), uniform(-1, 1, (3, 3), "u")),
+        ),
+        (
+            "one_per_line",
+            lambda x, u: lax.scatter_add_along_axis(x, idx_along[:, :1], u, -1),
+            lambda: (uniform(-1, 1, (3, 4), "x"), uniform(-1, 1, (3, 1), "u")),
+        ),
+    ]
     c["scatter_add"] = [
         (
             "dup",

@@ -7,7 +7,8 @@ tests/test_shard_mpi.py run them and check their values):
   needs that one all-reduce and leaves both weights' gradients split as the weights.
 - data_parallel.py: one all-reduce per gradient (and the loss), no other traffic,
   all in one gradient bucket.
-- gpt_chars.py (1 layer at its default width): every matmul split over all 4 devices.
+- gpt_chars.py (1 layer at its default width): every matmul of the blocks split over
+  all 4 devices; the tied output layer's (vocabulary 40) over the data axis at least.
 - pipeline_parallel.py plans no SBP (one device per stage; tests/test_pipeline*.py).
 """
 
@@ -95,7 +96,7 @@ def test_data_parallel_all_reduces_each_gradient_once_in_one_bucket(examples):
     assert len(bucket.members) == len(moves)
 
 
-def test_gpt_chars_splits_every_matmul_over_the_whole_mesh(examples):
+def test_gpt_chars_splits_the_blocks_matmuls_over_the_whole_mesh(examples):
     gc = examples[2]
     mesh = fflow.placement("cpu", [[0, 1], [2, 3]])
     vocab, d, heads, context, batch = 40, 128, 4, 64, 32  # the defaults, 1 layer
@@ -108,8 +109,15 @@ def test_gpt_chars_splits_every_matmul_over_the_whole_mesh(examples):
     ids = fflow.to_global(np.zeros((batch, context + 1), np.int32), mesh, (S(0), B))
     sp = step.plan(model, opt, ids)
     shares = Counter(
-        work_share(e, sig, mesh.hierarchy)
+        (any(vocab in v.aval.shape for v in e.inputs), work_share(e, sig, mesh.hierarchy))
         for e, sig in zip(sp.exec_program.eqns, sp.plan.eqn_sigs)
         if e.primitive.name == "dot_general"
     )
-    assert list(shares) == [0.25], shares  # (the tiny size runs the output layer whole)
+    blocks = [share for (output_layer, share) in shares if not output_layer]
+    assert blocks == [0.25], shares
+    # the output layer (logits and their input gradient): since the loss's
+    # take_along_axis keeps the batch split, the cost model runs it on the data split
+    # beside Megatron blocks rather than all-gather its (32, 64, 128) input gradient
+    # (10.67 ms modelled vs 10.90 for the previous all-1/4 plan); the tiny size runs it
+    # whole
+    assert all(share <= 0.5 for (output_layer, share) in shares if output_layer), shares
