@@ -4,6 +4,8 @@ with NVRTC and run on the CPU through the host shim; results must equal eager
 NumPy evaluation (exactly for integers and bools, within one low-precision ulp
 for floats)."""
 
+import itertools
+
 import numpy as np
 import pytest
 from cuda_harness import BF16, FLOATS, bind, collect, run_cases, shapes
@@ -275,6 +277,24 @@ def test_shape_and_index_ops():
     run_cases(cases)
 
 
+def test_take_along_axis_and_its_scatter():
+    """Every axis of a 3-D operand, alone and fused into a consumer, out-of-range indices
+    clamped; the scatter (take_along_axis's transpose) with repeated indices."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for dtype, ax, fused in itertools.product((np.float32, np.float16), range(3), (False, True)):
+        shape = (3, 4, 5)
+        x = rng.uniform(-2, 2, shape).astype(dtype)
+        ishape = shape[:ax] + (6,) + shape[ax + 1 :]
+        idx = rng.integers(-1, shape[ax] + 1, ishape).astype(np.int32)
+        f = lambda a, i, ax=ax: lax.take_along_axis(a, i, ax)  # noqa: E731
+        cases.append((f"take_along_axis {ax} {dtype.__name__}", _maybe_fused(f, fused), [x, idx]))
+        u = rng.uniform(-2, 2, ishape).astype(dtype)
+        g = lambda a, i, u, ax=ax: lax.scatter_add_along_axis(a, i, u, ax)  # noqa: E731
+        cases.append((f"scatter_add_along_axis {ax} {dtype.__name__}", g, [x, idx, u]))
+    run_cases(cases)
+
+
 def _maybe_fused(f, fused):
     if not fused:
         return f
@@ -380,7 +400,9 @@ def test_cumulative():
 
 def test_scatters():
     def make(data):
-        name = data.draw(st.sampled_from(sorted(p.name for p in cuda_kernels.SCATTERS)))
+        # (scatter_add_along_axis takes other indices: test_take_along_axis_and_its_scatter)
+        names = sorted(p.name for p in cuda_kernels.SCATTERS if p.name != "scatter_add_along_axis")
+        name = data.draw(st.sampled_from(names))
         shape = data.draw(shapes(1, 3, 6))
         nd = len(shape)
         dtype = data.draw(
@@ -573,7 +595,7 @@ TESTED_HERE = (
        "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "reshape",
        "transpose", "squeeze",
        "slice", "pad", "concatenate", "rev", "iota", "dynamic_slice", "dynamic_update_slice",
-       "gather", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
+       "gather", "take_along_axis", "random_bits", "random_fold_in", "dot_general", "sbp_constraint", "sort"}
     | {p.name for p in cuda_attention.KERNELS}
     | SOLVER
     | set(REDUCTIONS) | {"cumsum", "cumprod", "cummax", "cummin"} | {p.name for p in cuda_kernels.SCATTERS}
