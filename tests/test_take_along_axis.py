@@ -151,6 +151,72 @@ def test_full_gather_with_iota_indices_still_jits():
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-7)
 
 
+# x[jnp.arange(n), labels]: NumPy indexing with iotas on the leading dims
+def _iota_cases():
+    labels = rng.integers(-5, 5, size=(3,))  # along X's axis 1 (negative ones wrap)
+    grid = rng.integers(-4, 4, size=(3, 5))  # along X's axis 2
+    return [  # (index of X (3, 5, 4), whether it becomes one take_along_axis)
+        ((np.arange(3), labels), True),
+        ((np.arange(3)[:, None], np.arange(5), grid), True),
+        ((np.arange(3)[:, None], np.arange(5)[None, :], grid[:1]), True),
+        ((np.arange(3), np.arange(3)), True),  # a diagonal
+        ((np.arange(3)[::-1], labels), False),  # not an iota
+        ((slice(None), np.arange(5), grid[0]), False),  # not on the leading dims
+        ((np.arange(3)[:, None], grid % 5, np.arange(4)[:1]), False),  # iota after the take
+        ((labels % 3, np.arange(3)), False),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_iota_cases())))
+def test_indexing_with_leading_iotas_is_take_along_axis(case):
+    idx, is_take = _iota_cases()[case]
+    want = X[idx]
+    as_fflow = tuple(jnp.asarray(i) if isinstance(i, np.ndarray) else i for i in idx)
+    f = fflow.jit(lambda x: x[as_fflow])
+    np.testing.assert_array_equal(np.asarray(f(X)), want)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(X)[idx]), want)
+    text = str(fflow.make_jaxpr(f)(X))
+    assert ("take_along_axis" in text) == is_take and ("gather" in text) != is_take
+    ct = rng.normal(size=want.shape)
+    want_grad = np.zeros_like(X, np.float64)
+    np.add.at(want_grad, idx, ct)
+    got = fflow.grad(lambda x: jnp.sum(x[as_fflow] * ct))(X)
+    np.testing.assert_allclose(np.asarray(got), want_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["flat", "3d"])
+def test_arange_indexed_cross_entropy_keeps_the_batch_split(form):
+    """logp[jnp.arange(n), labels] on (tokens, vocab) logits, and NumPy iotas on
+    (batch, time, vocab). (jnp.arange(b)[:, None] under a trace is a staged reshape,
+    not a constant: that form stays a gather.)"""
+    logits, targets = data()
+    b, t, v = logits.shape
+
+    def ce(np_, nn_):
+        def f(logits, targets):
+            if form == "flat":
+                logp = nn_.log_softmax(logits.reshape(b * t, v))
+                picked = logp[np_.arange(b * t), targets.reshape(-1)]
+            else:
+                logp = nn_.log_softmax(logits)
+                picked = logp[np.arange(b)[:, None], np.arange(t), targets]
+            return -np_.mean(picked)
+
+        return f
+
+    line = fflow.placement("cpu", [0, 1, 2, 3])
+    f = fflow.shard(
+        fflow.value_and_grad(ce(jnp, fflow.nn)), line, in_sbp=(S(0), S(0)), out_sbp=(B, S(0))
+    )
+    sp = f.plan(logits, targets)
+    moves = [(v.aval.shape, bp.collectives()) for _, v, *_, bp in sp.boxings() if bp.bytes]
+    assert moves == [((), ["all_reduce"])]  # the loss only
+    value, grad = f(logits, targets)
+    want = jax.value_and_grad(ce(jjnp, jax.nn))(logits, targets)
+    np.testing.assert_allclose(float(value), float(want[0]), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want[1]), atol=1e-7)
+
+
 # -- under shard --------------------------------------------------------------------------
 
 

@@ -147,21 +147,24 @@ def _bad_slice(e):
 def _gather_advanced(x, advanced):
     shape = info(x)[2]
     axes = [d for d, _ in advanced]
-    arrays = []
-    for d, e in advanced:
+    raw = []
+    for _, e in advanced:
         e = operand(e) if not _is_static_int(e) else np.asarray(e, np.int32)
         if info(e)[0].kind not in "iu":
             raise user_error(TypeError, f"array indices must be integers, got {info(e)[0]}")
-        arrays.append(_wrap_negative(e, shape[d]))
-    bshape = broadcast_shapes(*[info(a)[2] for a in arrays])
-    cols = [
-        lax.reshape(broadcast_to_shape(convert(a, dtypes.int_), bshape), bshape + (1,))
-        for a in arrays
-    ]
-    indices = lax.concatenate(cols, len(bshape)) if len(cols) > 1 else cols[0]
-    if isinstance(indices, np.ndarray):
-        indices = np.ascontiguousarray(indices)
-    out = lax.gather(x, indices, tuple(axes))
+        raw.append(e)
+    bshape = broadcast_shapes(*[info(a)[2] for a in raw])
+    out = _take_along_iotas(x, axes, raw, bshape)
+    if out is None:
+        arrays = [_wrap_negative(e, shape[d]) for d, e in zip(axes, raw)]
+        cols = [
+            lax.reshape(broadcast_to_shape(convert(a, dtypes.int_), bshape), bshape + (1,))
+            for a in arrays
+        ]
+        indices = lax.concatenate(cols, len(bshape)) if len(cols) > 1 else cols[0]
+        if isinstance(indices, np.ndarray):
+            indices = np.ascontiguousarray(indices)
+        out = lax.gather(x, indices, tuple(axes))
     # NumPy: adjacent advanced indices keep their place; otherwise they go first
     if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] != 0:
         nb = len(bshape)
@@ -171,6 +174,37 @@ def _gather_advanced(x, advanced):
         )
         out = lax.transpose(out, perm)
     return out
+
+
+def _is_iota(e, bshape, k):
+    """True when the constant index `e`, broadcast to `bshape`, is the position along
+    dim k (jnp.arange(n), jnp.arange(n)[:, None] and the like)."""
+    if isinstance(e, Tracer):
+        return False
+    v = np.asarray(e._value if type(e) is Array else e)
+    if v.size and v.flat[0] != 0:  # (cheap: most index arrays are not iotas)
+        return False
+    ramp = np.arange(bshape[k]).reshape((-1,) + (1,) * (len(bshape) - 1 - k))
+    return np.array_equal(np.broadcast_to(v, bshape), np.broadcast_to(ramp, bshape))
+
+
+def _take_along_iotas(x, axes, raw, bshape):
+    """`x` indexed by the arrays `raw` on `axes`, in gather's layout (bshape, then x's
+    other dims), as one take_along_axis; None where that does not apply. It applies when
+    x's leading dims are indexed by constant iotas along the dims of `bshape` in order
+    and the next dim by any array, as in logp[jnp.arange(n), labels]: those dims are
+    then batch dims shared by x and the indices, which take_along_axis keeps split
+    under shard where a gather cannot."""
+    m, shape = len(bshape), info(x)[2]
+    if list(axes) != list(range(m + 1)) or tuple(shape[:m]) != tuple(bshape):
+        return None
+    if not all(_is_iota(e, bshape, k) for k, e in enumerate(raw[:m])):
+        return None
+    sizes = tuple(shape[m + 1 :])
+    idx = convert(_wrap_negative(raw[m], shape[m]), dtypes.int_)
+    idx = lax.reshape(broadcast_to_shape(idx, bshape), bshape + (1,) * (1 + len(sizes)))
+    idx = broadcast_to_shape(idx, bshape + (1,) + sizes)
+    return lax.reshape(lax.take_along_axis(x, idx, m), bshape + sizes)
 
 
 def _wrap_negative(e, n):
