@@ -177,6 +177,8 @@ class _Problem:
             [],
         )
         codes_of = {}
+        fastest = {}  # id(candidate list) -> (the list, its least compute time)
+        self.fastest = []  # per equation
         self.control = []  # equations (loops, cond) with split signatures of their bodies
         for eqn in program.eqns:
             ins = []
@@ -198,6 +200,7 @@ class _Problem:
                     if more:
                         cands = cands + more
                         self.control.append(len(self.cands))
+            full = cands
             if self.kept:
                 cands = self._keep(eqn, ins, cands, kept_lists)
             outs = []
@@ -214,6 +217,17 @@ class _Problem:
                 comp = [compute_time(eqn, sig, self.h, self.profile, flops) for sig in cands]
                 hit = codes_of[id(cands)] = (cands, cin, cout, comp)
             _, cin, cout, comp = hit
+            # `_overlap`'s timeline: the cheapest candidate before keep_in_sbp's
+            # restriction, so one plan costs the same kept or free
+            low = fastest.get(id(full))
+            if low is None or low[0] is not full:
+                if full is cands:
+                    low = (full, min(comp))
+                else:
+                    f = eqn_flops(eqn)
+                    low = (full, min(compute_time(eqn, s, self.h, self.profile, f) for s in full))
+                fastest[id(full)] = low
+            self.fastest.append(low[1])
             self.eqn_ins.append(ins)
             self.eqn_outs.append(outs)
             self.cands.append(cands)
@@ -293,14 +307,15 @@ class _Problem:
     def _overlap(self):
         """Per gradient (a value crossing into the optimizer tail), the seconds of its
         bucketed all-reduce hidden behind the compute between it and its first reader
-        (`hidden_time`). The compute timeline is each equation's cheapest candidate, so
-        the credit is a constant per var and a plan's total stays a sum of local terms."""
+        (`hidden_time`). The compute timeline is each equation's cheapest candidate (before
+        keep_in_sbp's restriction), so the credit is a constant per var, a plan's total
+        stays a sum of local terms, and a plan costs the same kept or free."""
         if not self.crossing or all(h == 1 for h in self.h) or config.grad_bucket_mb <= 0:
             return {}  # nothing crosses, one device, or no buckets: nothing overlaps
         start, t = [], 0.0
-        for comp in self.comp:
+        for low in self.fastest:
             start.append(t)
-            t += min(comp)
+            t += low
         end = t
         full = (Partial("sum"),) * self.nd
         items = []
@@ -312,7 +327,7 @@ class _Problem:
                 shape, dtype = self.akey[i]
                 bp = plan_boxing(shape, dtype, self.h, full, (B,) * self.nd)
                 secs = boxing_time(bp, self.h, self.profile, bucketed=self.crossing)
-                ready = start[k] + min(self.comp[k])
+                ready = start[k] + self.fastest[k]
                 items.append((i, ready, end if needed is None else start[needed], secs))
         return {i: s for i, s in hidden_time(items, self.profile.overlap).items() if s > 0}
 
