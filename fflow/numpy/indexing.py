@@ -1,8 +1,10 @@
 """NumPy indexing on fflow arrays (`x[idx]`) and functional updates (`x.at[idx].set(v)`).
 
 Basic indices (ints, slices, None, Ellipsis) become slices and reshapes; integer
-array indices become one `gather` (NumPy's placement of the advanced dimensions);
-boolean masks work eagerly. Out-of-bounds gathers clamp; out-of-bounds updates
+array indices become one `gather` (NumPy's placement of the advanced dimensions), or
+one `take_along_axis` when constant iotas index the leading dims
+(logp[jnp.arange(n), labels]: batch dims that stay split under shard); boolean masks
+work eagerly. Out-of-bounds gathers clamp; out-of-bounds updates
 are dropped, as in JAX.
 """
 
