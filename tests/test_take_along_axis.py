@@ -48,6 +48,32 @@ def test_values_match_numpy(axis, dtype, broadcast):
     np.testing.assert_array_equal(np.asarray(jitted), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.bool_])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"mode": "fill"}, {"mode": "clip"}, {"fill_value": 7}, {"wrap_negative_indices": False}],
+)
+def test_out_of_range_modes_match_jax(dtype, kw):
+    """JAX's default mode "fill" (NaN / extreme integer / True where out of range), "clip",
+    fill_value, and negatives not wrapped: eager and jit against jax.numpy."""
+    x = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    idx = np.array([[5, 0], [-1, 3], [-7, -4]])
+    want = np.asarray(jjnp.take_along_axis(x, idx, axis=1, **kw))
+    got = jnp.take_along_axis(x, idx, axis=1, **kw)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    traced = fflow.jit(lambda x, i: jnp.take_along_axis(x, i, axis=1, **kw))(x, idx)
+    np.testing.assert_array_equal(np.asarray(traced), want)
+
+
+@pytest.mark.parametrize("kw", [{}, {"mode": "clip"}])
+def test_out_of_range_gradients_match_jax(kw):
+    idx = np.array([[5, 0], [-1, 3], [-7, -4]])
+    x = rng.normal(size=(3, 4)).astype(np.float32)
+    got = fflow.grad(lambda x: jnp.sum(jnp.take_along_axis(x, idx, axis=1, **kw) ** 2))(x)
+    want = jax.grad(lambda x: jjnp.sum(jjnp.take_along_axis(x, idx, axis=1, **kw) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
 @pytest.mark.usefixtures("x64_case")
 def test_int64_indices_in_64_bit_mode():
     idx = _indices(1, 7, np.int64)

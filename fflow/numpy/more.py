@@ -250,7 +250,7 @@ def choose(a, choices, mode="raise"):
     a = ew.clip(a, 0, n - 1) if mode == "clip" else ew.remainder(a, n) if mode == "wrap" else a
     shape = np.broadcast_shapes(info(a)[2], info(choices)[2][1:])
     choices = sh.broadcast_to(choices, (n,) + shape)
-    return sh.take_along_axis(choices, sh.broadcast_to(a, shape)[None], axis=0)[0]
+    return sh.take_along_axis(choices, sh.broadcast_to(a, shape)[None], axis=0, mode="clip")[0]
 
 
 def compress(condition, a, axis=None, *, size=None, fill_value=0):

@@ -486,7 +486,31 @@ def _normalize_index(idx, n):
     return lax.select_n(lax.lt(idx, zero), idx, lax.add(idx, lax.full_like(idx, n)))
 
 
-def take_along_axis(arr, indices, axis):
+def take_along_axis(
+    arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=True
+):
+    """`arr`'s elements at `indices` along `axis` (JAX's jnp.take_along_axis): indices
+    broadcast against `arr` in the other dims; negative ones count from the end.
+
+    Out-of-range indices follow `mode`: "fill" (the default, as in JAX) reads
+    `fill_value` (NaN for inexact dtypes, the extreme integer, True), "clip" clamps
+    ("promise_in_bounds" clamps too). Under `shard` every dim but `axis` is a batch
+    dim: a split of it stays a split with no communication.
+
+    Example:
+        >>> import fflow.numpy as jnp
+        >>> x = jnp.array([[10.0, 11.0, 12.0], [20.0, 21.0, 22.0]])
+        >>> jnp.take_along_axis(x, jnp.array([[2], [-1]]), axis=1).tolist()
+        [[12.0], [22.0]]
+        >>> jnp.take_along_axis(x, jnp.array([[3], [0]]), axis=1).tolist()
+        [[nan], [20.0]]
+    """
+    if mode not in (None, "fill", "clip", "promise_in_bounds"):
+        raise user_error(
+            ValueError,
+            f"take_along_axis: mode {mode!r} is not supported. Fix: mode='fill' (the default), "
+            "'clip' or 'promise_in_bounds'.",
+        )
     arr = operand(arr)
     if axis is None:
         arr = ravel(arr)
@@ -494,15 +518,39 @@ def take_along_axis(arr, indices, axis):
     s = info(arr)[2]
     axis = canonical_axis(axis, len(s))
     idx = operand(indices)
+    if info(idx)[0].kind not in "iu":
+        raise user_error(
+            TypeError, f"take_along_axis: indices must be integers, got {info(idx)[0]}"
+        )
     ishape = info(idx)[2]
+    if len(ishape) != len(s):
+        raise user_error(
+            ShapeError,
+            f"take_along_axis: indices of rank {len(ishape)} for an array of rank {len(s)}. "
+            "Fix: give the indices the array's rank (e.g. labels[..., None]).",
+        )
     bshape = tuple(
         builtins.max(a, b) if i != axis else b for i, (a, b) in enumerate(zip(s, ishape))
     )
     idx = broadcast_to(idx, bshape)
     arr_shape = tuple(d if i == axis else bshape[i] for i, d in enumerate(s))
     arr = broadcast_to(arr, arr_shape)
-    idx = _normalize_index(idx, s[axis])
-    return lax.take_along_axis(arr, idx, axis)
+    n = s[axis]
+    if wrap_negative_indices:
+        idx = _normalize_index(idx, n)
+    out = lax.take_along_axis(arr, idx, axis)
+    if mode not in (None, "fill"):
+        return out
+    if isinstance(idx, np.ndarray):  # constant indices: only pay for the mask when needed
+        inside = (idx >= 0) & (idx < n)
+        if inside.all():
+            return out
+    else:
+        zero = lax.full_like(idx, 0)
+        inside = lax.bitwise_and(lax.ge(idx, zero), lax.lt(idx, lax.full_like(idx, n)))
+    dtype = info(arr)[0]
+    fill = _default_fill(dtype) if fill_value is None else fill_value
+    return lax.select_n(inside, lax.full(bshape, np.array(fill).astype(dtype), dtype), out)
 
 
 def nonzero(a, size=None, fill_value=None):
