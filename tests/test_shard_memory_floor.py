@@ -188,3 +188,36 @@ def test_each_step_up_the_ladder_costs_at_least_the_one_below(monkeypatch):
         assert len(times) == 6, times  # 3 rungs, per use, 2 memory weights
         # (within search noise: 2e-11 s of 10 us between the first two on 4 devices)
         assert all(a <= b * (1 + 1e-3) for a, b in zip(times, times[1:])), times
+
+
+def test_ladder_plans_without_the_propagated_start(monkeypatch):
+    """Rungs that split state skip the search's start where splits only propagate (the
+    plan without a budget keeps it); the plans equal those found with it, at a loose
+    budget (optimizer state split) and a tight one (FSDP)."""
+    from fflow.transforms import shard_exec, shard_plan
+
+    fn, args = _args(n_layers=2)
+    in_sbp = (None, None, S(0), S(0))
+    calls = []
+    real = shard_plan._propagated
+    monkeypatch.setattr(shard_plan, "_propagated", lambda prob: calls.append(1) or real(prob))
+    dp = fflow.shard(fn, PL4, in_sbp=in_sbp, profile=H200).plan(*args)
+    assert calls, "the plan without a budget runs the propagated start"
+    limit = int(0.9 * peak_memory(dp.plan.problem, dp.plan.sig_index)[0])
+    planner = shard_exec.plan_program
+    for _ in range(2):
+        got = []
+        for forced in (False, True):
+            if forced:  # every plan with the propagated start
+                force = lambda *a, **k: planner(*a, **dict(k, propagated=True))  # noqa: E731
+                monkeypatch.setattr(shard_exec, "plan_program", force)
+            calls.clear()
+            sp = fflow.shard(fn, PL4, in_sbp=in_sbp, profile=H200, memory_limit=limit).plan(*args)
+            got.append((sp, len(calls)))
+            monkeypatch.setattr(shard_exec, "plan_program", planner)
+        (a, n_a), (b, n_b) = got
+        assert n_a == 0 < n_b and a.storage_rung >= 1
+        assert a.plan.sig_index == b.plan.sig_index and a.peak_memory == b.peak_memory <= limit
+        assert (a.storage_rung, a.gathered_per_use) == (b.storage_rung, b.gathered_per_use)
+        limit = int(0.95 * a.peak_memory)
+    assert a.gathered_per_use

@@ -288,10 +288,10 @@ class Sharded:
                 program = unroll_scans(program)
         out_specs = _out_specs(self.out_sbp, out_tree, program, self.placement)
 
-        def make(ins, outs, per_use=(), memory_weight=0.0):
+        def make(ins, outs, per_use=(), memory_weight=0.0, **search):
             k = len(lifted_sbps)  # (input leaves come after the lifted values)
             prog = gather_per_use(program, {k + i: ins[i] for i in per_use})
-            opts = self.plan_options
+            opts = dict(self.plan_options, **search)  # (fit_budget's search options)
             if memory_weight:  # (fit_budget: the time-optimal plan did not fit)
                 opts = dict(opts, memory_weight=memory_weight)
             if any(kept):

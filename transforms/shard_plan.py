@@ -494,15 +494,18 @@ def plan_program(
     profile=None,
     memory_weight=0.0,
     keep=None,
+    propagated=True,
 ):
     """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
     handled one level up, transforms/shard_memory.py; `memory_weight`: seconds per byte
     of equation output held per device, added to the search's costs, shard_fsdp.py;
     `keep`: per input, None or its name where every equation must read it in its own
-    SBP, `shard(..., keep_in_sbp=)`)."""
+    SBP, `shard(..., keep_in_sbp=)`; `propagated=False`: without the start where splits
+    only propagate, `_propagated`, as fit_budget plans state the ladder split)."""
     prob = _Problem(
         program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight, keep
     )
+    prob.propagated = propagated
     found = _searched(prob, search)
     if prob.control and search:
         # the loops' split signatures change what is cheap around them; the search can
@@ -542,7 +545,7 @@ def _searched(prob, search):
         best = scored[0][0]
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
-        if not prob.kept and PROPAGATED_START:
+        if not prob.kept and PROPAGATED_START and prob.propagated:
             found.append(_refine(prob, _propagated(prob)))
     return found
 
