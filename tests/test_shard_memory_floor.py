@@ -200,7 +200,9 @@ def test_ladder_plans_without_the_propagated_start(monkeypatch):
     in_sbp = (None, None, S(0), S(0))
     calls = []
     real = shard_plan._propagated
-    monkeypatch.setattr(shard_plan, "_propagated", lambda prob: calls.append(1) or real(prob))
+    monkeypatch.setattr(
+        shard_plan, "_propagated", lambda prob, *a: calls.append(1) or real(prob, *a)
+    )
     dp = fflow.shard(fn, PL4, in_sbp=in_sbp, profile=H200).plan(*args)
     assert calls, "the plan without a budget runs the propagated start"
     limit = int(0.9 * peak_memory(dp.plan.problem, dp.plan.sig_index)[0])

@@ -67,10 +67,10 @@ def test_propagated_start_shares_repeated_layers(monkeypatch):
         sent["n"] += sent["on"]
         return messages(*a)
 
-    def counting_propagated(prob):
+    def counting_propagated(prob, bound):
         sent["on"], sent["n"] = True, 0
         try:
-            return propagated(prob)
+            return propagated(prob, shard_plan.INF)  # (both decodes)
         finally:
             sent["on"] = False
 

@@ -65,8 +65,11 @@ PARTIAL_PENALTIES = (0.1, 1.0)
 # Megatron at 2,16,64 on 2x2 / 2x4 reaches the hand plan (0.448 / 0.554 MB, was 0.496 /
 # 0.665 MB at 0.08% more time) only from the 0.0 or 0.5 start
 SMALL_PARTIAL_PENALTIES = (0.0, 0.5)
-# one more start, refined whatever its cost, where splits only propagate (`_propagated`)
+# one more start where splits only propagate (`_propagated`); its lookahead decode runs
+# when its Viterbi decode starts within this share of the best refined plan (where the
+# start won, Viterbi started at 0.94-0.998x it; memory_limit's rungs 1.1-2.4x)
 PROPAGATED_START = True
+PROPAGATED_MARGIN = 0.05
 INF = float("inf")
 # seconds charged for a conversion that splits a value under keep_in_sbp (where the
 # plan follows the kept inputs' splits): large, but finite so deltas stay numbers
@@ -546,11 +549,17 @@ def _searched(prob, search):
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
         if not prob.kept and PROPAGATED_START and prob.propagated:
-            found.append(_refine(prob, _propagated(prob)))
+            # refined where it starts below every refined plan: where it won, it started
+            # 0.81-0.99x the best (24 layers on 8 devices: 1.747 vs 2.041 ms, refined to
+            # 1.743); where it lost, 1.0-2.4x (data-parallel rows, memory_limit's rungs)
+            best = min(map(prob.total, found))
+            prop = _propagated(prob, best * (1 + PROPAGATED_MARGIN))
+            if prob.total(prop) < best:
+                found.append(_refine(prob, prop))
     return found
 
 
-def _propagated(prob):
+def _propagated(prob, bound=INF):
     """A start where splits only propagate from the inputs' SBPs (as keep_in_sbp plans,
     and as JAX's sharding propagation would): the message-passing starts with NEW_SPLIT
     on every conversion that newly splits a value (refined by the caller with the true
@@ -559,16 +568,24 @@ def _propagated(prob):
     backward reduce-scattered and all-gathered back in every block, as the forward
     layernorms ran batch-split), this one to 149.0 us. 24 layers (8958 equations):
     2.242 -> 1.921 ms on 4 devices, 2.041 -> 1.743 ms on 8 (the kept plans: 1.922,
-    1.745 ms), for +0.2-1.2 CPU s."""
-    saved = prob.akid, prob.akid_class
+    1.745 ms), for +0.2-1.2 CPU s. The lookahead decode runs only when the Viterbi one
+    costs at most `bound` at the true prices."""
     if prob.prop_ids is None:
         prob.prop_ids = prob.price_classes(True)
-    prob.akid, prob.akid_class = prob.prop_ids
-    try:
-        fwd = _forward(prob, 1.0)
-        return min([_viterbi(prob, fwd), _lookahead(prob, fwd)], key=prob.total)
-    finally:
-        prob.akid, prob.akid_class = saved
+
+    def priced(fn, *args):  # fn under the propagation prices
+        saved = prob.akid, prob.akid_class
+        prob.akid, prob.akid_class = prob.prop_ids
+        try:
+            return fn(*args)
+        finally:
+            prob.akid, prob.akid_class = saved
+
+    fwd = priced(_forward, prob, 1.0)
+    first = priced(_viterbi, prob, fwd)
+    if prob.total(first) > bound:
+        return first
+    return min([first, priced(_lookahead, prob, fwd)], key=lambda s: priced(prob.total, s))
 
 
 def fixed_plan(program, pl, in_sbps, out_sbps, sigs, profile=None):
