@@ -65,11 +65,9 @@ PARTIAL_PENALTIES = (0.1, 1.0)
 # Megatron at 2,16,64 on 2x2 / 2x4 reaches the hand plan (0.448 / 0.554 MB, was 0.496 /
 # 0.665 MB at 0.08% more time) only from the 0.0 or 0.5 start
 SMALL_PARTIAL_PENALTIES = (0.0, 0.5)
-# one more start where splits only propagate (`_propagated`); its lookahead decode runs
-# when its Viterbi decode starts within this share of the best refined plan (where the
-# start won, Viterbi started at 0.94-0.998x it; memory_limit's rungs 1.1-2.4x)
+# one more start where splits only propagate (`_propagated`), refined (as the others)
+# when it starts within REFINE_MARGIN of the best refined plan
 PROPAGATED_START = True
-PROPAGATED_MARGIN = 0.05
 INF = float("inf")
 # seconds charged for a conversion that splits a value under keep_in_sbp (where the
 # plan follows the kept inputs' splits): large, but finite so deltas stay numbers
@@ -549,12 +547,13 @@ def _searched(prob, search):
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
         if not prob.kept and PROPAGATED_START and prob.propagated:
-            # refined where it starts below every refined plan: where it won, it started
-            # 0.81-0.99x the best (24 layers on 8 devices: 1.747 vs 2.041 ms, refined to
-            # 1.743); where it lost, 1.0-2.4x (data-parallel rows, memory_limit's rungs)
-            best = min(map(prob.total, found))
-            prop = _propagated(prob, best * (1 + PROPAGATED_MARGIN))
-            if prob.total(prop) < best:
+            # refined where it starts close to the best refined plan: where it won, it
+            # started at 0.81-1.22x it (24 layers on 8 devices: 1.747 vs 2.041 ms, refined
+            # to 1.743; 4 layers 8,512,512 on 2x2, the hand plan: 1.22x, refined 1.899 ->
+            # 1.892 ms), where it lost at 1.33-2.4x (data-parallel rows, memory rungs)
+            bound = min(map(prob.total, found)) * (1 + REFINE_MARGIN)
+            prop = _propagated(prob, bound)
+            if prob.total(prop) <= bound:
                 found.append(_refine(prob, prop))
     return found
 
