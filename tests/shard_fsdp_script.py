@@ -109,15 +109,18 @@ def peaks_without_fsdp(pl, args):
     """The liveness peaks of the plans that do not gather per use: parameters and state
     as given (B), the Adam state split, and parameters split too (one gather each),
     split over every device (every dim here has an even share); each returns its state
-    as it came in, as memory_limit's storage rungs do (so a better search that fits a
-    rung under this budget cannot pass for needing FSDP)."""
-    from fflow.transforms.shard_memory import peak_memory
+    as it came in, as memory_limit's storage rungs do, with the search they get (so a
+    better search that fits a rung under this budget cannot pass for needing FSDP)."""
+    from fflow.transforms.shard_memory import LADDER_SEARCH, peak_memory
 
     split, whole, data = batch_sbp(pl), (B,) * pl.ndim, batch_sbp(pl)
     out = []
     for p_sbp, o_sbp in ((whole, whole), (whole, split), (split, split)):
         sbp = (p_sbp, o_sbp, data, data)
-        sp = fflow.shard(step, pl, sbp, (None, p_sbp, o_sbp), profile=H200).plan(*args)
+        f = fflow.shard(step, pl, sbp, (None, p_sbp, o_sbp), profile=H200)
+        if o_sbp is split:  # (planned with the search those rungs get)
+            f.plan_options.update(LADDER_SEARCH)
+        sp = f.plan(*args)
         out.append(peak_memory(sp.plan.problem, sp.plan.sig_index)[0])
     return out
 

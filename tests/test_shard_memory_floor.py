@@ -190,36 +190,46 @@ def test_each_step_up_the_ladder_costs_at_least_the_one_below(monkeypatch):
         assert all(a <= b * (1 + 1e-3) for a, b in zip(times, times[1:])), times
 
 
-def test_ladder_plans_without_the_propagated_start(monkeypatch):
+def test_ladder_plans_with_a_lighter_search(monkeypatch):
     """Rungs that split state skip the search's start where splits only propagate (the
-    plan without a budget keeps it); the plans equal those found with it, at a loose
-    budget (optimizer state split) and a tight one (FSDP)."""
+    plan without a budget keeps it) and refine fewer starts (a Viterbi start only where
+    it is the best one). At a loose budget (optimizer state split) and a tight one
+    (FSDP) the plans fit, on the same rung, within 1% of the full search's time. (The
+    tight plan differs here: 482.304 vs 482.310 us, 0.96 vs 1.10 MB moved, peak 345 vs
+    295 KB under 355 KB; the bench's 32 plans at 24 layers are the same but one.)"""
     from fflow.transforms import shard_exec, shard_plan
 
     fn, args = _args(n_layers=2)
     in_sbp = (None, None, S(0), S(0))
-    calls = []
-    real = shard_plan._propagated
+    calls, refines = [], []
+    real, real_refine = shard_plan._propagated, shard_plan._refine
     monkeypatch.setattr(
         shard_plan, "_propagated", lambda prob, *a: calls.append(1) or real(prob, *a)
+    )
+    monkeypatch.setattr(
+        shard_plan, "_refine", lambda prob, s: refines.append(1) or real_refine(prob, s)
     )
     dp = fflow.shard(fn, PL4, in_sbp=in_sbp, profile=H200).plan(*args)
     assert calls, "the plan without a budget runs the propagated start"
     limit = int(0.9 * peak_memory(dp.plan.problem, dp.plan.sig_index)[0])
     planner = shard_exec.plan_program
+
+    def full(*a, **k):
+        return planner(*a, **dict(k, propagated=True, viterbi_refined=True))
+
+    fewer = []
     for _ in range(2):
         got = []
-        for forced in (False, True):
-            if forced:  # every plan with the propagated start
-                force = lambda *a, **k: planner(*a, **dict(k, propagated=True))  # noqa: E731
-                monkeypatch.setattr(shard_exec, "plan_program", force)
+        for plan_program in (planner, full):
+            monkeypatch.setattr(shard_exec, "plan_program", plan_program)
             calls.clear()
+            refines.clear()
             sp = fflow.shard(fn, PL4, in_sbp=in_sbp, profile=H200, memory_limit=limit).plan(*args)
-            got.append((sp, len(calls)))
-            monkeypatch.setattr(shard_exec, "plan_program", planner)
-        (a, n_a), (b, n_b) = got
-        assert n_a == 0 < n_b and a.storage_rung >= 1
-        assert a.plan.sig_index == b.plan.sig_index and a.peak_memory == b.peak_memory <= limit
+            got.append((sp, len(calls), len(refines)))
+        (a, n_a, r_a), (b, n_b, r_b) = got
+        assert n_a == 0 < n_b and r_a <= r_b and a.storage_rung >= 1
+        fewer.append(r_b - r_a)
+        assert a.peak_memory <= limit and a.plan.time <= 1.01 * b.plan.time
         assert (a.storage_rung, a.gathered_per_use) == (b.storage_rung, b.gathered_per_use)
         limit = int(0.95 * a.peak_memory)
-    assert a.gathered_per_use
+    assert a.gathered_per_use and sum(fewer) > 0, fewer

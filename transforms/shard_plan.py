@@ -496,17 +496,21 @@ def plan_program(
     memory_weight=0.0,
     keep=None,
     propagated=True,
+    viterbi_refined=True,
 ):
     """Plan `program` (global view) on placement `pl`; returns a Plan (memory budgets are
     handled one level up, transforms/shard_memory.py; `memory_weight`: seconds per byte
     of equation output held per device, added to the search's costs, shard_fsdp.py;
     `keep`: per input, None or its name where every equation must read it in its own
     SBP, `shard(..., keep_in_sbp=)`; `propagated=False`: without the start where splits
-    only propagate, `_propagated`, as fit_budget plans state the ladder split)."""
+    only propagate, `_propagated`, as fit_budget plans state the ladder split;
+    `viterbi_refined=False`: a Viterbi start is refined only where it is the best start,
+    as fit_budget plans those rungs too)."""
     prob = _Problem(
         program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight, keep
     )
     prob.propagated = propagated
+    prob.viterbi_refined = viterbi_refined
     found = _searched(prob, search)
     if prob.control and search:
         # the loops' split signatures change what is cheap around them; the search can
@@ -530,10 +534,12 @@ def _searched(prob, search):
     program = prob.program
     small = len(program.eqns) <= GREEDY_MAX_EQNS
     found = [_greedy(prob)] if not search or small else []
+    viterbi = set()  # (indices of the Viterbi starts in found)
     if search:
         for pp in PARTIAL_PENALTIES + (SMALL_PARTIAL_PENALTIES if small else ()):
             fwd = _forward(prob, pp)
             found += [_viterbi(prob, fwd), _lookahead(prob, fwd)]
+            viterbi.add(len(found) - 2)
         if len(program.eqns) <= EXHAUSTIVE_MAX_EQNS:
             exact = _search(prob, min(prob.total(s) for s in found))
             if exact is not None:
@@ -544,6 +550,8 @@ def _searched(prob, search):
         # Viterbi one refines to the hand plan, the Viterbi one stays 15% above it)
         scored = sorted({tuple(s): (prob.total(s), n) for n, s in enumerate(found)}.values())
         best = scored[0][0]
+        if not prob.viterbi_refined:
+            scored = scored[:1] + [x for x in scored[1:] if x[1] not in viterbi]
         starts = [n for t, n in scored[:REFINE_STARTS] if t <= best * (1 + REFINE_MARGIN)]
         found = [_refine(prob, found[n]) for n in starts]
         if not prob.kept and PROPAGATED_START and prob.propagated:
