@@ -51,6 +51,7 @@ from fflow.sbp import B
 
 __all__ = [
     "gather_per_use",
+    "source_of",
     "inserted",
     "use_groups",
     "eager_conversions",
@@ -118,7 +119,31 @@ def gather_per_use(program, stored):
     itself), then that copy gathered to broadcast. Each group thus all-gathers the
     parameter for itself (FSDP: forward and backward each gather it), and the gathered
     copy is dead after the group's last reader. Inputs read by one group are left to
-    the planner (one gather, dead after its readers anyway)."""
+    the planner (one gather, dead after its readers anyway). The same `program` and
+    `stored` give the same program object (memory_limit plans it with several memory
+    weights; the planner reuses its per-program work)."""
+    key = tuple(sorted((i, tuple(nd)) for i, nd in stored.items()))
+    memo = _per_use.setdefault(program, {})
+    if key not in memo:
+        new = _gather_per_use(program, stored)
+        memo[key] = None if new is program else new  # (no reference back to the key)
+        if new is not program:
+            _source[new] = source_of(program)
+    got = memo[key]
+    return program if got is None else got
+
+
+_per_use = weakref.WeakKeyDictionary()  # program -> {stored items: gather_per_use's program}
+_source = weakref.WeakKeyDictionary()  # gather_per_use's program -> the program it rewrote
+
+
+def source_of(program):
+    """The program `gather_per_use` rewrote into `program` (itself for any other): most
+    of their equations are the same objects, so the planner shares per-equation work."""
+    return _source.get(program, program)
+
+
+def _gather_per_use(program, stored):
     copies = {}  # eqn index -> [(input var, copy var, gathered var, sbp)] to put before it
     rename = {}  # (eqn index, input var) -> gathered var
     readers = _Readers(program) if stored else None

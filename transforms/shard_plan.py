@@ -25,6 +25,9 @@ The plan with the lowest exact total wins. Everything runs on integer codes of
 N-D SBPs: hashing SBP objects dominated the planner's time.
 """
 
+import gc
+import weakref
+
 from fflow.primitives.control_flow import cond_p, while_p
 from fflow.primitives.dot import dot_general_p
 from fflow.primitives.sbp_constraint import sbp_constraint_p
@@ -37,7 +40,7 @@ from fflow.transforms.shard_cost import (
     hidden_time,
     is_bucketed_reduce,
 )
-from fflow.transforms.shard_fsdp import weigh_memory
+from fflow.transforms.shard_fsdp import source_of, weigh_memory
 from fflow.transforms.shard_plan_control import (
     cond_signatures,
     scan_signatures,
@@ -72,6 +75,11 @@ INF = float("inf")
 # seconds charged for a conversion that splits a value under keep_in_sbp (where the
 # plan follows the kept inputs' splits): large, but finite so deltas stay numbers
 NEW_SPLIT = 1e3
+
+# program -> hierarchy -> {id(eqn): (eqn, its signatures())}: a program planned again
+# (memory_limit's rungs and weights, with the programs gather_per_use made of it, which
+# share most equation objects) skips signatures()'s cache key per equation
+_PROGRAM_SIGS = weakref.WeakKeyDictionary()
 
 # N-D SBP tuples <-> small ints, shared by every plan
 _NDS = []
@@ -178,6 +186,7 @@ class _Problem:
             [],
         )
         codes_of = {}
+        sig_memo = _PROGRAM_SIGS.setdefault(source_of(program), {}).setdefault(self.h, {})
         fastest = {}  # id(candidate list) -> (the list, its least compute time)
         self.fastest = []  # per equation
         self.control = []  # equations (loops, cond) with split signatures of their bodies
@@ -192,9 +201,14 @@ class _Problem:
                 nd = eqn.params["sbp"]
                 cands = [Sig((nd,), (nd,))]
             else:
-                in_avals = [v.aval for v in eqn.inputs]
-                out_avals = [v.aval for v in eqn.outputs]
-                cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
+                got = sig_memo.get(id(eqn))
+                if got is not None and got[0] is eqn:
+                    cands = got[1]
+                else:
+                    in_avals = [v.aval for v in eqn.inputs]
+                    out_avals = [v.aval for v in eqn.outputs]
+                    cands = signatures(eqn.primitive, in_avals, out_avals, eqn.params, self.h)
+                    sig_memo[id(eqn)] = (eqn, cands)
                 extra = CONTROL.get(eqn.primitive)  # bodies that need no communication
                 if extra is not None:
                     more = extra(eqn, self.h, self.profile, plan_program)
@@ -506,6 +520,25 @@ def plan_program(
     only propagate, `_propagated`, as fit_budget plans state the ladder split;
     `viterbi_refined=False`: a Viterbi start is refined only where it is the best start,
     as fit_budget plans those rungs too)."""
+    # the search allocates millions of small acyclic tuples and dicts (freed by reference
+    # counting); the cyclic collector it triggers scanned the whole heap again and again:
+    # 2.8 of a 2x2 memory_limit row's CPU s. It runs again when the plan is done
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan(
+            program, pl, in_sbps, out_sbps, allow_partial_out, search, profile,
+            memory_weight, keep, propagated, viterbi_refined,
+        )  # fmt: skip
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _plan(
+    program, pl, in_sbps, out_sbps, allow_partial_out, search, profile, memory_weight, keep,
+    propagated, viterbi_refined,
+):  # fmt: skip
     prob = _Problem(
         program, pl, in_sbps, out_sbps, allow_partial_out, True, profile, memory_weight, keep
     )
