@@ -45,6 +45,7 @@ from fflow.transforms.remat import checkpoint_p
 from fflow.transforms.shard_exec import ShardedProgram
 from fflow.transforms.shard_fsdp import gather_per_use
 from fflow.transforms.shard_memory import fit_budget
+from fflow.transforms.shard_plan import gc_paused
 from fflow.transforms.shard_rules import freeze
 from fflow.transforms.shard_unroll import has_unrollable, unroll_scans
 from fflow.transforms.staging import (
@@ -259,6 +260,10 @@ class Sharded:
     plan = lower
 
     def _entry(self, args):
+        with gc_paused():  # (tracing and planning: see shard_plan.py)
+            return self._traced(args)
+
+    def _traced(self, args):
         leaves, in_tree = tree_flatten((tuple(args), {}))
         leaves = [x if is_global(x) else as_value(x) for x in leaves]
         free = []
