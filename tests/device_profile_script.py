@@ -12,6 +12,7 @@ import tempfile
 import time
 
 import numpy as np
+from numpy_mlp import relu_mlp_sgd_step
 
 import fflow
 import fflow.numpy as jnp
@@ -50,24 +51,13 @@ def step(params, x, y):
 
 def numpy_step(params, x, y):
     """The same step in float64 NumPy, the backward pass written out."""
-    hs, pre = [x.astype(np.float64)], []
-    for i, (w, b) in enumerate(params):
-        z = hs[-1] @ w + b
-        pre.append(z)
-        hs.append(np.maximum(z, 0.0) if i < len(params) - 1 else z)
-    logits = hs[-1]
-    e = np.exp(logits - logits.max(-1, keepdims=True))
-    prob = e / e.sum(-1, keepdims=True)
-    loss = -np.mean(np.sum(y * np.log(prob), -1))
-    g = (prob - y) / len(x)
-    new = [None] * len(params)
-    for i in reversed(range(len(params))):
-        w, b = params[i]
-        if i < len(params) - 1:
-            g = g * (pre[i] > 0)
-        new[i] = (w - LR * (hs[i].T @ g), b - LR * g.sum(0))
-        g = g @ w.T
-    return loss, new
+
+    def cross_entropy(logits):
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        prob = e / e.sum(-1, keepdims=True)
+        return -np.mean(np.sum(y * np.log(prob), -1)), (prob - y) / len(x)
+
+    return relu_mlp_sgd_step(params, x, LR, cross_entropy)
 
 
 def plan(pl, profile=None, batch=BATCH):

@@ -7,6 +7,7 @@ same step in NumPy (forward, backward by hand), as JSON."""
 import json
 
 import numpy as np
+from numpy_mlp import relu_mlp_sgd_step
 
 import fflow
 import fflow.numpy as jnp
@@ -44,22 +45,12 @@ def step(params, x, y):
 
 def numpy_step(params, x, y):
     """The same step in float64 NumPy, the backward pass written out."""
-    hs, pre = [x.astype(np.float64)], []
-    for i, (w, b) in enumerate(params):
-        z = hs[-1] @ w + b
-        pre.append(z)
-        hs.append(np.maximum(z, 0.0) if i < len(params) - 1 else z)
-    diff = hs[-1] - y
-    loss = np.mean(diff**2)
-    g = 2.0 * diff / diff.size
-    new = [None] * len(params)
-    for i in reversed(range(len(params))):
-        w, b = params[i]
-        if i < len(params) - 1:
-            g = g * (pre[i] > 0)
-        new[i] = (w - LR * (hs[i].T @ g), b - LR * g.sum(0))
-        g = g @ w.T
-    return loss, new
+
+    def mean_squared_error(out):
+        diff = out - y
+        return np.mean(diff**2), 2.0 * diff / diff.size
+
+    return relu_mlp_sgd_step(params, x, LR, mean_squared_error)
 
 
 def run(pl, dims=DIMS, batch=BATCH):
