@@ -422,22 +422,27 @@ def scatter_max(x, indices, updates, axes):
 def take_along_axis(x, indices, axis):
     """x[..., indices, ...] along `axis` (NumPy's take_along_axis; out-of-range indices
     clamp): `indices` has x's shape except along `axis` (negative counts from the end)."""
-    axis = _canonical_axis(axis, aval_of_value(x).ndim)
+    axis = canonical_axis(int(axis), aval_of_value(x).ndim)
     return _p.take_along_axis_p.bind(x, indices, axis=axis)
 
 
 def scatter_add_along_axis(x, indices, updates, axis):
     """x with `updates` added at `indices` along `axis` (repeats accumulate; out-of-range
     indices clamp): take_along_axis's transpose; `updates` is shaped like `indices`."""
-    axis = _canonical_axis(axis, aval_of_value(x).ndim)
+    axis = canonical_axis(int(axis), aval_of_value(x).ndim)
     return _p.scatter_add_along_axis_p.bind(x, indices, updates, axis=axis)
 
 
-def _canonical_axis(axis, ndim):
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise user_error(ShapeError, f"axis {axis} is out of range for {ndim} dimensions")
-    return axis % ndim
+def canonical_axis(axis, ndim, what="axis"):
+    """`axis` in [0, ndim) (negative counts from the end); a clear error outside."""
+    n = builtins.max(ndim, 1)
+    if not -ndim <= axis < n:
+        raise user_error(
+            ShapeError,
+            f"{what} {axis} is out of bounds for an array of dimension {ndim}. Fix: an "
+            f"{what} in [{-n}, {n}) (negative counts from the end).",
+        )
+    return axis % n
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):

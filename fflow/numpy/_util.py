@@ -209,14 +209,7 @@ def weak_result(x, weak):
     return x
 
 
-def canonical_axis(axis, ndim, what="axis"):
-    if not -ndim <= axis < max(ndim, 1):
-        raise user_error(
-            ShapeError,
-            f"{what} {axis} is out of bounds for an array of dimension {ndim}. Fix: an "
-            f"{what} in [{-max(ndim, 1)}, {max(ndim, 1)}) (negative counts from the end).",
-        )
-    return axis % max(ndim, 1)
+canonical_axis = lax.canonical_axis
 
 
 def canonical_axes(axis, ndim):
