@@ -74,6 +74,11 @@ PROBE_MAX = 1024
 PROBE_CALLS = 3
 # StepThreads: weight of the newest free-core sample in the running average
 BUSY_WEIGHT = 0.3
+# StepThreads: one thread is not sampled (nor probed) while what a multi-threaded call
+# says one thread would take (its wall time plus its workers' CPU time on chunks: the
+# work the caller would have done too) is this many times the best count's median. The
+# MLP step, quiet: 1.4 ms on 2 threads, estimated 1.95 ms on one, measured 2.4 ms.
+CLEAR_MARGIN = 1.25
 
 
 # -- cores we may use ------------------------------------------------------------------
@@ -531,7 +536,11 @@ class StepThreads:
       another count is probed for `PROBE_CALLS` calls in a row (the first not a
       sample: it wakes the idle cores); it wins on its median. Right after a probe
       wins, the gap to the next probe is `PROBE_EVERY` calls; each losing probe
-      doubles it (up to `PROBE_MAX`).
+      doubles it (up to `PROBE_MAX`). Calls that say what one thread would have
+      taken (`end(..., single=)`: the GEMM pool's workers' CPU time on the call's
+      chunks, added to its wall time) spare one thread its samples and probes while
+      that estimate stays `CLEAR_MARGIN` times the best median: a slow call the
+      program would only run to learn it is slow.
     * **shared** (at most as many other threads as cores: with all of ours, at most
       twice as many threads as cores): the quiet choice stays (all cores before any
       quiet sample), and these calls are not samples. The scheduler shares the cores
@@ -561,6 +570,7 @@ class StepThreads:
         self.probe = None  # (count, calls left, its samples) while a probe runs
         self.busy = None  # other runnable threads at recent calls' starts (an average)
         self.timed = True  # whether the current call is a sample (quiet machine)
+        self.single = collections.deque(maxlen=WINDOW)  # one thread's estimated times
 
     def pick(self):
         """The thread count of the next call."""
@@ -583,19 +593,37 @@ class StepThreads:
         # first calls: each count's warm-up, then its samples, taking turns (most
         # threads first), so a process that is still warming up (its first calls
         # slower at every count) slows every count's samples alike
-        short = [c for c in self.choices if len(self.samples[c]) < FIRST_SAMPLES]
+        short = [
+            c
+            for c in self.choices
+            if len(self.samples[c]) < FIRST_SAMPLES and not self._clearly_slower(c)
+        ]
         if short:
             return min(short, key=lambda c: (self.warm[c] + len(self.samples[c]), -c))
         if self.probe is None and self.calls >= self.next_probe:
             others = [c for c in self.choices if c != self.current]
             self._turn = (self._turn + 1) % len(others)
-            self.probe = (others[self._turn], PROBE_CALLS, [])
+            if self._clearly_slower(others[self._turn]):  # as if it lost
+                self.gap = min(2 * self.gap, PROBE_MAX)
+                self.next_probe = self.calls + self.gap
+            else:
+                self.probe = (others[self._turn], PROBE_CALLS, [])
         return self.current if self.probe is None else self.probe[0]
 
-    def record(self, threads, seconds):
+    def _clearly_slower(self, count):
+        """Whether one thread (`count` 1) is estimated `CLEAR_MARGIN` times slower
+        than the best count measured, from the last calls' estimates."""
+        if count != 1 or len(self.single) < FIRST_SAMPLES:
+            return False
+        best = [_median(s) for c, s in self.samples.items() if c != 1 and len(s) >= FIRST_SAMPLES]
+        return bool(best) and _median(self.single) > CLEAR_MARGIN * min(best)
+
+    def record(self, threads, seconds, single=None):
         samples = self.samples.get(threads)
         if samples is None or not self.timed:  # not a sample: the machine is shared
             return
+        if single is not None and threads > 1 and self.warm[threads] >= WARMUP:
+            self.single.append(single)
         if self.warm[threads] < WARMUP:  # a first call at this count: not a sample
             self.warm[threads] += 1
             return
@@ -628,8 +656,10 @@ class StepThreads:
         picks[n] += 1
         return n, time.perf_counter()
 
-    def end(self, threads, start):
-        self.record(threads, time.perf_counter() - start)
+    def end(self, threads, start, single=None):
+        """Record the call begun at `start` on `threads` threads; `single`: the
+        seconds it would have taken on one thread, when the caller can tell."""
+        self.record(threads, time.perf_counter() - start, single)
 
 
 __all__ = [

@@ -81,14 +81,17 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
 static job_t *g_job;
 static long g_gen;
+static long g_spin_ns;  /* how long a worker polls for the next job (fflow_pool_step) */
+static long g_epoch;   /* bumped at every step's end: polling workers block */
 static int g_workers;
 static clockid_t g_clock[MAXW]; /* each worker's CPU-time clock */
 static int g_has_clock[MAXW];
 /* counters (fflow_pool_stats): jobs shared with workers, chunks the caller computed
  * in place, chunks workers published, backups the caller computed, backups that won,
  * nanoseconds the caller waited for workers, backups started because the worker was
- * seen descheduled, backups started because the wait outlasted twice a chunk */
-static long g_stats[8];
+ * seen descheduled, backups started because the wait outlasted twice a chunk, CPU
+ * nanoseconds workers spent on chunks (what one thread would have had to do too) */
+static long g_stats[9];
 #define STAT(i, v) __atomic_add_fetch(&g_stats[i], (v), __ATOMIC_RELAXED)
 
 static void gemm(const job_t *j, long M, long N, const char *A, const char *B, char *C, long ldc) {
@@ -243,12 +246,35 @@ static long handle(job_t *j) {
   return 1;
 }
 
+static double now(void);
+
+static long thread_cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Within a step the next job follows the last within microseconds (the Python between
+ * two GEMMs), while waking a blocked thread costs tens of them: a worker polls for the
+ * next job for up to g_spin_ns before it blocks, as long as the step that set
+ * it runs (fflow_pool_step: 0 at the step's end stops every poll at once). */
+static void poll_for_job(long seen) {
+  long window = __atomic_load_n(&g_spin_ns, __ATOMIC_ACQUIRE);
+  if (window <= 0) return;
+  long epoch = __atomic_load_n(&g_epoch, __ATOMIC_ACQUIRE);
+  double until = now() + 1e-9 * window;
+  while (__atomic_load_n(&g_gen, __ATOMIC_ACQUIRE) == seen &&
+         __atomic_load_n(&g_epoch, __ATOMIC_ACQUIRE) == epoch && now() < until)
+    for (int i = 0; i < 16; i++) __builtin_ia32_pause();
+}
+
 static void *worker(void *arg) {
   int me = (int)(long)arg;
   if (pthread_getcpuclockid(pthread_self(), &g_clock[me]) == 0)
     __atomic_store_n(&g_has_clock[me], 1, __ATOMIC_RELEASE);
   long seen = 0;
   for (;;) {
+    poll_for_job(seen);
     pthread_mutex_lock(&g_lock);
     while (g_gen == seen) pthread_cond_wait(&g_wake, &g_lock);
     seen = g_gen;
@@ -275,9 +301,11 @@ static void *worker(void *arg) {
         publish(j, k, NULL);
         continue;
       }
+      long c0 = thread_cpu_ns();
       run_chunk(j, k, scratch);
       STAT(2, publish(j, k, scratch));
       free(scratch);
+      STAT(8, thread_cpu_ns() - c0);
     }
     release(j);
   }
@@ -314,7 +342,7 @@ static void lead(job_t *j) {
   if (j->max_workers > 0) {
     pthread_mutex_lock(&g_lock);
     g_job = j;
-    g_gen++;
+    __atomic_add_fetch(&g_gen, 1, __ATOMIC_ACQ_REL);
     pthread_cond_broadcast(&g_wake);
     pthread_mutex_unlock(&g_lock);
   }
@@ -455,9 +483,9 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   return handle(j);
 }
 
-/* The pool's counters (g_stats) into out[0..7]. */
+/* The pool's counters (g_stats) into out[0..8]. */
 void fflow_pool_stats(long *out) {
-  for (int i = 0; i < 8; i++) out[i] = __atomic_load_n(&g_stats[i], __ATOMIC_RELAXED);
+  for (int i = 0; i < 9; i++) out[i] = __atomic_load_n(&g_stats[i], __ATOMIC_RELAXED);
 }
 
 /* Whether a worker still holds the job (its operands must stay alive). */
@@ -470,6 +498,26 @@ int fflow_gemm_busy(long handle) {
 }
 
 void fflow_gemm_release(long handle) { release((job_t *)handle); }
+
+/* A compiled step begins (spin > 0: its workers poll that long for each next job, and
+ * the blocked ones wake now, while the caller still runs the step's first Python) or
+ * ends (spin 0: every polling worker blocks; no thread spins between steps). */
+/* CPU nanoseconds the workers spent on chunks so far (g_stats[8]). */
+long fflow_pool_worker_ns(void) { return __atomic_load_n(&g_stats[8], __ATOMIC_RELAXED); }
+
+void fflow_pool_step(double spin) {
+  if (spin > 0) {
+    __atomic_store_n(&g_spin_ns, (long)(spin * 1e9), __ATOMIC_RELEASE);
+    pthread_mutex_lock(&g_lock);
+    g_job = NULL;
+    __atomic_add_fetch(&g_gen, 1, __ATOMIC_ACQ_REL);
+    pthread_cond_broadcast(&g_wake);
+    pthread_mutex_unlock(&g_lock);
+  } else {
+    __atomic_store_n(&g_spin_ns, 0L, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&g_epoch, 1, __ATOMIC_ACQ_REL);
+  }
+}
 
 /* out[s..e) = fn over chunks of 0..n on up to `threads` threads (see the header);
  * `args` (nargs pointers) are copied. Chunks start at multiples of `align` indices, so

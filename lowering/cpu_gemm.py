@@ -18,6 +18,7 @@ fflow on NumPy's library.
 import ctypes
 import os
 import shutil
+import time
 import zlib
 
 import numpy as np
@@ -152,6 +153,9 @@ def _load():
     lib.fflow_gemm_list.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.fflow_gemm_list.argtypes += [ctypes.POINTER(ctypes.c_int)]
     lib.fflow_pool_stats.argtypes = [ctypes.c_void_p]
+    lib.fflow_pool_step.argtypes = [ctypes.c_double]
+    lib.fflow_pool_worker_ns.restype = ctypes.c_long
+    lib.fflow_pool_worker_ns.argtypes = []
     lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
     lib.fflow_gemm_release.argtypes = [ctypes.c_long]
     workers = max(0, threads.available_cores() - 1)
@@ -177,6 +181,7 @@ STATS = (
     "wait seconds",
     "backups of descheduled workers",
     "backups after the deadline",
+    "worker chunk seconds",
 )
 
 
@@ -202,6 +207,7 @@ def pool_stats():
     lib.fflow_pool_stats(out)
     values = dict(zip(STATS, out))
     values["wait seconds"] *= 1e-9
+    values["worker chunk seconds"] *= 1e-9
     return values
 
 
@@ -394,4 +400,52 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep, align=1):
     return True
 
 
-__all__ = ["matmul", "matmul2", "parallel", "pool_stats"]
+# Seconds a worker polls for the next job of a running step before it blocks. The MLP
+# step's GEMMs are 20-150 µs of Python and small NumPy ops apart, and a blocked worker
+# takes tens of µs to run again; the step's end stops the polls (no spinning between
+# steps).
+STEP_SPIN = 5e-4
+
+
+class PooledStep(threads.StepThreads):
+    """`threads.StepThreads` for a compiled program whose products run on this pool: a
+    call given several threads on a quiet machine wakes the workers as it begins (they
+    get ready while the step's first Python runs) and lets them poll for each next job
+    of the step (`STEP_SPIN`) instead of blocking between its GEMMs; its end sends them
+    back to sleep. On a shared or crowded machine nothing polls: a polling worker would
+    take the core share of other processes' threads.
+
+    >>> step = PooledStep()
+    >>> n, t0 = step.begin()
+    >>> n >= 1
+    True
+    >>> step.end(n, t0)
+    """
+
+    polling = False
+    worker_ns = None  # the workers' chunk CPU time when this call began
+
+    def begin(self):
+        n, t0 = super().begin()
+        self.worker_ns = None
+        if n > 1 and self.timed:
+            lib = _lib if _lib is not None else _load()
+            if lib and _pid == os.getpid():
+                lib.fflow_pool_step(STEP_SPIN)
+                self.polling = True
+                self.worker_ns = lib.fflow_pool_worker_ns()
+        return n, t0
+
+    def end(self, threads, start, single=None):
+        """Record the call; on several threads, what one thread would have taken: its
+        wall time plus the CPU time the workers spent on its chunks."""
+        if self.polling:
+            self.polling = False
+            _lib.fflow_pool_step(0.0)
+        if self.worker_ns is not None:
+            worker = (_lib.fflow_pool_worker_ns() - self.worker_ns) * 1e-9
+            single = time.perf_counter() - start + worker
+        super().end(threads, start, single)
+
+
+__all__ = ["matmul", "matmul2", "parallel", "pool_stats", "PooledStep"]

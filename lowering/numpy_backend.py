@@ -534,7 +534,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     if ctx.gemm_pool:
         ctx.globals["_par"] = cpu_gemm.parallel  # native loops in chunks on the pool
         # the thread count of this call's large GEMMs, adapted from past calls' wall times
-        ctx.globals["_steps"] = threads.StepThreads()
+        ctx.globals["_steps"] = cpu_gemm.PooledStep()
         ctx.lines.insert(0, "    _nt, _t0 = _steps.begin()")
         ctx.emit("_steps.end(_nt, _t0)")
     outs = []

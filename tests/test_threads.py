@@ -552,3 +552,32 @@ def test_compiled_steps_do_not_fault_their_temporaries_in_again():
     proc = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) < 50
+
+
+def _drive_estimated(policy, cost, single, calls):
+    """As _drive, each multi-threaded call also saying what one thread would take."""
+    picks = []
+    for _ in range(calls):
+        n = policy.pick()
+        picks.append(n)
+        policy.record(n, cost(n), single(n) if n > 1 else None)
+    return picks
+
+
+def test_step_threads_spares_one_thread_clearly_estimated_slower():
+    # two threads at 1.0, one thread estimated at 1.8 (> CLEAR_MARGIN): after its
+    # warm-up call, one thread runs only until the estimates are in, then never again
+    policy = _Clockless(2, free=2)
+    picks = _drive_estimated(policy, lambda n: 1.0 if n == 2 else 1.9, lambda n: 1.8, 2000)
+    assert picks.count(1) <= threads.WARMUP + threads.FIRST_SAMPLES
+    assert picks[-1000:].count(1) == 0
+    # the same costs without estimates: one thread is sampled and probed
+    plain = _drive(_Clockless(2, free=2), lambda n: 1.0 if n == 2 else 1.9, 2000)
+    assert plain.count(1) > picks.count(1) + threads.PROBE_CALLS
+
+
+def test_step_threads_still_probes_one_thread_when_the_estimate_is_close():
+    # estimated 1.1x (within CLEAR_MARGIN) and really faster: sampled, and it wins
+    policy = _Clockless(2, free=2)
+    picks = _drive_estimated(policy, lambda n: 1.0 if n == 2 else 0.8, lambda n: 1.1, 200)
+    assert picks[-50:].count(1) >= 45
