@@ -228,6 +228,41 @@ def tree_unflatten(treedef, leaves):
     return _unflatten(treedef, iter(leaves))
 
 
+def tree_rebuilder(treedef):
+    """`leaves -> tree_unflatten(treedef, leaves)` compiled to one expression (no walk
+    over the treedef per call; a new list/dict/tuple each call), or None when `treedef`
+    has nodes other than tuples, lists, dicts and None. jit rebuilds outputs with it.
+
+    Example:
+        >>> from fflow.tree_util import tree_rebuilder, tree_structure
+        >>> tree_rebuilder(tree_structure([(1, 2), {"a": 3}, None]))([10, 20, 30])
+        [(10, 20), {'a': 30}, None]
+    """
+    consts = {}
+    count = [0]
+
+    def expr(td):
+        kind = td.kind
+        if kind == "leaf":
+            count[0] += 1
+            return f"o[{count[0] - 1}]"
+        if kind == "none":
+            return "None"
+        inner = [expr(c) for c in td.children]
+        if None in inner or kind not in ("tuple", "list", "dict"):
+            return None
+        if kind == "tuple":
+            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        if kind == "list":
+            return "[" + ", ".join(inner) + "]"
+        keys = [f"k{len(consts) + j}" for j in range(len(inner))]
+        consts.update(zip(keys, td.aux))
+        return "{" + ", ".join(f"{k}: {e}" for k, e in zip(keys, inner)) + "}"
+
+    body = expr(treedef)
+    return None if body is None else eval(f"lambda o: {body}", consts)  # noqa: S307
+
+
 def tree_leaves(tree, is_leaf=None):
     return tree_flatten(tree, is_leaf)[0]
 

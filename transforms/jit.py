@@ -26,7 +26,7 @@ from fflow.errors import (
     user_error,
     user_source_info,
 )
-from fflow.tree_util import tree_flatten, tree_unflatten
+from fflow.tree_util import tree_flatten, tree_rebuilder, tree_unflatten
 
 RETRACE_WARNING_THRESHOLD = 8
 
@@ -56,17 +56,47 @@ def _make_call(executable, out_tree):
         def call(leaves):
             return executable(*leaves)[0]
 
-    elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
+        return call
+    # tuples/lists/dicts/None: one compiled expression; other nodes: the generic rebuild
+    rebuild = tree_rebuilder(out_tree) or functools.partial(tree_unflatten, out_tree)
 
-        def call(leaves):
-            return tuple(executable(*leaves))
-
-    else:
-
-        def call(leaves):
-            return tree_unflatten(out_tree, executable(*leaves))
+    def call(leaves):
+        return rebuild(executable(*leaves))
 
     return call
+
+
+def _fast_walk(xs, leaves, key):
+    """Append the leaves of `xs` (in `tree_flatten`'s order) to `leaves` and one token
+    per node to `key`: a leaf signature (a 4-tuple) per Array, (type, length) per tuple
+    or list, (dict, sorted keys) per dict, None per None. The preorder tokens determine
+    the structure, so equal keys mean equal treedefs and leaf signatures. False (and
+    the slow path) for any other node: scalars, NumPy arrays, tracers, registered
+    classes, namedtuples."""
+    for x in xs:
+        t = type(x)
+        if t is Array:
+            v = x._value
+            where = x._sharding if type(v) is np.ndarray else _where(x)
+            key.append((v.shape, v.dtype, x._weak, where))
+            leaves.append(x)
+        elif t is tuple or t is list:
+            key.append((t, len(x)))
+            if not _fast_walk(x, leaves, key):
+                return False
+        elif t is dict:
+            try:
+                keys = sorted(x)
+            except TypeError:  # keys that do not sort: the slow path says so
+                return False
+            key.append((dict, tuple(keys)))
+            if not _fast_walk([x[k] for k in keys], leaves, key):
+                return False
+        elif x is None:
+            key.append(None)
+        else:
+            return False
+    return True
 
 
 def _leaf_signature(x):
@@ -147,7 +177,7 @@ class Jitted:
         self.static_argnames = _as_tuple(static_argnames)
         self.donate_argnums = _as_tuple(donate_argnums)
         self.cache = {}  # generic key -> entry
-        self.fast_cache = {}  # tuple of leaf signatures of flat Array args -> entry
+        self.fast_cache = {}  # flat key of the arguments (_fast_walk) -> (entry, donated)
         self.trace_count = 0
         self.compile_count = 0
         self._last_key = None
@@ -206,39 +236,18 @@ class Jitted:
     # -- the call path ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         try:
-            # fast path: positional Array arguments, eager, no static/donated args:
-            # one pass over the args, one tuple hash, one call
+            # fast path: eager, no static args, arguments made of Arrays in tuples, lists,
+            # dicts and None: one walk over the arguments builds the leaves and one flat
+            # key (structure and leaf signatures), one tuple hash, one call
             if self._fast_ok and not kwargs and _FAST[0] and core._state.trace is root_trace:
-                key = []
-                for x in args:
-                    if type(x) is not Array:
-                        break
-                    v = x._value
-                    where = x._sharding if type(v) is np.ndarray else _where(x)
-                    key.append((v.shape, v.dtype, x._weak, where))
-                else:
-                    entry = self.fast_cache.get(tuple(key))
-                    if entry is not None:
-                        out = entry.call(args)
-                        if self.donate_argnums:
-                            self._mark_donated(args)
-                        return out
-                    return self._call_slow(args, kwargs)
-                # pytree arguments (lists/dicts of Arrays): one flatten, one tuple hash
-                leaves, treedef = tree_flatten(args)
-                key = [treedef]
-                for x in leaves:
-                    if type(x) is not Array:
-                        break
-                    v = x._value
-                    where = x._sharding if type(v) is np.ndarray else _where(x)
-                    key.append((v.shape, v.dtype, x._weak, where))
-                else:
-                    entry = self.fast_cache.get(tuple(key))
-                    if entry is not None:
-                        out = entry.call(leaves)
-                        if self.donate_argnums:
-                            self._mark_donated(args)
+                leaves, key = [], []
+                if _fast_walk(args, leaves, key):
+                    hit = self.fast_cache.get(tuple(key))
+                    if hit is not None:
+                        out = hit[0].call(leaves)
+                        for k in hit[1]:  # the leaves of donated arguments
+                            if not leaves[k]._deleted:
+                                leaves[k].delete()
                         return out
             return self._call_slow(args, kwargs)
         except Exception as e:
@@ -261,20 +270,25 @@ class Jitted:
             raise self._unhashable_error(static) from None
         if entry is None:
             entry = self._trace(key, dyn_args, kwargs, leaves, in_tree, static, args)
-            if self._fast_ok and entry.call is not None and not kwargs:
-                if all(type(a) is Array for a in args):
-                    self.fast_cache[key[2]] = entry
-                elif all(type(x) is Array for x in tree_flatten(args)[0]):
-                    self.fast_cache[(tree_flatten(args)[1],) + key[2]] = entry
         if core._state.trace is root_trace and entry.call is not None:
             if not _FAST[0]:
                 return tree_unflatten(entry.out_tree, _run_checked(entry, leaves))
+            if self._fast_ok and not kwargs:
+                self._remember_fast(args, entry)  # before the call deletes donated leaves
             out = entry.call(leaves)
             if self.donate_argnums:
                 self._mark_donated(args)
             return out
         outs = eval_program(entry.program, entry.program.consts, leaves)
         return tree_unflatten(entry.out_tree, outs)
+
+    def _remember_fast(self, args, entry):
+        """Key `entry` by the fast path's flat key of `args` (when it has one), with the
+        indices of the leaves that donated arguments hold."""
+        fast_key = []
+        if _fast_walk(args, [], fast_key):  # (no static args here)
+            donated = tuple(self._donated_leaf_indices(args, {}, ()))
+            self.fast_cache[tuple(fast_key)] = (entry, donated)
 
     def _bind_static_kwargs(self, args, kwargs):
         sig = self._get_signature()

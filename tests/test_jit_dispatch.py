@@ -1,0 +1,147 @@
+"""jit's cache-hit path for pytree arguments (one walk, one flat key) and its output
+rebuild: every answer is compared with the untransformed function."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import fflow
+import fflow.numpy as jnp
+
+_P = collections.namedtuple("_P", "u v")
+
+
+def _same(a, b):
+    """`a` (jit's) has `b`'s pytree types and structure and equal leaves; a plain
+    dict comes back with sorted keys (as from JAX), others in their own order."""
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert list(a) == (sorted(b) if type(b) is dict else list(b))
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif a is None:
+        assert b is None
+    else:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _kind(p):  # the structure decides the numbers: a wrong cache hit shows
+    if isinstance(p, dict):
+        return 10.0 * len(p) + sum(ord(str(k)[0]) for k in p)
+    if p is None:
+        return -1.0
+    return (2.0 if isinstance(p, list) else 3.0) * len(p)
+
+
+def f(p, x):
+    leaves = fflow.tree_util.tree_leaves(p)
+    return x * _kind(p) + sum(leaves[:1]) if leaves else x * _kind(p)
+
+
+@pytest.mark.filterwarnings("ignore::fflow.transforms.jit.RetraceWarning")
+def test_structures_with_equal_leaves_never_share_a_cache_entry():
+    a, b, x = jnp.ones(3), jnp.full(3, 2.0), jnp.arange(3.0)
+    jf = fflow.jit(f)
+    trees = [
+        [a, b],
+        (a, b),
+        [a, [b]],
+        [[a], b],
+        [a, b, None],
+        [None, a, b],
+        {"u": a, "v": b},
+        {"u": a, "w": b},
+        {"w": a, "u": b},
+        {1: a, 2: b},
+        collections.OrderedDict([("v", a), ("u", b)]),
+        None,
+        [],
+        (),
+        {},
+    ]
+    for _ in range(3):  # the first pass traces, the others hit the cache
+        for t in trees:
+            _same(jf(t, x), f(t, x))
+    assert jf.trace_count == len(trees)
+
+
+def test_leaf_signatures_in_pytrees_retrace():
+    x = jnp.arange(3.0)
+    jf = fflow.jit(lambda p, x: [p[0][0] * x, p[1]])
+    base = [(jnp.ones(3),), jnp.ones(2)]
+    variants = [
+        [(jnp.ones(3, jnp.int32),), jnp.ones(2)],  # dtype
+        [(jnp.ones(3),), jnp.ones((1, 2))],  # shape
+        [(jnp.ones(3),), jnp.asarray(2.0)],  # rank 0
+    ]
+    for t in [base] + variants + [base] + variants:
+        _same(jf(t, x), [t[0][0] * x, t[1]])
+    assert jf.trace_count == 1 + len(variants)
+
+
+def test_donated_pytree_leaves_are_deleted_on_every_call():
+    def step(params, x):
+        return [(w - x, b * 2) for w, b in params], x.sum()
+
+    jstep = fflow.jit(step, donate_argnums=0)
+    ref = [(np.ones(3), np.zeros(2)), (np.full(3, 2.0), np.ones(2))]
+    ref = [tuple(v.astype(np.float32) for v in wb) for wb in ref]
+    params = [tuple(jnp.asarray(v) for v in wb) for wb in ref]
+    x = jnp.arange(3.0)
+    for _ in range(4):
+        old = params
+        params, s = jstep(params, x)
+        ref, _ = step(ref, np.arange(3.0, dtype=np.float32))
+        assert all(leaf.is_deleted() for leaf in fflow.tree_util.tree_leaves(old))
+        assert not x.is_deleted()
+        _same(params, [tuple(jnp.asarray(v, jnp.float32) for v in wb) for wb in ref])
+        assert float(s) == 3.0
+    assert jstep.trace_count == 1
+    with pytest.raises(RuntimeError, match="donated"):
+        jstep(old, x)
+
+
+def test_donation_of_the_second_argument_only():
+    jf = fflow.jit(lambda a, b: (a["k"] + b[0], b[1] * 2), donate_argnums=(1,))
+    for _ in range(3):
+        a, b = {"k": jnp.ones(2)}, [jnp.ones(2), jnp.ones(2)]
+        out = jf(a, b)
+        assert not a["k"].is_deleted()
+        assert b[0].is_deleted() and b[1].is_deleted()
+        _same(out, (jnp.full(2, 2.0), jnp.full(2, 2.0)))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: [x, (x + 1,), None, {"b": x * 2, "a": [x]}],
+        lambda x: {3: x, 1: (x, x * 3)},
+        lambda x: (x,),
+        lambda x: [],
+        lambda x: ([], {}, ()),
+        lambda x: _P(x, x + 1),
+        lambda x: collections.OrderedDict([("z", x), ("a", x + 1)]),
+    ],
+)
+def test_outputs_rebuild_the_functions_own_pytree(make):
+    jf = fflow.jit(make)
+    x = jnp.arange(2.0)
+    for _ in range(2):
+        out = jf(x)
+        _same(out, make(x))
+    if isinstance(out, list):
+        out.append(1)  # each call returns its own containers
+        _same(jf(x), make(x))
+
+
+def test_non_array_leaves_take_the_slow_path_and_agree():
+    jf = fflow.jit(lambda p, s: p[0] * s + p[1])
+    p = [jnp.ones(2), np.full(2, 3.0, np.float32)]
+    for s in (2.0, 2.0, 5.0):
+        np.testing.assert_array_equal(jf(p, s), np.ones(2) * s + 3.0)
+    assert jf.trace_count == 1  # a weak scalar's value is not part of the signature
