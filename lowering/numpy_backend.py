@@ -21,6 +21,8 @@ Rules of the rendering:
   NumPy ones run in row blocks of the leading axis.
 """
 
+import collections
+import re
 import sys
 import weakref
 
@@ -136,6 +138,9 @@ class _Ctx:
         self.epilogues = []  # GEMM epilogues (lowering/cpu_epilogue.py)
         self.row_groups = []  # row groups (lowering/cpu_rows.py)
         self.moved = {}  # value -> step index it is computed at, when a kernel moved it up
+        self.const_values = {}  # constvar -> its value
+        # broadcast_in_dim result -> (its source as NumPy broadcasting reads it, shape)
+        self.implicit = {}
 
     def name(self, v):
         if type(v) is Literal:
@@ -184,7 +189,22 @@ class _Ctx:
                 args.append(self.splat[v])
             else:
                 args.append(self.name(v))
+        if self.implicit and _ufunc(eqn) is not None:
+            self._read_sources(eqn, args, full)
         return args
+
+    def _read_sources(self, eqn, args, full):
+        """Broadcast inputs read as their sources where the ufunc's own broadcasting
+        gives the same result shape: the same elements meet in the same inner loops
+        (a broadcast axis has stride 0 either way), so the numbers are the same."""
+        shape = tuple(eqn.outputs[0].aval.shape)
+        shapes = [() if (v in self.splat and full) else v.aval.shape for v in eqn.inputs]
+        for k, v in enumerate(eqn.inputs):
+            if type(v) is Var and v in self.implicit:
+                src, src_shape = self.implicit[v]
+                trial = shapes[:k] + [src_shape] + shapes[k + 1 :]
+                if np.broadcast_shapes(*trial) == shape:
+                    shapes, args[k] = trial, src
 
     def inplace_target(self, step_index, eqn_out, candidates):
         """An input whose buffer may hold `eqn_out`: (name, condition or None) or None."""
@@ -502,6 +522,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     for v, c in zip(opt.constvars, opt.consts):
         value = c._value if type(c) is Array else np.asarray(c)
         ctx.names[v] = ctx.const(value, "c")
+        ctx.const_values[v] = value
         if value.ndim and all(s == 0 for s in value.strides) and value.size:
             # a broadcast scalar: ufuncs get the scalar (same dtype, same numbers, cheaper)
             ctx.splat[v] = ctx.const(value.reshape(-1)[0], "s")
@@ -557,6 +578,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
                 src = f"np.asarray({src}, {ctx.const(v.aval.dtype, 'dt')})"
             outs.append(f"Array({src}{weak})")
     ctx.emit(f"return [{', '.join(outs)}]")
+    _drop_unread_broadcasts(ctx)
     if ctx.native_pending:
         from fflow.lowering import native as native_mod  # the C compiler path
 
@@ -575,6 +597,20 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     fn.epilogues = ctx.epilogues  # the fused GEMM epilogues, one per product
     fn.row_groups = ctx.row_groups  # the row groups (layernorm-like chains)
     return fn
+
+
+def _drop_unread_broadcasts(ctx):
+    """Remove the `np.broadcast_to` lines whose view no line reads (every reader took
+    the source: `_Ctx.ew_args`), the later ones first (they may read earlier ones)."""
+    word = re.compile(r"\bv\d+\b")
+    reads = collections.Counter(word.findall("\n".join(ctx.lines)))
+    for v in reversed(list(ctx.implicit)):
+        name = ctx.names[v]
+        if reads[name] != 1:  # 1: its own definition
+            continue
+        head = f"    {name} = np.broadcast_to("
+        k = next(k for k, line in enumerate(ctx.lines) if line.startswith(head))
+        reads.subtract(word.findall(ctx.lines.pop(k)))
 
 
 def _array_name(ctx, v):

@@ -1,0 +1,128 @@
+"""The NumPy backend's cheap forms of reductions and broadcasts: `ufunc.reduce` for
+reduce_sum / reduce_max, broadcasts that ufuncs read as their sources (the
+`np.broadcast_to` view dropped when nothing else reads it). Every result is compared
+bit for bit with NumPy's own functions or with the untransformed function."""
+
+import numpy as np
+import pytest
+
+import fflow
+import fflow.numpy as jnp
+
+
+def _bits_equal(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    assert got.tobytes() == want.tobytes()
+
+
+def _kernel_source(jitted, *args):
+    text = jitted.lower(*args).as_text()
+    return text[text.index("def fflow_kernel") :]
+
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.mark.usefixtures("x64_case")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape,axes", [((128, 10), (1,)), ((128, 10), (0,)), ((3, 4, 5), (0, 2)), ((7,), (0,))]
+)
+def test_reductions_are_numpys_sum_and_max_bit_for_bit(dtype, shape, axes):
+    x = RNG.normal(size=shape).astype(dtype)
+    x.flat[0] = -0.0
+    f = fflow.jit(lambda a: (jnp.sum(a, axis=axes), jnp.max(a, axis=axes)))
+    s, m = f(jnp.asarray(x))
+    _bits_equal(s, np.sum(x, axis=axes))
+    _bits_equal(m, np.max(x, axis=axes))
+    src = _kernel_source(f, jnp.asarray(x))
+    assert "np.add.reduce(" in src
+    assert ("np.maximum.reduce(" in src) == (len(shape) > len(axes))  # 0-d: the impl
+
+
+def test_reductions_of_nan_and_broadcast_inputs():
+    x = RNG.normal(size=(6, 9)).astype(np.float32)
+    x[2, 3] = np.nan
+    v = RNG.normal(size=9).astype(np.float32)
+    f = fflow.jit(lambda a, b: (jnp.max(a, axis=1), jnp.sum(a + b, axis=0), jnp.sum(b * 0 + a)))
+    m, s, t = f(jnp.asarray(x), jnp.asarray(v))
+    _bits_equal(m, np.max(x, axis=1))
+    _bits_equal(s, np.sum(x + v, axis=0))
+    _bits_equal(t, np.sum(v * np.float32(0) + x))
+
+
+def _cases():
+    col = RNG.normal(size=(8,)).astype(np.float32)
+    row = RNG.normal(size=(5,)).astype(np.float32)
+    x = RNG.normal(size=(8, 5)).astype(np.float32)
+    const = RNG.normal(size=(8,)).astype(np.float32)
+    return [
+        # (name, function, arguments, whether the kernel should need no broadcast_to)
+        ("column", lambda x, c: x * c[:, None], (x, col), True),
+        ("row, leading unit axis", lambda x, r: x - r, (x, row), True),
+        ("keepdims max", lambda x: x - jnp.max(x, axis=1, keepdims=True), (x,), True),
+        ("scalar array", lambda x, s: x / s, (x, np.float32(3.0)), True),
+        ("two sources meet", lambda c, r: c[:, None] + r[None, :], (col, row), True),
+        ("closed-over constant", lambda x: x * const[:, None], (x,), True),
+        (
+            "only a literal beside it",
+            lambda c: jnp.broadcast_to(c[:, None], (8, 5)) * 2.0,
+            (col,),
+            False,
+        ),
+        (
+            "read by a reduction",
+            lambda c: jnp.sum(jnp.broadcast_to(c[:, None], (8, 5)), 0),
+            (col,),
+            False,
+        ),
+        (
+            "an output",
+            lambda x, c: (x * c[:, None], jnp.broadcast_to(c[:, None], (8, 5))),
+            (x, col),
+            False,
+        ),
+        (
+            "broadcast of a broadcast",
+            lambda x, r: x + jnp.broadcast_to(r, (8, 5))[None],
+            (x, row),
+            None,
+        ),
+        (
+            "select with a broadcast mask",
+            lambda x, c: jnp.where(c[:, None] > 0, x, -x),
+            (x, col),
+            None,
+        ),
+        (
+            "log-softmax cross-entropy grad",
+            fflow.grad(lambda h, y: -jnp.mean(jnp.sum(fflow.nn.log_softmax(h) * y, axis=-1))),
+            (x, np.eye(5, dtype=np.float32)[np.arange(8) % 5]),
+            True,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_broadcasts_read_as_sources_give_the_eager_bits(case):
+    name, f, args, no_view = case
+    args = [jnp.asarray(a) for a in args]
+    want = f(*args)  # eager: every primitive's own implementation
+    jf = fflow.jit(f)
+    for _ in range(2):
+        got = jf(*args)
+        for g, w in zip(fflow.tree_util.tree_leaves(got), fflow.tree_util.tree_leaves(want)):
+            _bits_equal(g, w)
+    src = _kernel_source(jf, *args)
+    if no_view is True:
+        assert "np.broadcast_to(" not in src, src
+    elif no_view is False:
+        assert "np.broadcast_to(" in src, src
+
+
+def test_a_kept_view_is_the_full_shape_and_read_only():
+    c = jnp.asarray(RNG.normal(size=(8,)).astype(np.float32))
+    out = fflow.jit(lambda c: jnp.broadcast_to(c[:, None], (8, 5)))(c)
+    assert out.shape == (8, 5)
+    np.testing.assert_array_equal(out, np.broadcast_to(np.asarray(c)[:, None], (8, 5)))
