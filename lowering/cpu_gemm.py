@@ -442,10 +442,10 @@ class PooledStep(threads.StepThreads):
         if self.polling:
             self.polling = False
             _lib.fflow_pool_step(0.0)
+        wall = time.perf_counter() - start
         if self.worker_ns is not None:
-            worker = (_lib.fflow_pool_worker_ns() - self.worker_ns) * 1e-9
-            single = time.perf_counter() - start + worker
-        super().end(threads, start, single)
+            single = wall + (_lib.fflow_pool_worker_ns() - self.worker_ns) * 1e-9
+        self.record(threads, wall, single)
 
 
 __all__ = ["matmul", "matmul2", "parallel", "pool_stats", "PooledStep"]
