@@ -139,9 +139,21 @@ def test_outputs_rebuild_the_functions_own_pytree(make):
         _same(jf(x), make(x))
 
 
-def test_non_array_leaves_take_the_slow_path_and_agree():
-    jf = fflow.jit(lambda p, s: p[0] * s + p[1])
-    p = [jnp.ones(2), np.full(2, 3.0, np.float32)]
-    for s in (2.0, 2.0, 5.0):
-        np.testing.assert_array_equal(jf(p, s), np.ones(2) * s + 3.0)
-    assert jf.trace_count == 1  # a weak scalar's value is not part of the signature
+def test_numpy_and_python_leaves_are_copied_and_keyed_by_what_they_become():
+    from fflow.experimental import enable_x64
+
+    jf = fflow.jit(lambda p, s: [p[0] * s + p[1], p[1]])
+    x = np.full(2, 3.0)  # float64: float32 unless x64 is on, as in JAX
+    p = [jnp.ones(2), x]
+    for s in (2.0, 2.0, 5, np.float32(4.0)):
+        out = jf(p, s)
+        _same(out, [jnp.asarray(np.ones(2) * s + 3.0, jnp.float32), jnp.asarray(x, jnp.float32)])
+    out[1]._value[0] = 7.0  # the output holds a copy, never the caller's buffer
+    assert x[0] == 3.0
+    assert jf.trace_count == 3  # float and int scalars are weak; a NumPy scalar is not
+    with enable_x64():  # only x's Array differs from the last call's
+        out = jf([jnp.ones(2, jnp.float32), x], np.float32(4.0))
+        assert out[1].dtype == np.float64 and out[0].dtype == np.float64
+    assert jf.trace_count == 4
+    assert jf([jnp.ones(2), x], np.float32(4.0))[1].dtype == np.float32
+    assert jf.trace_count == 4

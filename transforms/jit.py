@@ -50,14 +50,8 @@ class CompiledEntry:
 
 
 def _make_call(executable, out_tree):
-    # precompute the output unflattening so a cache hit does no tree work
-    if out_tree.kind == "leaf":
-
-        def call(leaves):
-            return executable(*leaves)[0]
-
-        return call
-    # tuples/lists/dicts/None: one compiled expression; other nodes: the generic rebuild
+    # precompute the output unflattening so a cache hit does no tree work: for leaves,
+    # tuples, lists, dicts and None one compiled expression, else the generic rebuild
     rebuild = tree_rebuilder(out_tree) or functools.partial(tree_unflatten, out_tree)
 
     def call(leaves):
@@ -69,10 +63,10 @@ def _make_call(executable, out_tree):
 def _fast_walk(xs, leaves, key):
     """Append the leaves of `xs` (in `tree_flatten`'s order) to `leaves` and one token
     per node to `key`: a leaf signature (a 4-tuple) per Array, (type, length) per tuple
-    or list, (dict, sorted keys) per dict, None per None. The preorder tokens determine
-    the structure, so equal keys mean equal treedefs and leaf signatures. False (and
-    the slow path) for any other node: scalars, NumPy arrays, tracers, registered
-    classes, namedtuples."""
+    or list, (dict, sorted keys) per dict, None per None; NumPy arrays and scalars
+    enter as the Arrays `as_value` makes of them. The preorder tokens determine the
+    structure, so equal keys mean equal treedefs and leaf signatures. False (and the
+    slow path) for any other node: tracers, registered classes, namedtuples..."""
     for x in xs:
         t = type(x)
         if t is Array:
@@ -94,9 +88,16 @@ def _fast_walk(xs, leaves, key):
                 return False
         elif x is None:
             key.append(None)
+        elif t in _CONVERTED or isinstance(x, np.generic):  # as the slow path: a copy or
+            x = as_value(x)  # a weak scalar, keyed by what it became (x64 mode decides)
+            key.append(_leaf_signature(x))
+            leaves.append(x)
         else:
             return False
     return True
+
+
+_CONVERTED = frozenset((np.ndarray, float, int, bool, complex))
 
 
 def _leaf_signature(x):
