@@ -603,14 +603,16 @@ def _drop_unread_broadcasts(ctx):
     """Remove the `np.broadcast_to` lines whose view no line reads (every reader took
     the source: `_Ctx.ew_args`), the later ones first (they may read earlier ones)."""
     word = re.compile(r"\bv\d+\b")
-    reads = collections.Counter(word.findall("\n".join(ctx.lines)))
+    found = [word.findall(line) for line in ctx.lines]
+    reads = collections.Counter(n for names in found for n in names)
+    at = {names[0]: k for k, names in enumerate(found) if " = np.broadcast_to(" in ctx.lines[k]}
+    drop = set()
     for v in reversed(list(ctx.implicit)):
-        name = ctx.names[v]
-        if reads[name] != 1:  # 1: its own definition
-            continue
-        head = f"    {name} = np.broadcast_to("
-        k = next(k for k, line in enumerate(ctx.lines) if line.startswith(head))
-        reads.subtract(word.findall(ctx.lines.pop(k)))
+        k = at.get(ctx.names[v])
+        if k is not None and reads[ctx.names[v]] == 1:  # 1: its own definition
+            drop.add(k)
+            reads.subtract(found[k])
+    ctx.lines[:] = [line for k, line in enumerate(ctx.lines) if k not in drop]
 
 
 def _array_name(ctx, v):

@@ -96,6 +96,12 @@ def _cases():
             None,
         ),
         (
+            "inside a scan body",
+            lambda x, c: fflow.lax.scan(lambda h, r: (h * c[:, None] - r, h.sum()), x, x[None])[0],
+            (x, col),
+            None,
+        ),
+        (
             "log-softmax cross-entropy grad",
             fflow.grad(lambda h, y: -jnp.mean(jnp.sum(fflow.nn.log_softmax(h) * y, axis=-1))),
             (x, np.eye(5, dtype=np.float32)[np.arange(8) % 5]),
