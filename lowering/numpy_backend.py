@@ -198,7 +198,10 @@ class _Ctx:
         gives the same result shape: the same elements meet in the same inner loops
         (a broadcast axis has stride 0 either way), so the numbers are the same."""
         shape = tuple(eqn.outputs[0].aval.shape)
-        shapes = [() if (v in self.splat and full) else v.aval.shape for v in eqn.inputs]
+        shapes = [
+            () if (type(v) is Var and v in self.splat and full) else v.aval.shape
+            for v in eqn.inputs
+        ]
         for k, v in enumerate(eqn.inputs):
             if type(v) is Var and v in self.implicit:
                 src, src_shape = self.implicit[v]

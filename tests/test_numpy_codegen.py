@@ -132,3 +132,55 @@ def test_a_kept_view_is_the_full_shape_and_read_only():
     out = fflow.jit(lambda c: jnp.broadcast_to(c[:, None], (8, 5)))(c)
     assert out.shape == (8, 5)
     np.testing.assert_array_equal(out, np.broadcast_to(np.asarray(c)[:, None], (8, 5)))
+
+
+_REDUCE = [jnp.sum, jnp.max]
+_BIN = [jnp.add, jnp.subtract, jnp.multiply, jnp.divide, jnp.maximum]
+
+
+def _program(ops):
+    def f(x, y):
+        vals = [x, y]
+        for kind, a, b, c in ops:
+            u = vals[-1]
+            if kind == 0:  # u op reduce(v, axis, keepdims): a row or column broadcast
+                r = _REDUCE[a % 2](vals[b % len(vals)], axis=c % 2, keepdims=True)
+                vals.append(_BIN[b % 5](u, r) if c % 3 else _BIN[b % 5](r, u))
+            elif kind == 1:  # a broadcast with only a literal beside it
+                r = _REDUCE[a % 2](u, axis=b % 2, keepdims=True)
+                vals.append(jnp.broadcast_to(r, u.shape) * 0.5 + vals[c % len(vals)])
+            elif kind == 3:  # broadcast_in_dim of a reduction along a kept axis
+                r = _REDUCE[a % 2](vals[b % len(vals)], axis=1 - c % 2)
+                r = fflow.lax.broadcast_in_dim(r, u.shape, (c % 2,))
+                vals.append(_BIN[b % 5](u, r) if a % 3 else _BIN[b % 5](r, r * u))
+            elif kind == 2:  # two broadcasts meeting
+                r0 = jnp.max(vals[a % len(vals)], axis=0, keepdims=True)
+                r1 = jnp.sum(vals[b % len(vals)], axis=1, keepdims=True)
+                vals.append(_BIN[c % 5](r1, r0))
+            else:  # elementwise
+                vals.append(_BIN[a % 5](u, vals[b % len(vals)]))
+        return vals[-1], vals[len(vals) // 2], jnp.sum(vals[-1], axis=0)
+
+    return f
+
+
+def test_random_broadcast_programs_give_the_eager_bits():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    draw = st.tuples(st.integers(0, 4), st.integers(0, 9), st.integers(0, 9), st.integers(0, 9))
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(draw, min_size=1, max_size=8), st.booleans())
+    def run(ops, donate):
+        x = RNG.choice(np.array([0.0, -0.0, 1.5, -2.0, 3.0], np.float32), size=(3, 4))
+        y = RNG.normal(size=(3, 4)).astype(np.float32)
+        f = _program(ops)
+        with np.errstate(all="ignore"):
+            want = f(jnp.asarray(x), jnp.asarray(y))
+            jf = fflow.jit(f, donate_argnums=(0,) if donate else ())
+            got = jf(jnp.asarray(x.copy()), jnp.asarray(y))
+        for g, w in zip(got, want):
+            _bits_equal(g, w)
+
+    run()
