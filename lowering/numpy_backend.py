@@ -141,6 +141,8 @@ class _Ctx:
         self.const_values = {}  # constvar -> its value
         # broadcast_in_dim result -> (its source as NumPy broadcasting reads it, shape)
         self.implicit = {}
+        self.reshaped = {}  # reshape result -> its input
+        self.pure = []  # values (or flag names) whose line has no effect: dropped unread
 
     def name(self, v):
         if type(v) is Literal:
@@ -546,6 +548,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
                 flag = f"own{k}"
                 ctx.emit(f"{flag} = _rc({ctx.name(v)}) <= {_SOLE} and _donatable({ctx.name(v)})")
                 ctx.donated[v] = flag
+                ctx.pure.append(flag)
     for i, step in enumerate(steps):
         if id(step) in ctx.skip:
             continue
@@ -581,7 +584,7 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
                 src = f"np.asarray({src}, {ctx.const(v.aval.dtype, 'dt')})"
             outs.append(f"Array({src}{weak})")
     ctx.emit(f"return [{', '.join(outs)}]")
-    _drop_unread_broadcasts(ctx)
+    _drop_unread(ctx)
     if ctx.native_pending:
         from fflow.lowering import native as native_mod  # the C compiler path
 
@@ -602,17 +605,23 @@ def compile_program(program, donate=(), *, name="fflow_kernel", raw=False, nativ
     return fn
 
 
-def _drop_unread_broadcasts(ctx):
-    """Remove the `np.broadcast_to` lines whose view no line reads (every reader took
-    the source: `_Ctx.ew_args`), the later ones first (they may read earlier ones)."""
-    word = re.compile(r"\bv\d+\b")
+def _drop_unread(ctx):
+    """Remove the lines of `ctx.pure` (views: `np.broadcast_to` read as their sources by
+    every ufunc, reshapes, transposes; donation flags) whose name no other line reads,
+    the later ones first (they may be all that reads an earlier one)."""
+    word = re.compile(r"\b(?:v|own)\d+\b")
     found = [word.findall(line) for line in ctx.lines]
     reads = collections.Counter(n for names in found for n in names)
-    at = {names[0]: k for k, names in enumerate(found) if " = np.broadcast_to(" in ctx.lines[k]}
+    at = {
+        names[0]: k
+        for k, names in enumerate(found)
+        if names and ctx.lines[k].startswith(f"    {names[0]} = ")
+    }
     drop = set()
-    for v in reversed(list(ctx.implicit)):
-        k = at.get(ctx.names[v])
-        if k is not None and reads[ctx.names[v]] == 1:  # 1: its own definition
+    for v in reversed(ctx.pure):
+        name = v if type(v) is str else ctx.names[v]
+        k = at.get(name)
+        if k is not None and reads[name] == 1:  # 1: its own definition
             drop.add(k)
             reads.subtract(found[k])
     ctx.lines[:] = [line for k, line in enumerate(ctx.lines) if k not in drop]

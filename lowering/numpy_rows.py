@@ -309,8 +309,10 @@ def emit_broadcast(ctx, eqn, i):
     expanded = [1] * len(shape)
     for src, d in enumerate(dims):
         expanded[d] = x.aval.shape[src]
-    base = src = ctx.arg(x, True)
     expanded = tuple(expanded)
+    if ctx.reshaped.get(x) is not None and ctx.reshaped[x].aval.shape == expanded:
+        x = ctx.reshaped[x]  # a reshape's source already has the expanded shape
+    base = src = ctx.arg(x, True)
     const = ctx.const_values.get(x) if type(x) is Var else None
     if expanded != x.aval.shape:
         if const is not None and x not in ctx.splat:  # a constant's view, made once
@@ -319,6 +321,7 @@ def emit_broadcast(ctx, eqn, i):
             src = f"{src}.reshape({expanded})"
     out = eqn.outputs[0]
     ctx.emit(f"{ctx.name(out)} = np.broadcast_to({src}, {shape})")
+    ctx.pure.append(out)
     # a ufunc call may read the source instead, broadcasting it itself (ctx.ew_args);
     # then nothing reads the view and its line (~2 us) goes. Leading unit axes are
     # NumPy broadcasting's own: the unreshaped source serves
@@ -333,16 +336,25 @@ def emit_broadcast(ctx, eqn, i):
 def emit_identity(ctx, eqn, i):
     """stop_gradient: its impl returns the input itself; so does the generated code."""
     ctx.emit(f"{ctx.name(eqn.outputs[0])} = {ctx.arg(eqn.inputs[0], True)}")
+    ctx.pure.append(eqn.outputs[0])
 
 
 def emit_reshape(ctx, eqn, i):
     new = tuple(eqn.params["new_sizes"])
-    ctx.emit(f"{ctx.name(eqn.outputs[0])} = {ctx.arg(eqn.inputs[0], True)}.reshape({new})")
+    x, out = eqn.inputs[0], eqn.outputs[0]
+    if type(x) is Var and x in ctx.reshaped:  # a reshape of a reshape: one, of the first
+        x = ctx.reshaped[x]  # source (C-order reshapes compose; the same elements)
+    same = type(x) is Var and tuple(x.aval.shape) == new
+    ctx.emit(f"{ctx.name(out)} = {ctx.arg(x, True)}" + ("" if same else f".reshape({new})"))
+    ctx.pure.append(out)
+    if type(x) is Var:
+        ctx.reshaped[out] = x
 
 
 def emit_transpose(ctx, eqn, i):
     perm = tuple(eqn.params["permutation"])
     ctx.emit(f"{ctx.name(eqn.outputs[0])} = np.transpose({ctx.arg(eqn.inputs[0], True)}, {perm})")
+    ctx.pure.append(eqn.outputs[0])
 
 
 _SCATTERS = (scatter_p, scatter_add_p, scatter_mul_p, scatter_min_p, scatter_max_p)

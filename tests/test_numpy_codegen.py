@@ -184,3 +184,28 @@ def test_random_broadcast_programs_give_the_eager_bits():
             _bits_equal(g, w)
 
     run()
+
+
+def test_unread_views_and_donation_flags_leave_the_kernel():
+    w = RNG.normal(size=(4, 3)).astype(np.float32)
+    v = RNG.normal(size=(4,)).astype(np.float32)
+
+    def f(w, v):
+        r = jnp.reshape(v, (4, 1)).reshape(4)  # reshapes that only a broadcast reads
+        return (w * 2.0 + r[:, None],)  # w * 2 may go into w's donated buffer
+
+    def g(w, v):
+        return jnp.sum(w, axis=1) + v  # w is donated but not written
+
+    for fn, flag in ((f, True), (g, False)):
+        jf = fflow.jit(fn, donate_argnums=(0,))
+        src = _kernel_source(jf, jnp.asarray(w), jnp.asarray(v))
+        for _ in range(2):
+            a = jnp.asarray(w.copy())
+            got = jf(a, jnp.asarray(v))
+            assert a.is_deleted()
+            want = fn(jnp.asarray(w), jnp.asarray(v))
+            for x, y in zip(fflow.tree_util.tree_leaves(got), fflow.tree_util.tree_leaves(want)):
+                _bits_equal(x, y)
+        assert "np.broadcast_to(" not in src and ".reshape((4,))" not in src, src
+        assert ("own0 = " in src) == flag and (" if own0 " in src) == flag, src
