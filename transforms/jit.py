@@ -178,7 +178,7 @@ class Jitted:
         self.static_argnames = _as_tuple(static_argnames)
         self.donate_argnums = _as_tuple(donate_argnums)
         self.cache = {}  # generic key -> entry
-        self.fast_cache = {}  # flat key of the arguments (_fast_walk) -> (entry, donated)
+        self.fast_cache = {}  # flat key of the arguments (_fast_walk) -> (call, donated)
         self.trace_count = 0
         self.compile_count = 0
         self._last_key = None
@@ -245,8 +245,9 @@ class Jitted:
                 if _fast_walk(args, leaves, key):
                     hit = self.fast_cache.get(tuple(key))
                     if hit is not None:
-                        out = hit[0].call(leaves)
-                        for k in hit[1]:  # the leaves of donated arguments
+                        call, donated = hit
+                        out = call(leaves)
+                        for k in donated:  # the leaves of donated arguments
                             if not leaves[k]._deleted:
                                 leaves[k].delete()
                         return out
@@ -289,7 +290,7 @@ class Jitted:
         fast_key = []
         if _fast_walk(args, [], fast_key):  # (no static args here)
             donated = tuple(self._donated_leaf_indices(args, {}, ()))
-            self.fast_cache[tuple(fast_key)] = (entry, donated)
+            self.fast_cache[tuple(fast_key)] = (entry.call, donated)
 
     def _bind_static_kwargs(self, args, kwargs):
         sig = self._get_signature()
