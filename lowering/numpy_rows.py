@@ -89,8 +89,7 @@ def _view(name, shape, groups):
     return expr
 
 
-def _only_transposed(ctx, v):
-    """Whether every use of 2-D `v` is `transpose(v, (1, 0))` (and v is no output)."""
+def _uses(ctx):
     uses = getattr(ctx, "_uses", None)
     if uses is None:
         uses = {}
@@ -99,7 +98,18 @@ def _only_transposed(ctx, v):
                 for u in e.inputs:
                     uses.setdefault(u, []).append(e)
         ctx._uses = uses
-    found = uses.get(v, [])
+    return uses
+
+
+def _only_views_read(ctx, v):
+    """Whether only reshapes and broadcasts read `v` (and v is no output)."""
+    views = (reshape_p, broadcast_in_dim_p)
+    return v not in ctx.outset and all(e.primitive in views for e in _uses(ctx).get(v, ()))
+
+
+def _only_transposed(ctx, v):
+    """Whether every use of 2-D `v` is `transpose(v, (1, 0))` (and v is no output)."""
+    found = _uses(ctx).get(v, [])
     return (
         bool(found)
         and v not in ctx.outset
@@ -342,8 +352,11 @@ def emit_identity(ctx, eqn, i):
 def emit_reshape(ctx, eqn, i):
     new = tuple(eqn.params["new_sizes"])
     x, out = eqn.inputs[0], eqn.outputs[0]
-    if type(x) is Var and x in ctx.reshaped:  # a reshape of a reshape: one, of the first
-        x = ctx.reshaped[x]  # source (C-order reshapes compose; the same elements)
+    if type(x) is Var and x in ctx.reshaped and _only_views_read(ctx, x):
+        # a reshape of a reshape is one reshape of the first source (C-order reshapes
+        # compose: the same elements); only when nothing else reads the middle one, so a
+        # non-contiguous source is not copied twice
+        x = ctx.reshaped[x]
     same = type(x) is Var and tuple(x.aval.shape) == new
     ctx.emit(f"{ctx.name(out)} = {ctx.arg(x, True)}" + ("" if same else f".reshape({new})"))
     ctx.pure.append(out)

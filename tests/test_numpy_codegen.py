@@ -96,6 +96,12 @@ def _cases():
             None,
         ),
         (
+            "reshape chains of a transposed array, the middle one read",
+            lambda x: (x.T.reshape(-1), x.T.reshape(-1).reshape(4, 10) * 2.0),
+            (x,),
+            None,
+        ),
+        (
             "inside a scan body",
             lambda x, c: fflow.lax.scan(lambda h, r: (h * c[:, None] - r, h.sum()), x, x[None])[0],
             (x, col),
