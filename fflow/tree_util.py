@@ -228,10 +228,31 @@ def tree_unflatten(treedef, leaves):
     return _unflatten(treedef, iter(leaves))
 
 
+def tree_node(x):
+    """`(token, children)` of `x` when it is a registered class or a namedtuple node, as
+    `tree_flatten` takes it apart, else None. Equal tokens mean equal node kinds, aux
+    data and child counts (jit's flat cache key; None too when the aux is unhashable).
+    """
+    t = type(x)
+    entry = _registry.get(t)
+    if entry is not None:
+        children, aux = entry[0](x)
+        try:
+            hash(aux)
+        except TypeError:
+            return None
+        if type(children) not in (list, tuple):
+            children = list(children)
+        return (t, aux, len(children)), children
+    if _is_namedtuple(x):
+        return (t, len(x)), x
+    return None
+
+
 def tree_rebuilder(treedef):
     """`leaves -> tree_unflatten(treedef, leaves)` compiled to one expression (no walk
-    over the treedef per call; a new list/dict/tuple each call), or None when `treedef`
-    has nodes other than tuples, lists, dicts and None. jit rebuilds outputs with it.
+    over the treedef per call; new containers each call), or None when `treedef` has
+    dataclass or dict-like (OrderedDict...) nodes. jit rebuilds outputs with it.
 
     Example:
         >>> from fflow.tree_util import tree_rebuilder, tree_structure
@@ -249,15 +270,24 @@ def tree_rebuilder(treedef):
         if kind == "none":
             return "None"
         inner = [expr(c) for c in td.children]
-        if None in inner or kind not in ("tuple", "list", "dict"):
+        if None in inner:
             return None
         if kind == "tuple":
             return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
         if kind == "list":
             return "[" + ", ".join(inner) + "]"
-        keys = [f"k{len(consts) + j}" for j in range(len(inner))]
-        consts.update(zip(keys, td.aux))
-        return "{" + ", ".join(f"{k}: {e}" for k, e in zip(keys, inner)) + "}"
+        if kind == "dict":
+            keys = [f"k{len(consts) + j}" for j in range(len(inner))]
+            consts.update(zip(keys, td.aux))
+            return "{" + ", ".join(f"{k}: {e}" for k, e in zip(keys, inner)) + "}"
+        if type(kind) is not type:  # dataclasses, dictlike: the generic rebuild
+            return None
+        n = len(consts)
+        if kind in _registry:  # unflatten(aux, children), as _unflatten calls it
+            consts[f"u{n}"], consts[f"a{n}"] = _registry[kind][1], td.aux
+            return f"u{n}(a{n}, [{', '.join(inner)}])"
+        consts[f"t{n}"] = kind  # a namedtuple
+        return f"t{n}({', '.join(inner)})"
 
     body = expr(treedef)
     return None if body is None else eval(f"lambda o: {body}", consts)  # noqa: S307

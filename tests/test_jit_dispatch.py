@@ -157,3 +157,113 @@ def test_numpy_and_python_leaves_are_copied_and_keyed_by_what_they_become():
     assert jf.trace_count == 4
     assert jf([jnp.ones(2), x], np.float32(4.0))[1].dtype == np.float32
     assert jf.trace_count == 4
+
+
+@fflow.tree_util.register_pytree_node_class
+class _Scaled:
+    """A registered class: children (w, b), aux (scale, tag); the aux decides numbers."""
+
+    def __init__(self, w, b, scale, tag=None):
+        self.w, self.b, self.scale, self.tag = w, b, scale, tag
+
+    def tree_flatten(self):
+        return (c for c in (self.w, self.b)), (self.scale, self.tag)  # a generator
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    def __call__(self, x):
+        return (x * self.w + self.b) * self.scale
+
+
+_State = collections.namedtuple("_State", "count mu")
+
+
+def _apply(m, s, x):
+    return m(x) + s.mu, _Scaled(m.w * 2, m.b, m.scale + 1, m.tag), _State(s.count + 1, s.mu)
+
+
+def _leaves_equal(a, b):
+    la, ta = fflow.tree_util.tree_flatten(a)
+    lb, tb = fflow.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_registered_classes_and_namedtuples_take_the_fast_path_by_their_aux():
+    jf = fflow.jit(_apply)
+    x, w, b = jnp.arange(3.0), jnp.ones(3), jnp.full(3, 0.5, jnp.float32)
+    state = _State(jnp.asarray(0), jnp.zeros(3))
+    calls = [(_Scaled(w, b, 2.0), state), (_Scaled(w, b, 3.0), state),
+             (_Scaled(w, b, 2.0, "t"), state), (_Scaled(w, b, 2.0), state)]  # fmt: skip
+    for m, s in calls + calls:
+        out = jf(m, s, x)
+        _leaves_equal(out, _apply(m, s, x))
+        assert type(out[1]) is _Scaled and type(out[2]) is _State
+        assert out[1].scale == m.scale + 1 and out[1].tag == m.tag  # aux rebuilt
+    assert jf.trace_count == 3  # scale 2.0, 3.0 and tag "t": three entries
+
+
+@fflow.tree_util.register_pytree_node_class
+class _Bag:
+    """A registered class with any number of children and a constant aux."""
+
+    def __init__(self, *items):
+        self.items = items
+
+    def tree_flatten(self):
+        return list(self.items), "bag"
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def _bag_fn(bag):  # the nesting decides the numbers
+    return sum(
+        (k + 1) * (_bag_fn(c) if isinstance(c, _Bag) else c) for k, c in enumerate(bag.items)
+    )
+
+
+def test_registered_nodes_with_other_child_counts_never_share_an_entry():
+    a, b = jnp.ones(2), jnp.full(2, 10.0, jnp.float32)
+    bags = [_Bag(_Bag(a), b), _Bag(_Bag(a, b)), _Bag(a, b), _Bag(_Bag(a, b), _Bag())]
+    jf = fflow.jit(_bag_fn)
+    for bag in bags + bags:
+        np.testing.assert_array_equal(jf(bag), _bag_fn(bag))
+    assert jf.trace_count == len(bags)
+
+
+def test_unhashable_aux_takes_the_generic_path_and_agrees():
+    jf = fflow.jit(_apply)
+    x, w, b = jnp.arange(3.0), jnp.ones(3), jnp.zeros(3)
+    state = _State(jnp.asarray(0), jnp.zeros(3))
+    for scale in (2.0, 2.0):
+        m = _Scaled(w, b, scale, ["a list"])  # unhashable aux
+        out = jf(m, state, x)
+        _leaves_equal(out, _apply(m, state, x))
+    assert jf.trace_count == 1
+
+
+def test_nn_module_and_optimizer_state_step_matches_the_untransformed_step():
+    from fflow import nn, optim
+
+    model = nn.MLP(4, 3, width_size=8, depth=2, activation=nn.relu, key=fflow.random.PRNGKey(0))
+    tx = optim.adam(1e-2)
+    x, y = jnp.ones((5, 4)), jnp.ones((5, 3))
+
+    def step(model, opt_state):
+        loss, g = fflow.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        updates, opt_state = tx.update(g, opt_state, model)
+        return optim.apply_updates(model, updates), opt_state, loss
+
+    jstep = fflow.jit(step)
+    m1 = m2 = model
+    s1 = s2 = tx.init(model)
+    for _ in range(3):
+        m1, s1, l1 = jstep(m1, s1)
+        m2, s2, l2 = step(m2, s2)
+        _leaves_equal((m1, s1, l1), (m2, s2, l2))
+    assert jstep.trace_count == 1 and type(m1) is type(model)

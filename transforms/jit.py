@@ -26,7 +26,7 @@ from fflow.errors import (
     user_error,
     user_source_info,
 )
-from fflow.tree_util import tree_flatten, tree_rebuilder, tree_unflatten
+from fflow.tree_util import tree_flatten, tree_node, tree_rebuilder, tree_unflatten
 
 RETRACE_WARNING_THRESHOLD = 8
 
@@ -63,10 +63,11 @@ def _make_call(executable, out_tree):
 def _fast_walk(xs, leaves, key):
     """Append the leaves of `xs` (in `tree_flatten`'s order) to `leaves` and one token
     per node to `key`: a leaf signature (a 4-tuple) per Array, (type, length) per tuple
-    or list, (dict, sorted keys) per dict, None per None; NumPy arrays and scalars
-    enter as the Arrays `as_value` makes of them. The preorder tokens determine the
-    structure, so equal keys mean equal treedefs and leaf signatures. False (and the
-    slow path) for any other node: tracers, registered classes, namedtuples..."""
+    or list, (dict, sorted keys) per dict, None per None, `tree_node`'s token per
+    registered class or namedtuple; NumPy arrays and scalars enter as the Arrays
+    `as_value` makes of them. The preorder tokens determine the structure, so equal
+    keys mean equal treedefs and leaf signatures. False (and the slow path) for any
+    other node: tracers, unregistered dataclasses, OrderedDicts..."""
     for x in xs:
         t = type(x)
         if t is Array:
@@ -92,8 +93,13 @@ def _fast_walk(xs, leaves, key):
             x = as_value(x)  # a weak scalar, keyed by what it became (x64 mode decides)
             key.append(_leaf_signature(x))
             leaves.append(x)
-        else:
-            return False
+        else:  # a registered class (nn modules) or a namedtuple (optimizer states)
+            node = tree_node(x)
+            if node is None:
+                return False
+            key.append(node[0])
+            if not _fast_walk(node[1], leaves, key):
+                return False
     return True
 
 
@@ -615,16 +621,9 @@ def _as_tuple(x):
 
 
 # JAX's jit options with no effect on a single-process CPU/GPU program: accepted
-_IGNORED_JIT_OPTIONS = (
-    "keep_unused",
-    "inline",
-    "abstracted_axes",
-    "compiler_options",
-    "backend",
-    "device",
-    "in_shardings",
-    "out_shardings",
-    "donate_argnames",
+_IGNORED_JIT_OPTIONS = tuple(
+    "keep_unused inline abstracted_axes compiler_options backend device in_shardings "
+    "out_shardings donate_argnames".split()
 )
 
 
