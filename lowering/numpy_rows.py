@@ -25,7 +25,7 @@ from fflow.primitives.indexing import (
     scatter_mul_p,
     scatter_p,
 )
-from fflow.primitives.reduction import reduce_max_p, reduce_sum_p
+from fflow.primitives.reduction import reduce_max_p, reduce_min_p, reduce_sum_p
 from fflow.primitives.scan import scan_p
 from fflow.primitives.shape import broadcast_in_dim_p, reshape_p, transpose_p
 from fflow.primitives.unary import stop_gradient_p
@@ -298,8 +298,9 @@ def emit_reduce_sum(ctx, eqn, i):
 
 
 def emit_reduce_max(ctx, eqn, i):
-    """A softmax starting here becomes one native row kernel; else np.max (the impl)."""
-    if ctx.native_ok:
+    """A softmax starting here becomes one native row kernel; else np.max (the impl);
+    reduce_min: np.min."""
+    if ctx.native_ok and eqn.primitive is reduce_max_p:
         from fflow.lowering import native_rows  # the C compiler path
 
         if native_rows.emit_softmax(ctx, eqn, i):
@@ -307,8 +308,9 @@ def emit_reduce_max(ctx, eqn, i):
     x, out = eqn.inputs[0], eqn.outputs[0]
     if x.aval.dtype.kind != "f" or x.aval.dtype.itemsize < 4 or not out.aval.ndim:
         return emit_fallback(ctx, eqn, i)
-    axes = tuple(eqn.params["axes"])  # np.max's own call, without its Python wrapper
-    ctx.emit(f"{ctx.name(out)} = np.maximum.reduce({ctx.arg(x, True)}, {axes})")
+    axes = tuple(eqn.params["axes"])  # np.max's / np.min's own call, without the wrapper
+    uf = "maximum" if eqn.primitive is reduce_max_p else "minimum"
+    ctx.emit(f"{ctx.name(out)} = np.{uf}.reduce({ctx.arg(x, True)}, {axes})")
     ctx.fresh.add(out)
 
 
@@ -504,6 +506,7 @@ ROWS = {
     dot_general_p: emit_dot,
     reduce_sum_p: emit_reduce_sum,
     reduce_max_p: emit_reduce_max,
+    reduce_min_p: emit_reduce_max,
     broadcast_in_dim_p: emit_broadcast,
     reshape_p: emit_reshape,
     stop_gradient_p: emit_identity,

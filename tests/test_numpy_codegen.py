@@ -32,22 +32,28 @@ RNG = np.random.default_rng(0)
 def test_reductions_are_numpys_sum_and_max_bit_for_bit(dtype, shape, axes):
     x = RNG.normal(size=shape).astype(dtype)
     x.flat[0] = -0.0
-    f = fflow.jit(lambda a: (jnp.sum(a, axis=axes), jnp.max(a, axis=axes)))
-    s, m = f(jnp.asarray(x))
+    x.flat[-1] = 0.0
+    f = fflow.jit(lambda a: (jnp.sum(a, axis=axes), jnp.max(a, axis=axes), jnp.min(a, axis=axes)))
+    s, m, n = f(jnp.asarray(x))
     _bits_equal(s, np.sum(x, axis=axes))
     _bits_equal(m, np.max(x, axis=axes))
+    _bits_equal(n, np.min(x, axis=axes))
     src = _kernel_source(f, jnp.asarray(x))
     assert "np.add.reduce(" in src
     assert ("np.maximum.reduce(" in src) == (len(shape) > len(axes))  # 0-d: the impl
+    assert ("np.minimum.reduce(" in src) == (len(shape) > len(axes))
 
 
 def test_reductions_of_nan_and_broadcast_inputs():
     x = RNG.normal(size=(6, 9)).astype(np.float32)
     x[2, 3] = np.nan
     v = RNG.normal(size=9).astype(np.float32)
-    f = fflow.jit(lambda a, b: (jnp.max(a, axis=1), jnp.sum(a + b, axis=0), jnp.sum(b * 0 + a)))
-    m, s, t = f(jnp.asarray(x), jnp.asarray(v))
+    f = fflow.jit(
+        lambda a, b: (jnp.max(a, axis=1), jnp.sum(a + b, axis=0), jnp.sum(b * 0 + a), a.min(0))
+    )
+    m, s, t, n = f(jnp.asarray(x), jnp.asarray(v))
     _bits_equal(m, np.max(x, axis=1))
+    _bits_equal(n, np.min(x, axis=0))
     _bits_equal(s, np.sum(x + v, axis=0))
     _bits_equal(t, np.sum(v * np.float32(0) + x))
 
