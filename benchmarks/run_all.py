@@ -26,6 +26,10 @@ stay for its whole run, so one process's median is one draw: `bench_mlp.py` with
 four frameworks in one process gave fflow/JAX 0.87-2.09x under load 2 from one run
 to the next (fflow's main thread, which also ran the NumPy and torch steps, shared a
 core with a hog in the slow runs: the NumPy step was descheduled on 100 % of its calls).
+Five rounds by default: even on a quiet machine the shared host's speed drifts over
+seconds (the same process measured 1.3 ms per MLP step, then 1.8 ms), so two
+processes measured a few seconds apart differ by that much; the MLP step's fflow/JAX
+ran 0.73-1.02x round by round in one 5-round run whose median was 0.83x.
 """
 
 import argparse
@@ -251,7 +255,7 @@ def main():
         "--load-seconds", type=int, default=1800, help="the hogs end by themselves after this"
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="processes per framework (medians over rounds)"
+        "--rounds", type=int, default=5, help="processes per framework (medians over rounds)"
     )
     parser.add_argument("--example", default=None, help="also time examples/<EXAMPLE>")
     parser.add_argument("--example-reps", type=int, default=3)
