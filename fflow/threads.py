@@ -646,10 +646,9 @@ class StepThreads:
                 self.current = threads
             return
         samples.append(seconds)
-        self.current = min(
-            (c for c in self.choices if self.samples[c]),
-            key=lambda c: _median(self.samples[c]),
-        )
+        # one thread estimated clearly slower does not win on its few early samples
+        ok = [c for c in self.choices if self.samples[c] and not self._clearly_slower(c)]
+        self.current = min(ok or self.choices, key=lambda c: _median(self.samples[c] or [0]))
 
     def begin(self):
         n = self.pick()

@@ -26,11 +26,14 @@
  * acc rows, summed in chunk order once every chunk is in (the same order for any
  * timing); then `fin(args, acc)` writes the sums.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAXCH 64
 #define MAXW 64
@@ -85,6 +88,9 @@ static long g_spin_ns;  /* how long a worker polls for the next job (fflow_pool_
 static long g_epoch;   /* bumped at every step's end: polling workers block */
 static int g_workers;
 static clockid_t g_clock[MAXW]; /* each worker's CPU-time clock */
+static pthread_t g_thread[MAXW];
+static long g_tid[MAXW];        /* each worker's kernel thread id (fflow_pool_worker_tid) */
+static int g_kept_off = -1;     /* the CPU the workers are kept off (keep_off), or -1 */
 static int g_has_clock[MAXW];
 /* counters (fflow_pool_stats): jobs shared with workers, chunks the caller computed
  * in place, chunks workers published, backups the caller computed, backups that won,
@@ -270,6 +276,7 @@ static void poll_for_job(long seen) {
 
 static void *worker(void *arg) {
   int me = (int)(long)arg;
+  __atomic_store_n(&g_tid[me], (long)syscall(SYS_gettid), __ATOMIC_RELEASE);
   if (pthread_getcpuclockid(pthread_self(), &g_clock[me]) == 0)
     __atomic_store_n(&g_has_clock[me], 1, __ATOMIC_RELEASE);
   long seen = 0;
@@ -323,6 +330,7 @@ int fflow_gemm_init(int workers, void *sgemm, void *dgemm, int ilp64) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &attr, worker, (void *)(long)w) != 0) break;
+    g_thread[w] = t;
     pthread_attr_destroy(&attr);
     g_workers = w + 1;
   }
@@ -335,9 +343,12 @@ static double now(void) {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
+static void keep_off(int cpu);
+
 /* Publish job j to the workers, compute chunks here, back up late ones. */
 static void lead(job_t *j) {
   pthread_mutex_init(&j->lock, NULL);
+  if (__atomic_load_n(&g_spin_ns, __ATOMIC_ACQUIRE) > 0) keep_off(sched_getcpu()); /* moved? */
 
   if (j->max_workers > 0) {
     pthread_mutex_lock(&g_lock);
@@ -505,8 +516,37 @@ void fflow_gemm_release(long handle) { release((job_t *)handle); }
 /* CPU nanoseconds the workers spent on chunks so far (g_stats[8]). */
 long fflow_pool_worker_ns(void) { return __atomic_load_n(&g_stats[8], __ATOMIC_RELAXED); }
 
+/* Keep the workers off CPU `cpu` (the caller's) within the caller's affinity mask, or
+ * let them run on any of its CPUs again (-1). Why: in a VM an idle vCPU looks
+ * preempted to the scheduler, so a worker woken while the other cores sleep lands on
+ * the waker's CPU; polling there, it held the caller off its core for the whole poll
+ * window (36-50 % of wake-ups after 1-5 ms of idle took 0.5 ms instead of ~12 µs), and
+ * a process whose worker shared the caller's core from its start ran the MLP step at
+ * one thread's speed (2.4 ms against 1.4 ms) for its whole life. */
+static void keep_off(int cpu) {
+  if (cpu == g_kept_off) return;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  if (cpu >= 0) {
+    if (!CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2) return;
+    CPU_CLR(cpu, &mask);
+  }
+  for (int w = 0; w < g_workers; w++) pthread_setaffinity_np(g_thread[w], sizeof mask, &mask);
+  g_kept_off = cpu;
+}
+
+/* A step on the pool that does not poll (a busy machine: the other cores may be taken):
+ * the workers may run on any of the caller's CPUs again. */
+void fflow_pool_spread(void) { keep_off(-1); }
+
+/* Worker w's thread id (0 before it started, -1 past the last worker). */
+long fflow_pool_worker_tid(int w) {
+  return w < g_workers ? __atomic_load_n(&g_tid[w], __ATOMIC_ACQUIRE) : -1;
+}
+
 void fflow_pool_step(double spin) {
   if (spin > 0) {
+    keep_off(sched_getcpu());
     __atomic_store_n(&g_spin_ns, (long)(spin * 1e9), __ATOMIC_RELEASE);
     pthread_mutex_lock(&g_lock);
     g_job = NULL;

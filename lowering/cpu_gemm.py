@@ -154,6 +154,9 @@ def _load():
     lib.fflow_gemm_list.argtypes += [ctypes.POINTER(ctypes.c_int)]
     lib.fflow_pool_stats.argtypes = [ctypes.c_void_p]
     lib.fflow_pool_step.argtypes = [ctypes.c_double]
+    lib.fflow_pool_spread.argtypes = []
+    lib.fflow_pool_worker_tid.restype = ctypes.c_long
+    lib.fflow_pool_worker_tid.argtypes = [ctypes.c_int]
     lib.fflow_pool_worker_ns.restype = ctypes.c_long
     lib.fflow_pool_worker_ns.argtypes = []
     lib.fflow_gemm_busy.argtypes = [ctypes.c_long]
@@ -400,6 +403,17 @@ def parallel(fn, ptrs, out, n, unit, grain, n_threads, keep, align=1):
     return True
 
 
+def worker_tids():
+    """The kernel thread ids of the pool's workers (empty without the C pool)."""
+    lib = _lib if _lib is not None else _load()
+    if not lib:
+        return []
+    tids = []
+    while (tid := lib.fflow_pool_worker_tid(len(tids))) != -1:
+        tids.append(tid)
+    return [t for t in tids if t > 0]
+
+
 # Seconds a worker polls for the next job of a running step before it blocks. The MLP
 # step's GEMMs are 20-150 µs of Python and small NumPy ops apart, and a blocked worker
 # takes tens of µs to run again; the step's end stops the polls (no spinning between
@@ -411,9 +425,11 @@ class PooledStep(threads.StepThreads):
     """`threads.StepThreads` for a compiled program whose products run on this pool: a
     call given several threads on a quiet machine wakes the workers as it begins (they
     get ready while the step's first Python runs) and lets them poll for each next job
-    of the step (`STEP_SPIN`) instead of blocking between its GEMMs; its end sends them
-    back to sleep. On a shared or crowded machine nothing polls: a polling worker would
-    take the core share of other processes' threads.
+    of the step (`STEP_SPIN`) instead of blocking between its GEMMs, kept off the
+    caller's CPU (in a VM a woken worker otherwise often lands on its waker's CPU and
+    polls there with the caller preempted); its end sends them back to sleep. On a
+    shared or crowded machine nothing polls and the workers may run on any core: a
+    polling worker would take the core share of other processes' threads.
 
     >>> step = PooledStep()
     >>> n, t0 = step.begin()
@@ -428,12 +444,15 @@ class PooledStep(threads.StepThreads):
     def begin(self):
         n, t0 = super().begin()
         self.worker_ns = None
-        if n > 1 and self.timed:
+        if n > 1:
             lib = _lib if _lib is not None else _load()
             if lib and _pid == os.getpid():
-                lib.fflow_pool_step(STEP_SPIN)
-                self.polling = True
-                self.worker_ns = lib.fflow_pool_worker_ns()
+                if self.timed:  # quiet: poll, the workers kept off the caller's CPU
+                    lib.fflow_pool_step(STEP_SPIN)
+                    self.polling = True
+                    self.worker_ns = lib.fflow_pool_worker_ns()
+                else:  # other processes may hold any core: the workers go anywhere
+                    lib.fflow_pool_spread()
         return n, t0
 
     def end(self, threads, start, single=None):

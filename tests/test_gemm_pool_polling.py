@@ -1,5 +1,6 @@
 """The GEMM pool's workers poll for the next job only while a compiled step runs."""
 
+import os
 import time
 
 import numpy as np
@@ -69,3 +70,43 @@ def test_a_step_records_what_one_thread_would_take(quiet):
     assert two and all(one is not None and one >= s for s, one in two)
     assert sum(one - s for s, one in two) == pytest.approx(worker, rel=1e-6, abs=1e-9)
     assert all(one is None for n, _, one in seen if n == 1)
+
+
+def test_polling_workers_keep_off_the_callers_cpu(quiet, monkeypatch):
+    # a VM's idle vCPU looks preempted, so a woken worker lands on its waker's CPU and
+    # polls there with the caller preempted: while a step polls, no worker may run on
+    # the caller's CPU; a step on a busy machine lets them run anywhere again
+    mask = os.sched_getaffinity(0)
+    if len(mask) < 2:
+        pytest.skip("one CPU: nothing to keep off")
+    tids = cpu_gemm.worker_tids()
+    assert tids
+    step = cpu_gemm.PooledStep(cores=2)
+    for _ in range(50):  # until the caller did not move to another CPU around begin()
+        before = _caller_cpu()
+        t0 = _begin_on_two(step)
+        here = _caller_cpu()
+        if here == before:
+            break
+        step.end(2, t0)
+    else:
+        pytest.skip("the caller kept moving between CPUs")
+    for tid in tids:
+        assert os.sched_getaffinity(tid) == mask - {here}
+    step.end(2, t0)
+    monkeypatch.setattr(threads, "other_runnable", lambda: 1)  # another process appears
+    step.samples[1].extend([1.0] * threads.WINDOW)  # one thread was slow when quiet
+    for _ in range(20):
+        n, t0 = step.begin()
+        step.end(n, t0)
+        if not step.timed:  # a shared machine's call: no polling, workers anywhere
+            break
+    assert n == 2 and not step.timed
+    for tid in tids:
+        assert os.sched_getaffinity(tid) == mask
+
+
+def _caller_cpu():
+    """The CPU this thread last ran on (field 39 of /proc/thread-self/stat)."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])

@@ -581,3 +581,17 @@ def test_step_threads_still_probes_one_thread_when_the_estimate_is_close():
     policy = _Clockless(2, free=2)
     picks = _drive_estimated(policy, lambda n: 1.0 if n == 2 else 0.8, lambda n: 1.1, 200)
     assert picks[-50:].count(1) >= 45
+
+
+def test_step_threads_keeps_one_thread_out_when_estimated_clearly_slower():
+    # early 1-thread samples that look fast (a noisy start) do not make one thread the
+    # choice while the 2-thread calls say one thread would take 1.8x as long
+    policy = _Clockless(2, free=2)
+    costs = iter([5.0, 5.0, 1.0, 0.5, 1.0, 0.5, 1.0] + [1.0] * 200)
+    picks = []
+    for _ in range(60):
+        n = policy.pick()
+        picks.append(n)
+        cost = next(costs)
+        policy.record(n, cost if n == 2 else min(cost, 0.5), 1.8 if n == 2 else None)
+    assert picks[8:].count(1) == 0
