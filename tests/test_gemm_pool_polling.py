@@ -42,9 +42,14 @@ def test_polling_workers_compute_right_and_stop_at_the_step_end(quiet, monkeypat
     want = np.einsum("ik,kj->ij", a.astype(np.float64), b.astype(np.float64))
     step = cpu_gemm.PooledStep(cores=2)
     t0 = _begin_on_two(step)
+    before = cpu_gemm.pool_stats()
     for _ in range(3):
         out = cpu_gemm.matmul(a, b, np.empty((128, 160), np.float32), 2)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    after = cpu_gemm.pool_stats()
+    done = ("caller chunks", "worker chunks", "backups kept")  # each chunk once
+    chunks = sum(after[k] - before[k] for k in done)
+    assert chunks == 3 * 2  # one chunk per thread while the workers poll
     polled = _cpu_while_sleeping(0.05)  # between the step's jobs a worker polls
     step.end(2, t0)
     time.sleep(0.005)
