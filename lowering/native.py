@@ -189,17 +189,31 @@ def broadcast_source(eqn, shape):
     return None
 
 
-def render_group(group, scalars, bcast=None, fname="fflow_group"):
+def _splat_source(eqn):
+    """The 0-d value a broadcast_in_dim `eqn` fills an array with (a Var of the
+    program, same dtype), or None."""
+    if eqn is None or eqn.primitive is not broadcast_in_dim_p:
+        return None
+    (u,) = eqn.inputs
+    if type(u) is Literal or u.aval.shape != () or u.aval.dtype != eqn.outputs[0].aval.dtype:
+        return None
+    return u
+
+
+def render_group(group, scalars, bcast=None, fname="fflow_group", splats=None):
     """C source for a group.
 
     `scalars` are splat constants (passed at run time, so a new learning rate is the
     same library); `bcast` maps inputs that are broadcasts to `broadcast_source`'s
-    answer. Returns (source, array_inputs, runtime_scalars, units) where array_inputs
-    hold the broadcasts' sources and `units` is the extent of the chunk loop
-    `fname_range` (rows with broadcasts, else elements), or None when a member has no
-    row.
+    answer; `splats` maps inputs that are broadcasts of a 0-d value computed in the
+    program (Adam's `1 - b**t`, a learning-rate schedule's value) to that value, read
+    once before the loop like a 0-d input. Returns (source, array_inputs,
+    runtime_scalars, units) where array_inputs hold the broadcasts' sources and
+    `units` is the extent of the chunk loop `fname_range` (rows with broadcasts, else
+    elements), or None when a member has no row.
     """
     bcast = bcast or {}
+    splats = splats or {}
     out = group.outputs[0]
     if out.aval.dtype not in _CTYPES:
         return None
@@ -225,9 +239,9 @@ def render_group(group, scalars, bcast=None, fname="fflow_group"):
         ct = _CTYPES.get(v.aval.dtype)
         if ct is None:
             return None
-        if v in scalars or v.aval.shape == ():
+        if v in scalars or v.aval.shape == () or v in splats:
             names[v] = f"c{len(runtime)}"  # loaded once, before the loop
-            runtime.append(v)
+            runtime.append(splats.get(v, v))
         elif v in bcast:
             kind, u, _ = bcast[v]
             if _CTYPES.get(u.aval.dtype) != ct:
@@ -393,14 +407,18 @@ def emit_native_group(ctx, group, i):
     """
     scalars = {v for v in group.inputs if v in ctx.splat}
     prod = _producers(ctx)
-    bcast = {}
+    bcast, splats = {}, {}
     for v in group.inputs:
         if v not in scalars and v.aval.shape != () and v.aval.shape == group.shape:
+            u = _splat_source(prod.get(v))
+            if u is not None:  # read once, not a copied full-size view
+                splats[v] = u
+                continue
             src = broadcast_source(prod.get(v), group.shape)
             if src is not None:
                 bcast[v] = src
     fname = f"fflow_group_{len(ctx.native_pending)}"
-    rendered = render_group(group, scalars, bcast, fname)
+    rendered = render_group(group, scalars, bcast, fname, splats)
     if rendered is None:
         return False
     source, arrays, runtime, units = rendered

@@ -193,3 +193,23 @@ def test_every_math_function_of_a_program_library_stays_vectorized():
         symbols = subprocess.run(["nm", "-D", path], capture_output=True, text=True).stdout
         for fn in ("expf", "tanhf"):
             assert f"v_{fn}@" in symbols, (fn, symbols)
+
+
+def test_a_computed_scalar_is_read_once_not_copied_into_a_full_array():
+    # Adam's bias corrections: 0-d values computed in the program, broadcast into the
+    # update's group; the loop reads each once (no full-size copy of a broadcast view)
+    m, v = _small(6, 200, 100), np.abs(_small(7, 200, 100))
+    m[0, :3] = [np.nan, np.inf, -0.0]
+
+    def f(m, v, t):
+        return m / (1 - 0.9**t) + jnp.sqrt(v) * (1 - 0.999**t)
+
+    t = np.float32(3.0)
+    jf = fflow.jit(f)
+    text = jf.lower(m, v, t).as_text()
+    assert "native loop" in text and "broadcast_to" not in text.split("# native loop")[0]
+    with np.errstate(all="ignore"):
+        one = np.float32(1)
+        want = m / (one - np.float32(0.9) ** t) + np.sqrt(v) * (one - np.float32(0.999) ** t)
+        np.testing.assert_array_equal(jf(m, v, t), want)
+        np.testing.assert_array_equal(jf(m, v, np.float32(7.0)), f(m, v, np.float32(7.0)))
