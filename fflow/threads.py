@@ -647,8 +647,9 @@ class StepThreads:
             return
         samples.append(seconds)
         # one thread estimated clearly slower does not win on its few early samples
+        # (never empty: a count is clearly slower only beside another one with samples)
         ok = [c for c in self.choices if self.samples[c] and not self._clearly_slower(c)]
-        self.current = min(ok or self.choices, key=lambda c: _median(self.samples[c] or [0]))
+        self.current = min(ok, key=lambda c: _median(self.samples[c]))
 
     def begin(self):
         n = self.pick()

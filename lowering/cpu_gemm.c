@@ -97,7 +97,8 @@ static int g_has_clock[MAXW];
  * nanoseconds the caller waited for workers, backups started because the worker was
  * seen descheduled, backups started because the wait outlasted twice a chunk, CPU
  * nanoseconds workers spent on chunks (what one thread would have had to do too) */
-static long g_stats[9];
+#define NSTATS 9
+static long g_stats[NSTATS];
 #define STAT(i, v) __atomic_add_fetch(&g_stats[i], (v), __ATOMIC_RELAXED)
 
 static void gemm(const job_t *j, long M, long N, const char *A, const char *B, char *C, long ldc) {
@@ -499,9 +500,9 @@ long fflow_gemm(int isz, int ta, int tb, long M, long N, long K, const void *A, 
   return handle(j);
 }
 
-/* The pool's counters (g_stats) into out[0..8]. */
+/* The pool's counters (g_stats) into out[0..NSTATS-1]. */
 void fflow_pool_stats(long *out) {
-  for (int i = 0; i < 9; i++) out[i] = __atomic_load_n(&g_stats[i], __ATOMIC_RELAXED);
+  for (int i = 0; i < NSTATS; i++) out[i] = __atomic_load_n(&g_stats[i], __ATOMIC_RELAXED);
 }
 
 /* Whether a worker still holds the job (its operands must stay alive). */
@@ -515,9 +516,6 @@ int fflow_gemm_busy(long handle) {
 
 void fflow_gemm_release(long handle) { release((job_t *)handle); }
 
-/* A compiled step begins (spin > 0: its workers poll that long for each next job, and
- * the blocked ones wake now, while the caller still runs the step's first Python) or
- * ends (spin 0: every polling worker blocks; no thread spins between steps). */
 /* CPU nanoseconds the workers spent on chunks so far (g_stats[8]). */
 long fflow_pool_worker_ns(void) { return __atomic_load_n(&g_stats[8], __ATOMIC_RELAXED); }
 
@@ -549,6 +547,9 @@ long fflow_pool_worker_tid(int w) {
   return w < g_workers ? __atomic_load_n(&g_tid[w], __ATOMIC_ACQUIRE) : -1;
 }
 
+/* A compiled step begins (spin > 0: its workers poll that long for each next job, and
+ * the blocked ones wake now, while the caller still runs the step's first Python) or
+ * ends (spin 0: every polling worker blocks; no thread spins between steps). */
 void fflow_pool_step(double spin) {
   if (spin > 0) {
     keep_off(sched_getcpu());

@@ -438,18 +438,15 @@ class PooledStep(threads.StepThreads):
     >>> step.end(n, t0)
     """
 
-    polling = False
-    worker_ns = None  # the workers' chunk CPU time when this call began
+    worker_ns = None  # while this call polls: the workers' chunk CPU time at its start
 
     def begin(self):
         n, t0 = super().begin()
-        self.worker_ns = None
         if n > 1:
             lib = _lib if _lib is not None else _load()
             if lib and _pid == os.getpid():
                 if self.timed:  # quiet: poll, the workers kept off the caller's CPU
                     lib.fflow_pool_step(STEP_SPIN)
-                    self.polling = True
                     self.worker_ns = lib.fflow_pool_worker_ns()
                 else:  # other processes may hold any core: the workers go anywhere
                     lib.fflow_pool_spread()
@@ -458,12 +455,11 @@ class PooledStep(threads.StepThreads):
     def end(self, threads, start, single=None):
         """Record the call; on several threads, what one thread would have taken: its
         wall time plus the CPU time the workers spent on its chunks."""
-        if self.polling:
-            self.polling = False
-            _lib.fflow_pool_step(0.0)
         wall = time.perf_counter() - start
         if self.worker_ns is not None:
+            _lib.fflow_pool_step(0.0)
             single = wall + (_lib.fflow_pool_worker_ns() - self.worker_ns) * 1e-9
+            self.worker_ns = None
         self.record(threads, wall, single)
 
 

@@ -70,7 +70,7 @@ def _fast_walk(xs, leaves, key):
     other node: tracers, unregistered dataclasses, OrderedDicts..."""
     for x in xs:
         t = type(x)
-        if t is Array:
+        if t is Array:  # _leaf_signature's Array case, inline: the hot path
             v = x._value
             where = x._sharding if type(v) is np.ndarray else _where(x)
             key.append((v.shape, v.dtype, x._weak, where))
