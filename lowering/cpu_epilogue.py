@@ -128,8 +128,9 @@ def _broadcast(ctx, v, shape, m, n):
 
     prod = native._producers(ctx)
     e = prod.get(v)
-    if e is not None and e.primitive is broadcast_in_dim_p and e.inputs[0].aval.shape == ():
-        return "scalar", e.inputs[0]  # a traced scalar (a learning rate) spread out
+    u = native.scalar_source(e)
+    if u is not None:
+        return "scalar", u  # a traced scalar (a learning rate) spread out
     src = native.broadcast_source(e, shape)
     if src is None or src[2] != (n if src[0] == "row" else m):
         return None

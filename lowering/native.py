@@ -189,15 +189,12 @@ def broadcast_source(eqn, shape):
     return None
 
 
-def _splat_source(eqn):
-    """The 0-d value a broadcast_in_dim `eqn` fills an array with (a Var of the
-    program, same dtype), or None."""
+def scalar_source(eqn):
+    """The 0-d value a broadcast_in_dim `eqn` fills an array with (a traced learning
+    rate, Adam's `1 - b**t`), or None. Native groups and GEMM epilogues read it once."""
     if eqn is None or eqn.primitive is not broadcast_in_dim_p:
         return None
-    (u,) = eqn.inputs
-    if type(u) is Literal or u.aval.shape != () or u.aval.dtype != eqn.outputs[0].aval.dtype:
-        return None
-    return u
+    return eqn.inputs[0] if eqn.inputs[0].aval.shape == () else None
 
 
 def render_group(group, scalars, bcast=None, fname="fflow_group", splats=None):
@@ -410,8 +407,8 @@ def emit_native_group(ctx, group, i):
     bcast, splats = {}, {}
     for v in group.inputs:
         if v not in scalars and v.aval.shape != () and v.aval.shape == group.shape:
-            u = _splat_source(prod.get(v))
-            if u is not None:  # read once, not a copied full-size view
+            u = scalar_source(prod.get(v))
+            if u is not None and type(u) is not Literal:  # read once, not a full copy
                 splats[v] = u
                 continue
             src = broadcast_source(prod.get(v), group.shape)
